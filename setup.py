@@ -1,0 +1,36 @@
+from pathlib import Path
+
+from setuptools import find_packages, setup
+
+HERE = Path(__file__).parent
+VERSION = "1.0.0"
+
+setup(
+    name="scrapy-redis",
+    version=VERSION,
+    description="Redis-based components for distributed Scrapy crawls (drop-in scrapy-redis).",
+    long_description=(HERE / "README.rst").read_text(encoding="utf-8"),
+    long_description_content_type="text/x-rst",
+    license="MIT",
+    package_dir={"": "src"},
+    packages=find_packages("src"),
+    package_data={"scrapy_redis": ["lua/*.lua", "py.typed"]},
+    include_package_data=True,
+    python_requires=">=3.10",
+    install_requires=[
+        "scrapy>=2.13",
+        "redis>=5.0",
+        # Safe, compact, bytes-aware default request serializer (see docs/serialization).
+        "msgpack>=1.0",
+    ],
+    extras_require={"hiredis": ["hiredis>=2.0"]},
+    classifiers=[
+        "Framework :: Scrapy",
+        "Programming Language :: Python :: 3",
+        "Programming Language :: Python :: 3.10",
+        "Programming Language :: Python :: 3.11",
+        "Programming Language :: Python :: 3.12",
+        "Programming Language :: Python :: 3.13",
+        "Topic :: Internet :: WWW/HTTP",
+    ],
+)

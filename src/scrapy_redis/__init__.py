@@ -1,0 +1,8 @@
+"""Redis-based components for distributed Scrapy crawls."""
+
+from scrapy_redis.connection import get_redis, get_redis_from_settings
+
+__author__ = "scrapy-redis developers"
+__version__ = "1.0.0"
+
+__all__ = ["__version__", "get_redis", "get_redis_from_settings"]

@@ -1,0 +1,89 @@
+"""Default values of every scrapy-redis setting, in alphabetical order.
+
+Each constant is documented in ``docs/settings.rst`` (a test checks it). The
+constant names are the original package's, so ``from scrapy_redis import
+defaults`` keeps working; the setting each one backs is named in its comment.
+Key templates may use ``%(spider)s`` (or ``%(name)s``) for the spider name.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis
+
+#: Standalone dupefilter key, used when RFPDupeFilter runs under Scrapy's own scheduler.
+DUPEFILTER_KEY = "dupefilter:%(timestamp)s"
+
+#: MAX_IDLE_TIME_BEFORE_CLOSE: seconds a RedisSpider may idle before closing (0: never).
+MAX_IDLE_TIME = 0
+
+#: REDIS_ITEMS_KEY: list that RedisPipeline appends items to.
+PIPELINE_KEY = "%(spider)s:items"
+
+#: Client class used when REDIS_PARAMS has no ``redis_cls``.
+REDIS_CLS = redis.StrictRedis
+
+#: Fallback for the start-message batch size when CONCURRENT_REQUESTS is missing.
+REDIS_CONCURRENT_REQUESTS = 16
+
+#: REDIS_ENCODING: text encoding of the client and of start messages.
+REDIS_ENCODING = "utf-8"
+
+#: REDIS_KEY_CHECK_INTERVAL: seconds between scans for a higher-priority start key.
+REDIS_KEY_CHECK_INTERVAL = None
+
+#: REDIS_PARAMS: keyword arguments of the Redis client, merged under the user's.
+REDIS_PARAMS: dict[str, Any] = {
+    "socket_timeout": 30,
+    "socket_connect_timeout": 30,
+    "encoding": REDIS_ENCODING,
+}
+
+#: DUPEFILTER_CLASS used by the scheduler when the setting is missing.
+SCHEDULER_DUPEFILTER_CLASS = "scrapy_redis.dupefilter.RFPDupeFilter"
+
+#: SCHEDULER_DUPEFILTER_KEY: set of request fingerprints shared by the workers.
+SCHEDULER_DUPEFILTER_KEY = "%(spider)s:dupefilter"
+
+#: SCHEDULER_FLUSH_ON_START: clear queue and fingerprints when the first worker starts.
+SCHEDULER_FLUSH_ON_START = False
+
+#: SCHEDULER_IDLE_BEFORE_CLOSE: seconds to wait for new requests before idling.
+SCHEDULER_IDLE_BEFORE_CLOSE = 0
+
+#: SCHEDULER_PERSIST: keep queue, fingerprints and stats when the last worker closes.
+SCHEDULER_PERSIST = False
+
+#: SCHEDULER_QUEUE_CLASS: the shared request queue.
+SCHEDULER_QUEUE_CLASS = "scrapy_redis.queue.PriorityQueue"
+
+#: SCHEDULER_QUEUE_KEY: key of the shared request queue.
+SCHEDULER_QUEUE_KEY = "%(spider)s:requests"
+
+#: SCHEDULER_SERIALIZER: how requests are stored (safe msgpack; pickle is opt-in).
+SCHEDULER_SERIALIZER = "scrapy_redis.serializers.msgpack_serializer"
+
+#: SCHEDULER_WORKER_TIMEOUT: seconds without a heartbeat after which a worker is gone.
+SCHEDULER_WORKER_TIMEOUT = 30
+
+#: REDIS_START_URLS_AS_SET: start messages are read from a set (SPOP).
+START_URLS_AS_SET = False
+
+#: REDIS_START_URLS_AS_ZSET: start messages are read from a sorted set, highest score first.
+START_URLS_AS_ZSET = False
+
+#: REDIS_START_URLS_BATCH_SIZE: start messages read per fetch (None: CONCURRENT_REQUESTS).
+START_URLS_BATCH_SIZE = None
+
+#: REDIS_START_URLS_DONT_FILTER: default ``dont_filter`` of requests made from start messages.
+START_URLS_DONT_FILTER = False
+
+#: REDIS_START_URLS_KEY: where start messages are read from.
+START_URLS_KEY = "%(name)s:start_urls"
+
+#: REDIS_START_URLS_POLL_INTERVAL: seconds between reads of new start messages while busy.
+START_URLS_POLL_INTERVAL = 1.0
+
+#: STATS_KEY: hash holding the stats shared by the workers.
+STATS_KEY = "%(spider)s:stats"

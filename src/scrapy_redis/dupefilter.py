@@ -1,0 +1,158 @@
+"""Duplicate filtering with a Redis set shared by every worker.
+
+One atomic ``SADD`` per request both checks and records its fingerprint. By
+default fingerprints are computed exactly as the original scrapy-redis (0.8+)
+did, so existing ``<spider>:dupefilter`` sets stay valid; when the project sets
+REQUEST_FINGERPRINTER_CLASS, Scrapy's configured fingerprinter is used instead.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import warnings
+from typing import TYPE_CHECKING, Any
+
+from scrapy.dupefilters import BaseDupeFilter
+from scrapy.settings import SETTINGS_PRIORITIES
+from scrapy.utils.python import to_unicode
+from scrapy.utils.request import referer_str
+from w3lib.url import canonicalize_url
+
+from scrapy_redis import defaults
+from scrapy_redis.connection import get_redis_from_crawler, get_redis_from_settings
+from scrapy_redis.exceptions import ScrapyRedisDeprecationWarning
+from scrapy_redis.keys import format_key, standalone_dupefilter_key
+
+if TYPE_CHECKING:
+    from scrapy import Request, Spider
+    from scrapy.crawler import Crawler
+    from scrapy.settings import BaseSettings
+    from scrapy.statscollectors import StatsCollector
+    from scrapy.utils.request import RequestFingerprinterProtocol
+    from typing_extensions import Self
+
+
+def request_fingerprint(request: Request) -> str:
+    """The original scrapy-redis (>= 0.8) fingerprint: SHA1 of a JSON of method, URL and body."""
+    data = {
+        "method": to_unicode(request.method),
+        "url": canonicalize_url(request.url),
+        "body": (request.body or b"").hex(),
+    }
+    return hashlib.sha1(json.dumps(data, sort_keys=True).encode()).hexdigest()  # noqa: S324
+
+
+def configured_fingerprinter(crawler: Crawler) -> RequestFingerprinterProtocol | None:
+    """Scrapy's fingerprinter if the project chose one with REQUEST_FINGERPRINTER_CLASS."""
+    priority = crawler.settings.getpriority("REQUEST_FINGERPRINTER_CLASS") or 0
+    if priority > SETTINGS_PRIORITIES["default"]:
+        return crawler.request_fingerprinter
+    return None
+
+
+class RFPDupeFilter(BaseDupeFilter):
+    """Redis-based request duplicates filter.
+
+    Under :class:`scrapy_redis.scheduler.Scheduler` it is built by
+    :meth:`from_spider` on the shared key SCHEDULER_DUPEFILTER_KEY. Under
+    Scrapy's own scheduler (``DUPEFILTER_CLASS`` only) it is built by
+    :meth:`from_crawler` on a one-time key ``dupefilter:<timestamp>`` that
+    :meth:`close` deletes.
+    """
+
+    logger = logging.getLogger(__name__)
+
+    def __init__(
+        self,
+        server: Any,
+        key: str,
+        debug: bool = False,
+        *,
+        fingerprinter: RequestFingerprinterProtocol | None = None,
+        stats: StatsCollector | None = None,
+        temporary: bool = False,
+    ) -> None:
+        self.server = server
+        self.key = key
+        self.debug = debug
+        self.logdupes = True
+        self.fingerprinter = fingerprinter
+        self.stats = stats
+        self.temporary = temporary
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        """Standalone use with Scrapy's scheduler: a one-time key, deleted on close."""
+        return cls._build(crawler, standalone_dupefilter_key(defaults.DUPEFILTER_KEY), True)
+
+    @classmethod
+    def from_spider(cls, spider: Spider) -> Self:
+        """Scheduler use: the spider's shared SCHEDULER_DUPEFILTER_KEY."""
+        template = spider.crawler.settings.get(
+            "SCHEDULER_DUPEFILTER_KEY", defaults.SCHEDULER_DUPEFILTER_KEY
+        )
+        return cls._build(spider.crawler, format_key(template, spider.name), False)
+
+    @classmethod
+    def _build(cls, crawler: Crawler, key: str, temporary: bool) -> Self:
+        return cls(
+            get_redis_from_crawler(crawler),
+            key=key,
+            debug=crawler.settings.getbool("DUPEFILTER_DEBUG"),
+            fingerprinter=configured_fingerprinter(crawler),
+            stats=crawler.stats,
+            temporary=temporary,
+        )
+
+    @classmethod
+    def from_settings(cls, settings: BaseSettings) -> Self:
+        """Deprecated: use :meth:`from_crawler` (Scrapy no longer calls from_settings)."""
+        warnings.warn(
+            "RFPDupeFilter.from_settings() is deprecated, use RFPDupeFilter.from_crawler()",
+            ScrapyRedisDeprecationWarning,
+            stacklevel=2,
+        )
+        key = standalone_dupefilter_key(defaults.DUPEFILTER_KEY)
+        debug = settings.getbool("DUPEFILTER_DEBUG")
+        return cls(get_redis_from_settings(settings), key=key, debug=debug, temporary=True)
+
+    def request_seen(self, request: Request) -> bool:
+        """Record the fingerprint of ``request``; True if it was already there."""
+        return self.server.sadd(self.key, self.request_fingerprint(request)) == 0
+
+    def request_fingerprint(self, request: Request) -> str:
+        """The fingerprint stored for ``request`` (override to customise)."""
+        if self.fingerprinter is not None:
+            return self.fingerprinter.fingerprint(request).hex()
+        return request_fingerprint(request)
+
+    def close(self, reason: str = "") -> None:
+        """Delete the one-time standalone key; a shared key is kept (see Scheduler)."""
+        if self.temporary:
+            self.clear()
+
+    def clear(self) -> None:
+        """Delete every fingerprint."""
+        self.server.unlink(self.key)
+
+    def log(self, request: Request, spider: Spider) -> None:
+        """Log a filtered duplicate, as Scrapy does, and count it in stats."""
+        if self.debug:
+            self.logger.debug(
+                "Filtered duplicate request: %(request)s (referer: %(referer)s)",
+                {"request": request, "referer": referer_str(request)},
+                extra={"spider": spider},
+            )
+        elif self.logdupes:
+            self.logger.debug(
+                "Filtered duplicate request %(request)s - no more duplicates will be shown"
+                " (see DUPEFILTER_DEBUG to show all duplicates)",
+                {"request": request},
+                extra={"spider": spider},
+            )
+            self.logdupes = False
+        stats = self.stats if self.stats is not None else getattr(spider.crawler, "stats", None)
+        if stats is not None:
+            stats.inc_value("dupefilter/filtered")

@@ -1,0 +1,40 @@
+"""Exceptions and warnings raised by scrapy-redis.
+
+Every error of ours derives from :class:`ScrapyRedisError`; errors about a bad
+value also derive from :class:`ValueError` so that existing ``except
+ValueError`` blocks keep working.
+"""
+
+from __future__ import annotations
+
+
+class ScrapyRedisError(Exception):
+    """Root of all scrapy-redis errors."""
+
+
+class RedisUnavailableError(ScrapyRedisError, ConnectionError):
+    """Redis could not be reached when a component started."""
+
+
+class UnserializableRequestError(ScrapyRedisError, ValueError):
+    """A request could not be turned into bytes for the Redis queue."""
+
+
+class UndecodableRequestError(ScrapyRedisError, ValueError):
+    """An entry read from the Redis queue could not be turned back into a request.
+
+    ``looks_like_pickle`` tells whether the entry seems to be pickle data, i.e.
+    written by the original scrapy-redis or with a pickle serializer.
+    """
+
+    def __init__(self, message: str, *, looks_like_pickle: bool = False) -> None:
+        super().__init__(message)
+        self.looks_like_pickle = looks_like_pickle
+
+
+class InvalidStartMessageError(ScrapyRedisError, ValueError):
+    """A start message read from ``redis_key`` cannot be turned into a request."""
+
+
+class ScrapyRedisDeprecationWarning(DeprecationWarning):
+    """A deprecated scrapy-redis name, setting or signature was used."""

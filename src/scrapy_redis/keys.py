@@ -1,0 +1,48 @@
+"""Every Redis key name scrapy-redis uses is formatted here, and only here.
+
+Templates come from settings (see :mod:`scrapy_redis.defaults`) and are
+formatted once, with ``%(spider)s`` and ``%(name)s`` both standing for the
+spider name. Derived keys append a fixed suffix to an already formatted key so
+that, on Redis Cluster, a hash tag in the base key (``{%(spider)s}:requests``)
+puts them in the same slot.
+"""
+
+from __future__ import annotations
+
+import time
+
+
+def format_key(template: str, spider_name: str) -> str:
+    """Return ``template`` with the spider name filled in."""
+    try:
+        return template % {"spider": spider_name, "name": spider_name}
+    except (KeyError, ValueError, TypeError) as exc:
+        raise ValueError(
+            f"Invalid Redis key template {template!r}: {exc!r}. A key template may use "
+            "%(spider)s or %(name)s for the spider name; write a literal % as %%."
+        ) from exc
+
+
+def needs_formatting(key: str) -> bool:
+    """Whether ``key`` still holds a ``%(...)s`` placeholder."""
+    return "%(" in key
+
+
+def standalone_dupefilter_key(template: str) -> str:
+    """The one-time key of a dupefilter running under Scrapy's own scheduler."""
+    return template % {"timestamp": int(time.time())}
+
+
+def priority_list_key(queue_key: str, priority: int) -> str:
+    """The list holding the requests of one priority of a PriorityQueue."""
+    return f"{queue_key}:prio:{priority}"
+
+
+def invalid_entries_key(queue_key: str) -> str:
+    """Where queue entries that cannot be decoded are moved (never deleted)."""
+    return f"{queue_key}:invalid"
+
+
+def workers_key(queue_key: str) -> str:
+    """The hash of live workers sharing a queue (see :mod:`scrapy_redis.workers`)."""
+    return f"{queue_key}:workers"

@@ -1,0 +1,32 @@
+-- Pop the oldest requests of the highest priority of a PriorityQueue.
+-- KEYS[1] = the queue's index: sorted set, member = priority as text, score = -priority;
+--           it may also hold entries written by the original scrapy-redis (member =
+--           serialized request, score = -priority)
+-- KEYS[2] = the list of the priority the caller expects to be the highest
+-- ARGV[1] = that priority, as text
+-- ARGV[2] = how many requests to pop at most
+-- returns {0} when the queue is empty;
+--         {1, priority, entry...} after popping from KEYS[2] (the list may have been emptied
+--         by another worker: then no entry follows);
+--         {2, priority} when the highest priority is another one: call again with it;
+--         {3, entry, score} after removing an entry written by the original scrapy-redis
+local top = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+if #top == 0 then
+  return {0}
+end
+local member, score = top[1], top[2]
+if not string.match(member, '^%-?%d+$') then
+  redis.call('ZREM', KEYS[1], member)
+  return {3, member, score}
+end
+if member ~= ARGV[1] then
+  return {2, member}
+end
+local items = redis.call('LPOP', KEYS[2], ARGV[2])
+if redis.call('EXISTS', KEYS[2]) == 0 then
+  redis.call('ZREM', KEYS[1], member)
+end
+if not items then
+  return {1, member}
+end
+return {1, member, unpack(items)}

@@ -1,0 +1,78 @@
+"""An item pipeline that appends every item, as JSON, to a Redis list."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from scrapy.utils.misc import load_object
+from scrapy.utils.serialize import ScrapyJSONEncoder
+
+from scrapy_redis import defaults
+from scrapy_redis.connection import get_redis_from_crawler, get_redis_from_settings
+from scrapy_redis.exceptions import ScrapyRedisDeprecationWarning
+from scrapy_redis.keys import format_key
+
+if TYPE_CHECKING:
+    from scrapy import Spider
+    from scrapy.crawler import Crawler
+    from scrapy.settings import BaseSettings
+    from typing_extensions import Self
+
+default_serialize = ScrapyJSONEncoder().encode
+
+
+class RedisPipeline:
+    """Pushes serialized items to REDIS_ITEMS_KEY (default ``<spider>:items``).
+
+    Each item is appended (``RPUSH``) as it is processed, so a worker's items
+    are stored in the order it scraped them. Settings: REDIS_ITEMS_KEY,
+    REDIS_ITEMS_SERIALIZER (dotted path to a callable, default: Scrapy's JSON
+    encoder).
+    """
+
+    def __init__(
+        self,
+        server: Any,
+        key: str = defaults.PIPELINE_KEY,
+        serialize_func: Callable[[Any], str | bytes] = default_serialize,
+    ) -> None:
+        self.server = server
+        self.key = key
+        self.serialize = serialize_func
+        self.crawler: Crawler | None = None
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        pipeline = cls(get_redis_from_crawler(crawler), **cls._kwargs(crawler.settings))
+        pipeline.crawler = crawler
+        return pipeline
+
+    @classmethod
+    def from_settings(cls, settings: BaseSettings) -> Self:
+        """Deprecated: use :meth:`from_crawler` (Scrapy no longer calls from_settings)."""
+        warnings.warn(
+            "RedisPipeline.from_settings() is deprecated, use RedisPipeline.from_crawler()",
+            ScrapyRedisDeprecationWarning,
+            stacklevel=2,
+        )
+        return cls(get_redis_from_settings(settings), **cls._kwargs(settings))
+
+    @staticmethod
+    def _kwargs(settings: BaseSettings) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {}
+        if settings.get("REDIS_ITEMS_KEY"):
+            kwargs["key"] = settings.get("REDIS_ITEMS_KEY")
+        if settings.get("REDIS_ITEMS_SERIALIZER"):
+            kwargs["serialize_func"] = load_object(settings.get("REDIS_ITEMS_SERIALIZER"))
+        return kwargs
+
+    def process_item(self, item: Any, spider: Spider | None = None) -> Any:
+        spider = spider or (self.crawler.spider if self.crawler is not None else None)
+        self.server.rpush(self.item_key(item, spider), self.serialize(item))
+        return item
+
+    def item_key(self, item: Any, spider: Spider | None) -> str:
+        """The list ``item`` goes to (override to route items)."""
+        return format_key(self.key, spider.name if spider is not None else "scrapy")

@@ -1,0 +1,304 @@
+"""The shared request queues: FIFO, LIFO and priority.
+
+Every queue stores serialized requests (see :mod:`scrapy_redis.serializers`)
+under one key, and reads what the original scrapy-redis wrote there when
+SCHEDULER_SERIALIZER can decode it:
+
+* :class:`FifoQueue` and :class:`LifoQueue`: a list; ``LPUSH`` to add, ``RPOP``
+  (FIFO) or ``LPOP`` (LIFO) to take, as the original did.
+* :class:`PriorityQueue`: one list per priority (``<key>:prio:<n>``) plus a
+  sorted set at ``<key>`` indexing the non-empty priorities. Higher Scrapy
+  priority first, oldest first within a priority, identical requests kept apart.
+  Entries the original stored directly in that sorted set are popped in their
+  priority order too.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import groupby
+from typing import TYPE_CHECKING, Any
+
+from redis.client import NEVER_DECODE
+
+from scrapy_redis import defaults
+from scrapy_redis.exceptions import (
+    ScrapyRedisDeprecationWarning,
+    UndecodableRequestError,
+    UnserializableRequestError,
+)
+from scrapy_redis.keys import format_key, invalid_entries_key, needs_formatting, priority_list_key
+from scrapy_redis.reqser import dict_to_request, request_to_dict
+from scrapy_redis.scripts import script
+from scrapy_redis.serializers import Serializer, looks_like_pickle, resolve_serializer
+
+if TYPE_CHECKING:
+    from scrapy import Request, Spider
+
+# Lua's unpack() is limited to a few thousand values: larger pushes are split.
+_PUSH_CHUNK = 1000
+_PICKLE_SERIALIZERS = {"pickle", "scrapy_redis.picklecompat"}
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """A serialized request as stored in Redis, with what is needed to put it back."""
+
+    data: bytes
+    priority: int = 0
+    #: The sorted-set score of an entry written by the original PriorityQueue.
+    legacy_score: bytes | None = None
+
+
+def _raw(server: Any, *args: Any) -> Any:
+    return server.execute_command(*args, **{NEVER_DECODE: True})
+
+
+class Base:
+    """Common code of the queues: (de)serialization and the queue contract.
+
+    ``key`` is the final key name; a template still holding ``%(spider)s`` is
+    formatted with the spider name.
+    """
+
+    def __init__(
+        self, server: Any, spider: Spider, key: str, serializer: Serializer | Any = None
+    ) -> None:
+        self.server = server
+        self.spider = spider
+        self.key = format_key(key, spider.name) if needs_formatting(key) else key
+        self.serializer = resolve_serializer(
+            defaults.SCHEDULER_SERIALIZER if serializer is None else serializer
+        )
+
+    def _encode_request(self, request: Request) -> bytes:
+        """The bytes stored for ``request``; UnserializableRequestError with the reason."""
+        try:
+            data = self.serializer.dumps(request_to_dict(request, self.spider))
+        except Exception as exc:  # any serializer, any failure: normalised here, once
+            raise UnserializableRequestError(str(exc) or repr(exc)) from exc
+        return data.encode() if isinstance(data, str) else data
+
+    def _decode_request(self, encoded: bytes) -> Request:
+        """The request stored as ``encoded``; UndecodableRequestError with the fix."""
+        try:
+            return dict_to_request(self.serializer.loads(encoded), self.spider)
+        except Exception as exc:  # untrusted data: every failure is a decoding failure
+            pickled = looks_like_pickle(encoded) and not self._is_pickle()
+            raise UndecodableRequestError(
+                self._decode_error_message(exc, pickled), looks_like_pickle=pickled
+            ) from exc
+
+    def _is_pickle(self) -> bool:
+        return getattr(self.serializer, "__name__", None) in _PICKLE_SERIALIZERS
+
+    def _decode_error_message(self, exc: Exception, pickled: bool) -> str:
+        message = (
+            f"Cannot decode a request read from Redis key {self.key!r} with "
+            f"SCHEDULER_SERIALIZER = {self.serializer!r}: {exc}."
+        )
+        if pickled:
+            message += (
+                " It looks like pickle data, as written by the original scrapy-redis. To read "
+                "it set SCHEDULER_SERIALIZER = 'scrapy_redis.picklecompat' (only if everyone "
+                "who can write to this Redis is trusted), or delete the key."
+            )
+        return message
+
+    def __len__(self) -> int:
+        raise NotImplementedError
+
+    def push(self, request: Request) -> None:
+        """Add ``request``; UnserializableRequestError if it cannot be stored."""
+        self.push_entries([Entry(self._encode_request(request), request.priority)])
+
+    def pop(self, timeout: int = 0) -> Request | None:
+        """Take the next request, or ``None``.
+
+        A ``timeout`` > 0 blocks (``BRPOP``/``BLPOP``) that many seconds on the list
+        queues: never do that on Twisted's reactor thread (the scheduler does not).
+        """
+        for entry in self.pop_entries(1, timeout):
+            return self.decode_entry(entry)
+        return None
+
+    def decode_entry(self, entry: Entry) -> Request:
+        """The request of ``entry``, or UndecodableRequestError.
+
+        An entry that looks like pickle (wrong SCHEDULER_SERIALIZER) is put back
+        where it was; any other undecodable entry is moved to ``<key>:invalid``.
+        Neither is deleted.
+        """
+        try:
+            return self._decode_request(entry.data)
+        except UndecodableRequestError as exc:
+            if exc.looks_like_pickle:
+                self.restore_entries([entry])
+            else:
+                self.server.rpush(invalid_entries_key(self.key), entry.data)
+            raise
+
+    def is_empty(self) -> bool:
+        return not self.server.exists(self.key)
+
+    def clear(self) -> None:
+        """Delete every request of the queue (``UNLINK``: the server frees memory lazily)."""
+        self.server.unlink(*self.flush_keys())
+
+    def flush_keys(self) -> list[str]:
+        """The keys holding the queue's requests."""
+        return [self.key]
+
+    def push_entries(self, entries: Sequence[Entry]) -> None:
+        raise NotImplementedError
+
+    def pop_entries(self, count: int, timeout: int = 0) -> list[Entry]:
+        raise NotImplementedError
+
+    def restore_entries(self, entries: Sequence[Entry]) -> None:
+        """Put popped ``entries`` (in pop order) back at the head of the queue."""
+        raise NotImplementedError
+
+
+class _ListQueue(Base):
+    """A list: LPUSH to add; the subclass picks the end to pop from."""
+
+    _pop_command = ""
+    _blocking_pop_command = ""
+
+    def __len__(self) -> int:
+        return int(self.server.llen(self.key))
+
+    def push_entries(self, entries: Sequence[Entry]) -> None:
+        for start in range(0, len(entries), _PUSH_CHUNK):
+            chunk = entries[start : start + _PUSH_CHUNK]
+            self.server.lpush(self.key, *(entry.data for entry in chunk))
+
+    def pop_entries(self, count: int, timeout: int = 0) -> list[Entry]:
+        if timeout > 0:
+            reply = _raw(self.server, self._blocking_pop_command, self.key, timeout)
+            return [Entry(reply[1])] if reply else []
+        reply = _raw(self.server, self._pop_command, self.key, count)
+        return [Entry(data) for data in reply or ()]
+
+    def restore_entries(self, entries: Sequence[Entry]) -> None:
+        if entries:
+            push = self.server.rpush if self._pop_command == "RPOP" else self.server.lpush
+            push(self.key, *(entry.data for entry in reversed(entries)))
+
+
+class FifoQueue(_ListQueue):
+    """First in, first out."""
+
+    _pop_command = "RPOP"
+    _blocking_pop_command = "BRPOP"
+
+
+class LifoQueue(_ListQueue):
+    """Last in, first out."""
+
+    _pop_command = "LPOP"
+    _blocking_pop_command = "BLPOP"
+
+
+class PriorityQueue(Base):
+    """Higher ``request.priority`` first; first in, first out within a priority."""
+
+    # Retries when other workers empty or replace the highest priority meanwhile.
+    _POP_ATTEMPTS = 8
+
+    def __init__(
+        self, server: Any, spider: Spider, key: str, serializer: Serializer | Any = None
+    ) -> None:
+        super().__init__(server, spider, key, serializer)
+        self._top = 0  # the priority popped last: usually still the highest
+
+    def __len__(self) -> int:
+        members = _raw(self.server, "ZRANGE", self.key, 0, -1)
+        priorities = [p for p in map(_priority_of, members) if p is not None]
+        legacy = len(members) - len(priorities)
+        if not priorities:
+            return legacy
+        pipe = self.server.pipeline(transaction=False)
+        for priority in priorities:
+            pipe.llen(priority_list_key(self.key, priority))
+        return legacy + sum(pipe.execute())
+
+    def flush_keys(self) -> list[str]:
+        members = _raw(self.server, "ZRANGE", self.key, 0, -1)
+        lists = [priority_list_key(self.key, p) for p in map(_priority_of, members) if p is not None]
+        return [self.key, *lists]
+
+    def push_entries(self, entries: Sequence[Entry]) -> None:
+        for priority, group in groupby(entries, key=lambda entry: entry.priority):
+            self._push_group(priority, [entry.data for entry in group], "back")
+
+    def _push_group(self, priority: int, datas: list[bytes], where: str) -> None:
+        keys = [self.key, priority_list_key(self.key, priority)]
+        for start in range(0, len(datas), _PUSH_CHUNK):
+            chunk = datas[start : start + _PUSH_CHUNK]
+            script("push_priority")(self.server, keys, [priority, where, *chunk])
+
+    def pop_entries(self, count: int, timeout: int = 0) -> list[Entry]:
+        for _ in range(self._POP_ATTEMPTS):
+            keys = [self.key, priority_list_key(self.key, self._top)]
+            reply = script("pop_priority")(self.server, keys, [self._top, count])
+            kind = reply[0]
+            if kind == 0:
+                return []
+            if kind == 3:
+                return [Entry(reply[1], legacy_score=reply[2])]
+            if kind == 1 and len(reply) > 2:
+                return [Entry(data, self._top) for data in reply[2:]]
+            self._top = int(reply[1]) if kind == 2 else self._top
+        return []
+
+    def restore_entries(self, entries: Sequence[Entry]) -> None:
+        for entry in entries:
+            if entry.legacy_score is not None:
+                self.server.zadd(self.key, {entry.data: float(entry.legacy_score)})
+        ours = [entry for entry in entries if entry.legacy_score is None]
+        for priority, group in groupby(reversed(ours), key=lambda entry: entry.priority):
+            self._push_group(priority, [entry.data for entry in group], "front")
+
+
+def _priority_of(member: bytes) -> int | None:
+    """The priority a PriorityQueue index member stands for; None for an original entry."""
+    try:
+        text = member.decode("ascii")
+    except UnicodeDecodeError:
+        return None
+    digits = text[1:] if text.startswith("-") else text
+    return int(text) if digits.isdigit() else None
+
+
+def _deprecated_alias(name: str, cls: type[Base]) -> type[Base]:
+    """A subclass of ``cls`` that warns when instantiated under its old ``name``."""
+
+    def __init__(self: Base, *args: Any, **kwargs: Any) -> None:
+        warnings.warn(
+            f"scrapy_redis.queue.{name} is deprecated, use scrapy_redis.queue.{cls.__name__}",
+            ScrapyRedisDeprecationWarning,
+            stacklevel=2,
+        )
+        cls.__init__(self, *args, **kwargs)
+
+    return type(name, (cls,), {"__init__": __init__, "__doc__": f"Deprecated: {cls.__name__}."})
+
+
+SpiderQueue = _deprecated_alias("SpiderQueue", FifoQueue)
+SpiderStack = _deprecated_alias("SpiderStack", LifoQueue)
+SpiderPriorityQueue = _deprecated_alias("SpiderPriorityQueue", PriorityQueue)
+
+__all__ = [
+    "Base",
+    "Entry",
+    "FifoQueue",
+    "LifoQueue",
+    "PriorityQueue",
+    "SpiderPriorityQueue",
+    "SpiderQueue",
+    "SpiderStack",
+]

@@ -1,0 +1,405 @@
+"""The Redis scheduler: one request queue and one duplicate filter shared by many workers.
+
+Every Redis call it makes on the reactor thread is a single round trip; it
+never blocks waiting for requests (SCHEDULER_IDLE_BEFORE_CLOSE is a grace
+period during which the worker keeps polling, not a blocking pop).
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import time
+import warnings
+from itertools import count
+from typing import TYPE_CHECKING, Any
+
+from scrapy.settings import SETTINGS_PRIORITIES
+from scrapy.utils.misc import build_from_crawler, load_object
+from twisted.internet import task
+
+from scrapy_redis import defaults
+from scrapy_redis._engine import engine_busy
+from scrapy_redis.connection import ensure_reachable, get_redis_from_crawler, get_redis_from_settings
+from scrapy_redis.exceptions import (
+    ScrapyRedisDeprecationWarning,
+    UndecodableRequestError,
+    UnserializableRequestError,
+)
+from scrapy_redis.keys import format_key, workers_key
+from scrapy_redis.serializers import resolve_serializer
+from scrapy_redis.workers import Census, WorkerRegistry, new_worker_id
+
+if TYPE_CHECKING:
+    from scrapy import Request, Spider
+    from scrapy.crawler import Crawler
+    from scrapy.settings import BaseSettings
+    from twisted.internet.defer import Deferred
+    from typing_extensions import Self
+
+logger = logging.getLogger(__name__)
+
+# How often an undecodable entry may be skipped in one next_request() call.
+_MAX_SKIPS = 100
+# How long a census of the other workers is trusted before a fresh heartbeat.
+_CENSUS_TTL = 1.0
+
+
+class _LocalQueue:
+    """Requests kept in this worker's memory: those the serializer refused."""
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[int, int, Request]] = []
+        self._order = count()
+
+    def push(self, request: Request) -> None:
+        heapq.heappush(self._heap, (-request.priority, next(self._order), request))
+
+    def pop(self) -> Request | None:
+        return heapq.heappop(self._heap)[2] if self._heap else None
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+
+def _scheduler_kwargs(settings: BaseSettings) -> dict[str, Any]:
+    """The Scheduler's constructor arguments, read from ``settings``."""
+    return {
+        "persist": settings.getbool("SCHEDULER_PERSIST", defaults.SCHEDULER_PERSIST),
+        "flush_on_start": settings.getbool(
+            "SCHEDULER_FLUSH_ON_START", defaults.SCHEDULER_FLUSH_ON_START
+        ),
+        "idle_before_close": settings.getfloat(
+            "SCHEDULER_IDLE_BEFORE_CLOSE", defaults.SCHEDULER_IDLE_BEFORE_CLOSE
+        ),
+        "queue_key": settings.get("SCHEDULER_QUEUE_KEY") or defaults.SCHEDULER_QUEUE_KEY,
+        "queue_cls": settings.get("SCHEDULER_QUEUE_CLASS") or defaults.SCHEDULER_QUEUE_CLASS,
+        "dupefilter_key": settings.get("SCHEDULER_DUPEFILTER_KEY")
+        or defaults.SCHEDULER_DUPEFILTER_KEY,
+        "dupefilter_cls": _dupefilter_class_path(settings),
+        "serializer": settings.get("SCHEDULER_SERIALIZER") or defaults.SCHEDULER_SERIALIZER,
+        "worker_timeout": settings.getfloat(
+            "SCHEDULER_WORKER_TIMEOUT", defaults.SCHEDULER_WORKER_TIMEOUT
+        ),
+    }
+
+
+def _dupefilter_class_path(settings: BaseSettings) -> Any:
+    """DUPEFILTER_CLASS if the project set it, else SCHEDULER_DUPEFILTER_CLASS (ours).
+
+    Scrapy's default DUPEFILTER_CLASS filters in one process's memory only, which
+    is never what a shared queue wants.
+    """
+    if (settings.getpriority("DUPEFILTER_CLASS") or 0) > SETTINGS_PRIORITIES["default"]:
+        return settings.get("DUPEFILTER_CLASS")
+    return settings.get("SCHEDULER_DUPEFILTER_CLASS") or defaults.SCHEDULER_DUPEFILTER_CLASS
+
+
+class Scheduler:
+    """Redis-based scheduler (``SCHEDULER = "scrapy_redis.scheduler.Scheduler"``).
+
+    Settings: SCHEDULER_PERSIST, SCHEDULER_FLUSH_ON_START,
+    SCHEDULER_IDLE_BEFORE_CLOSE, SCHEDULER_QUEUE_KEY, SCHEDULER_QUEUE_CLASS,
+    SCHEDULER_DUPEFILTER_KEY, DUPEFILTER_CLASS, SCHEDULER_SERIALIZER,
+    SCHEDULER_WORKER_TIMEOUT.
+    """
+
+    def __init__(
+        self,
+        server: Any,
+        persist: bool = False,
+        flush_on_start: bool = False,
+        queue_key: str = defaults.SCHEDULER_QUEUE_KEY,
+        queue_cls: Any = defaults.SCHEDULER_QUEUE_CLASS,
+        dupefilter: Any = None,
+        dupefilter_key: str = defaults.SCHEDULER_DUPEFILTER_KEY,
+        dupefilter_cls: Any = defaults.SCHEDULER_DUPEFILTER_CLASS,
+        idle_before_close: float = 0,
+        serializer: Any = None,
+        *,
+        worker_timeout: float = defaults.SCHEDULER_WORKER_TIMEOUT,
+        crawler: Crawler | None = None,
+    ) -> None:
+        if idle_before_close < 0:
+            raise ValueError(
+                f"SCHEDULER_IDLE_BEFORE_CLOSE = {idle_before_close!r} cannot be negative; "
+                "use 0 to stop waiting for new requests as soon as the queue is empty."
+            )
+        if worker_timeout <= 0:
+            raise ValueError(f"SCHEDULER_WORKER_TIMEOUT = {worker_timeout!r} must be positive.")
+        self.server = server
+        self.persist = persist
+        self.flush_on_start = flush_on_start
+        self.queue_key = queue_key
+        self.queue_cls = queue_cls
+        self.df = dupefilter
+        self.dupefilter_key = dupefilter_key
+        self.dupefilter_cls = dupefilter_cls
+        self.idle_before_close = idle_before_close
+        self.serializer = resolve_serializer(
+            defaults.SCHEDULER_SERIALIZER if serializer is None else serializer
+        )
+        self.worker_timeout = worker_timeout
+        self.crawler = crawler
+        self.stats = crawler.stats if crawler is not None else None
+        self.spider: Spider | None = None
+        self.queue: Any = None
+        self.worker_id = new_worker_id()
+        self._df_from_spider = dupefilter is None
+        self._local = _LocalQueue()
+        self._registry: WorkerRegistry | None = None
+        self._heartbeat: task.LoopingCall | None = None
+        self._census = Census(0, 0, False)
+        self._census_at = 0.0
+        self._published_busy = False
+        self._empty_since: float | None = None
+        self._unserializable_logged = False
+        self._halted = False
+        #: After close: whether this worker, the last one, deleted the shared data.
+        self.cleared_shared_data: bool | None = None
+
+    def __len__(self) -> int:
+        return len(self.queue) + len(self._local)
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        kwargs = _scheduler_kwargs(crawler.settings)
+        dupefilter_cls = load_object(kwargs["dupefilter_cls"])
+        if not hasattr(dupefilter_cls, "from_spider"):
+            kwargs["dupefilter"] = build_from_crawler(dupefilter_cls, crawler)
+        return cls(get_redis_from_crawler(crawler), crawler=crawler, **kwargs)
+
+    @classmethod
+    def from_settings(cls, settings: BaseSettings) -> Self:
+        """Deprecated: use :meth:`from_crawler` (Scrapy no longer calls from_settings)."""
+        warnings.warn(
+            "Scheduler.from_settings() is deprecated, use Scheduler.from_crawler()",
+            ScrapyRedisDeprecationWarning,
+            stacklevel=2,
+        )
+        kwargs = _scheduler_kwargs(settings)
+        dupefilter_cls = load_object(kwargs["dupefilter_cls"])
+        if not hasattr(dupefilter_cls, "from_spider"):
+            kwargs["dupefilter"] = dupefilter_cls()
+        server = get_redis_from_settings(settings)
+        ensure_reachable(server)
+        return cls(server, **kwargs)
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    def open(self, spider: Spider) -> Deferred[None] | None:
+        self.spider = spider
+        self.queue = self._build_queue(spider)
+        if self.df is None:
+            self.df = load_object(self.dupefilter_cls).from_spider(spider)
+        self._join()
+        if pending := len(self.queue):
+            logger.info(
+                "Resuming crawl (%(count)d requests scheduled)",
+                {"count": pending},
+                extra={"spider": spider},
+            )
+        return self.df.open() if not self._df_from_spider and hasattr(self.df, "open") else None
+
+    def close(self, reason: str) -> Deferred[None] | None:
+        if self._heartbeat is not None and self._heartbeat.running:
+            self._heartbeat.stop()
+        if self._registry is not None:
+            self._leave()
+        elif not self.persist:  # a subclass replaced open(): no registry, original behaviour
+            self.flush()
+            self.cleared_shared_data = True
+        if not self._df_from_spider and hasattr(self.df, "close"):
+            return self.df.close(reason)  # type: ignore[no-any-return]
+        return None
+
+    def flush(self) -> None:
+        """Delete the shared queue and fingerprints now, whoever else uses them."""
+        self.df.clear()
+        self.queue.clear()
+
+    def _build_queue(self, spider: Spider) -> Any:
+        queue_cls = load_object(self.queue_cls) if isinstance(self.queue_cls, str) else self.queue_cls
+        try:
+            return queue_cls(
+                server=self.server,
+                spider=spider,
+                key=format_key(self.queue_key, spider.name),
+                serializer=self.serializer,
+            )
+        except TypeError as exc:
+            raise ValueError(
+                f"Failed to instantiate SCHEDULER_QUEUE_CLASS {self.queue_cls!r}: {exc}"
+            ) from exc
+
+    def _shared_keys(self) -> list[str]:
+        keys = list(self.queue.flush_keys()) if hasattr(self.queue, "flush_keys") else []
+        key = getattr(self.df, "key", None)
+        return [*keys, key] if isinstance(key, str) else keys
+
+    def _join(self) -> None:
+        self._registry = WorkerRegistry(
+            self.server, workers_key(self.queue.key), self.worker_id, self.worker_timeout
+        )
+        flush_keys = self._shared_keys() if self.flush_on_start else ()
+        self._set_census(self._registry.join(busy=False, flush_keys=flush_keys))
+        if self.flush_on_start and not self._census.flushed:
+            logger.warning(
+                "SCHEDULER_FLUSH_ON_START is set but %(others)d other worker(s) are using "
+                "the queue: not flushing it.",
+                {"others": self._census.others},
+                extra={"spider": self.spider},
+            )
+        self._heartbeat = task.LoopingCall(self._beat)
+        self._heartbeat.start(self.worker_timeout / 3, now=False)
+
+    def _leave(self) -> None:
+        assert self._registry is not None
+        census = self._registry.leave(() if self.persist else self._shared_keys())
+        self.cleared_shared_data = census.flushed
+        if not self.persist and not census.flushed:
+            logger.info(
+                "Not clearing the shared queue: %(others)d other worker(s) still use it.",
+                {"others": census.others},
+                extra={"spider": self.spider},
+            )
+
+    # -- the engine's interface --------------------------------------------------------
+
+    def enqueue_request(self, request: Request) -> bool:
+        if not request.dont_filter and self.df.request_seen(request):
+            self.df.log(request, self.spider)
+            return False
+        try:
+            self.queue.push(request)
+        except UnserializableRequestError as exc:
+            self._keep_locally(request, exc)
+            return True
+        self._inc("scheduler/enqueued/redis")
+        self._inc("scheduler/enqueued")
+        return True
+
+    def next_request(self) -> Request | None:
+        request = self._local.pop()
+        if request is not None:
+            self._inc("scheduler/dequeued/memory")
+            self._inc("scheduler/dequeued")
+            return request
+        request = self._pop_shared()
+        if request is None:
+            if self._empty_since is None:
+                self._empty_since = time.monotonic()
+            return None
+        self._empty_since = None
+        self._publish_busy()
+        self._inc("scheduler/dequeued/redis")
+        self._inc("scheduler/dequeued")
+        return request
+
+    def has_pending_requests(self) -> bool:
+        if self._halted:
+            return False
+        return self.shared_work_pending() or self._waiting_before_close()
+
+    def shared_work_pending(self) -> bool:
+        """Whether work may still come from the shared queue.
+
+        True while it holds requests, this worker holds requests in memory, or
+        another live worker is busy (it may produce requests).
+        """
+        if self._halted:
+            return False
+        return bool(len(self._local)) or not self._queue_is_empty() or self._others_busy()
+
+    # -- helpers ------------------------------------------------------------------------
+
+    def _pop_shared(self) -> Request | None:
+        if self._halted:
+            return None
+        for _ in range(_MAX_SKIPS):
+            try:
+                return self.queue.pop()  # type: ignore[no-any-return]
+            except UndecodableRequestError as exc:
+                if exc.looks_like_pickle:
+                    self._halt(exc)
+                    return None
+                self._inc("scheduler/invalid/redis")
+                logger.error("%(error)s Moved it to %(key)s:invalid.", {"error": exc,
+                             "key": self.queue.key}, extra={"spider": self.spider})
+        return None
+
+    def _halt(self, exc: UndecodableRequestError) -> None:
+        """Stop this worker: the queue holds data it cannot read (left in place)."""
+        logger.error("%(error)s Closing the spider.", {"error": exc}, extra={"spider": self.spider})
+        self._halted = True
+        engine = getattr(self.crawler, "engine", None)
+        if engine is None:
+            return
+        if hasattr(engine, "close_spider_async"):
+            from scrapy.utils.defer import deferred_from_coro
+
+            deferred_from_coro(engine.close_spider_async(reason="scheduler_serializer_error"))
+        else:  # Scrapy < 2.14
+            engine.close_spider(self.spider, reason="scheduler_serializer_error")
+
+    def _keep_locally(self, request: Request, exc: Exception) -> None:
+        if not self._unserializable_logged:
+            logger.warning(
+                "Unable to serialize request: %(request)s - reason: %(reason)s - kept in this "
+                "worker's memory; no more unserializable requests will be logged (stats being "
+                "collected)",
+                {"request": request, "reason": exc},
+                extra={"spider": self.spider},
+            )
+            self._unserializable_logged = True
+        self._inc("scheduler/unserializable")
+        self._local.push(request)
+        self._inc("scheduler/enqueued/memory")
+        self._inc("scheduler/enqueued")
+
+    def _queue_is_empty(self) -> bool:
+        is_empty = getattr(self.queue, "is_empty", None)
+        return bool(is_empty()) if is_empty is not None else len(self.queue) == 0
+
+    def _waiting_before_close(self) -> bool:
+        if self.idle_before_close <= 0:
+            return False
+        if self._empty_since is None:
+            self._empty_since = time.monotonic()
+        return time.monotonic() - self._empty_since < self.idle_before_close
+
+    def _others_busy(self) -> bool:
+        if self._registry is None:
+            return False
+        if time.monotonic() - self._census_at > _CENSUS_TTL:
+            self._beat()
+        return self._census.busy_others > 0
+
+    def _beat(self) -> None:
+        if self._registry is None:
+            return
+        busy = self._is_busy()
+        try:
+            self._set_census(self._registry.beat(busy))
+        except Exception:  # a missed heartbeat must not kill the loop
+            logger.warning("Worker heartbeat failed", exc_info=True, extra={"spider": self.spider})
+            return
+        self._published_busy = busy
+
+    def _publish_busy(self) -> None:
+        if not self._published_busy and self._registry is not None:
+            self._set_census(self._registry.beat(True))
+            self._published_busy = True
+
+    def _set_census(self, census: Census) -> None:
+        self._census = census
+        self._census_at = time.monotonic()
+
+    def _is_busy(self) -> bool:
+        if len(self._local) or self._empty_since is None and self._published_busy:
+            return True
+        return engine_busy(self.crawler)
+
+    def _inc(self, key: str) -> None:
+        if self.stats is not None:
+            self.stats.inc_value(key)

@@ -1,0 +1,43 @@
+"""Lua scripts, one per ``lua/<name>.lua`` file, run atomically on the server.
+
+Each file starts with a header naming its ``KEYS``, ``ARGV`` and return value.
+Scripts run by ``EVALSHA`` (falling back to ``EVAL`` once after a server
+restart emptied the script cache) and their replies are never decoded, so
+binary queue entries survive a client created with ``decode_responses=True``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from redis.client import NEVER_DECODE
+from redis.exceptions import NoScriptError
+
+
+class LuaScript:
+    """A script of the ``scrapy_redis.lua`` package data."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.source = resources.files("scrapy_redis.lua").joinpath(f"{name}.lua").read_text()
+        self.sha = hashlib.sha1(self.source.encode()).hexdigest()  # noqa: S324 (Redis' script id)
+
+    def __call__(self, client: Any, keys: list[str], args: list[Any]) -> Any:
+        """Run the script on ``client`` (a client or a cluster client)."""
+        options = {NEVER_DECODE: True}
+        try:
+            return client.execute_command("EVALSHA", self.sha, len(keys), *keys, *args, **options)
+        except NoScriptError:
+            return client.execute_command("EVAL", self.source, len(keys), *keys, *args, **options)
+
+    def __repr__(self) -> str:
+        return f"LuaScript({self.name!r})"
+
+
+@cache
+def script(name: str) -> LuaScript:
+    """The (cached) script ``lua/<name>.lua``."""
+    return LuaScript(name)

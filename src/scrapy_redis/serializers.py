@@ -1,0 +1,123 @@
+"""Request serializers: the safe default, and how SCHEDULER_SERIALIZER is resolved.
+
+A serializer is any object (or module) with ``dumps(obj) -> bytes`` and
+``loads(bytes) -> obj``; the scheduler hands it the dict of
+:meth:`scrapy.Request.to_dict`.
+
+The default, :data:`msgpack_serializer`, never runs code while decoding, keeps
+``bytes`` and ``str`` apart (bodies and headers are bytes), and is compact: it
+leaves out every field that has Scrapy's default value and names the standard
+fields by a one-byte code.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Protocol, runtime_checkable
+
+import msgpack
+from scrapy.utils.misc import load_object
+
+# The byte 0xC1 is never used by msgpack, so it marks our format unambiguously.
+_TAG = b"\xc1"
+
+_DEFAULTS: dict[str, Any] = {
+    "callback": None,
+    "errback": None,
+    "headers": {},
+    "method": "GET",
+    "body": b"",
+    "cookies": {},
+    "meta": {},
+    "encoding": "utf-8",
+    "priority": 0,
+    "dont_filter": False,
+    "flags": [],
+    "cb_kwargs": {},
+}
+_FIELDS = ("url", *_DEFAULTS)
+_CODE_OF = {name: code for code, name in enumerate(_FIELDS)}
+
+
+@runtime_checkable
+class Serializer(Protocol):
+    def dumps(self, obj: Any) -> bytes: ...
+
+    def loads(self, s: bytes) -> Any: ...
+
+
+def looks_like_pickle(data: bytes) -> bool:
+    """Whether ``data`` seems to be a pickle (protocol 2 or later)."""
+    return len(data) > 2 and data[0] == 0x80 and 2 <= data[1] <= 5 and data.endswith(b".")
+
+
+def _is_default(name: str, value: Any) -> bool:
+    default = _DEFAULTS.get(name, ...)
+    return type(value) is type(default) and value == default
+
+
+class MsgpackSerializer:
+    """The default request serializer: safe, compact, bytes-aware."""
+
+    def dumps(self, obj: dict[str, Any]) -> bytes:
+        packed = {
+            _CODE_OF.get(name, name): value
+            for name, value in obj.items()
+            if not _is_default(name, value)
+        }
+        try:
+            return _TAG + msgpack.packb(packed, use_bin_type=True)
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise ValueError(f"msgpack cannot encode it: {exc}") from exc
+
+    def loads(self, s: bytes) -> dict[str, Any]:
+        if not s.startswith(_TAG):
+            raise ValueError("not written by scrapy-redis' msgpack serializer")
+        try:
+            packed = msgpack.unpackb(s[1:], raw=False, strict_map_key=False)
+        except (ValueError, msgpack.UnpackException) as exc:
+            raise ValueError(f"corrupt msgpack data: {exc}") from exc
+        if not isinstance(packed, dict):
+            raise ValueError("msgpack data is not a map")
+        obj = {name: _copy(default) for name, default in _DEFAULTS.items()}
+        for key, value in packed.items():
+            obj[_FIELDS[key] if isinstance(key, int) and key < len(_FIELDS) else key] = value
+        return obj
+
+    def __repr__(self) -> str:
+        return "scrapy_redis.serializers.msgpack_serializer"
+
+
+def _copy(value: Any) -> Any:
+    return type(value)() if isinstance(value, (dict, list)) else value
+
+
+#: The default SCHEDULER_SERIALIZER.
+msgpack_serializer = MsgpackSerializer()
+
+
+def resolve_serializer(value: Any, setting: str = "SCHEDULER_SERIALIZER") -> Serializer:
+    """A serializer from an object, an importable module path or a dotted object path."""
+    if isinstance(value, str):
+        value = _import(value, setting)
+    missing = [name for name in ("loads", "dumps") if not callable(getattr(value, name, None))]
+    if missing:
+        raise TypeError(
+            f"{setting} = {value!r} does not implement {' and '.join(missing)}(); use an "
+            "object or module with dumps(obj) -> bytes and loads(bytes) -> obj, e.g. "
+            f"{msgpack_serializer!r} (default) or 'scrapy_redis.picklecompat'."
+        )
+    return value  # type: ignore[no-any-return]
+
+
+def _import(path: str, setting: str) -> Any:
+    try:
+        return importlib.import_module(path)
+    except ImportError:
+        pass
+    try:
+        return load_object(path)
+    except (ImportError, NameError, ValueError) as exc:
+        raise ValueError(
+            f"{setting} = {path!r} is neither an importable module nor an object path: {exc}"
+        ) from exc

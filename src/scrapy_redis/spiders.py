@@ -1,0 +1,296 @@
+"""Spiders that read their start requests from Redis.
+
+A :class:`RedisSpider` (or :class:`RedisCrawlSpider`) pops batches of start
+messages (see :mod:`scrapy_redis.messages`) from ``redis_key``: at start, every
+REDIS_START_URLS_POLL_INTERVAL seconds while it runs, and whenever it idles.
+An idle spider stays open (waiting for messages) unless ``max_idle_time`` is
+set; the idle time counts from the moment it last had work, and does not run
+while the shared queue still holds requests or another worker is busy.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator, Iterable
+from typing import TYPE_CHECKING, Any
+
+from scrapy import Request, Spider, signals
+from scrapy.exceptions import DontCloseSpider
+from scrapy.spiders import CrawlSpider
+from twisted.internet import task
+
+from scrapy_redis import defaults
+from scrapy_redis._engine import engine_accepts_requests, engine_scheduler
+from scrapy_redis.connection import get_redis_from_crawler
+from scrapy_redis.keys import format_key
+from scrapy_redis.messages import parse_message, request_from_message
+from scrapy_redis.start_urls import StartUrlSource
+from scrapy_redis.utils import bytes_to_str
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+    from scrapy.settings import BaseSettings
+    from typing_extensions import Self
+
+logger = logging.getLogger(__name__)
+
+
+def normalize_redis_key(value: Any, spider_name: str) -> list[str]:
+    """``redis_key`` (a template or a list of them, highest priority first) as key names."""
+    if isinstance(value, str):
+        if not value.strip():
+            raise ValueError("redis_key must not be empty")
+        return [format_key(value, spider_name)]
+    if not isinstance(value, (list, tuple)):
+        raise TypeError(f"redis_key must be a string or a list of strings, not {value!r}")
+    keys: list[str] = []
+    for item in value:
+        if not isinstance(item, str) or not item.strip():
+            raise ValueError(f"redis_key must not contain empty or non-string keys: {value!r}")
+        key = format_key(item.strip(), spider_name)
+        if key not in keys:
+            keys.append(key)
+    if not keys:
+        raise ValueError("redis_key list is empty after normalization")
+    return keys
+
+
+def _as_int(value: Any, name: str) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be an integer, not {value!r}") from None
+
+
+def _as_seconds(value: Any, name: str) -> float:
+    if value in (None, "", "0"):
+        return 0
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a number of seconds, not {value!r}") from None
+
+
+def _start_mode(settings: BaseSettings) -> str:
+    if settings.getbool("REDIS_START_URLS_AS_SET", defaults.START_URLS_AS_SET):
+        return "set"
+    if settings.getbool("REDIS_START_URLS_AS_ZSET", defaults.START_URLS_AS_ZSET):
+        return "zset"
+    return "list"
+
+
+class RedisMixin:
+    """Reads start messages from ``redis_key``; mix it into any spider class.
+
+    Attributes (each may also be given as a spider argument, ``-a name=value``):
+    ``redis_key`` (REDIS_START_URLS_KEY), ``redis_batch_size``
+    (REDIS_START_URLS_BATCH_SIZE, then CONCURRENT_REQUESTS), ``redis_encoding``
+    (REDIS_ENCODING), ``redis_key_check_interval`` (REDIS_KEY_CHECK_INTERVAL) and
+    ``max_idle_time`` (MAX_IDLE_TIME_BEFORE_CLOSE).
+    """
+
+    redis_key: Any = None
+    redis_batch_size: Any = None
+    redis_encoding: str | None = None
+    redis_key_check_interval: Any = None
+    max_idle_time: Any = None
+    server: Any = None
+    #: Wall-clock time (seconds) at which the current idle period began, or None.
+    spider_idle_start_time: int | None = None
+
+    # provided by scrapy.Spider
+    name: str
+    crawler: Crawler
+    logger: logging.LoggerAdapter[logging.Logger]
+
+    def start_requests(self) -> Iterable[Request]:
+        """The first batch of requests (for Scrapy < 2.13, and called by :meth:`start`)."""
+        return self.next_requests()
+
+    async def start(self) -> AsyncIterator[Any]:
+        for request in self.start_requests():
+            yield request
+
+    def setup_redis(self, crawler: Crawler | None = None) -> None:
+        """Read the settings, connect to Redis and hook the spider signals."""
+        if self.server is not None:
+            return
+        crawler = crawler or getattr(self, "crawler", None)
+        if crawler is None:
+            raise ValueError("crawler is required")
+        self._read_redis_settings(crawler.settings)
+        self.server = get_redis_from_crawler(crawler)
+        self._start_source = StartUrlSource(
+            self.server, self._redis_keys, _start_mode(crawler.settings),
+            self.redis_key_check_interval,
+        )
+        self._idle_since: float | None = None
+        self._poller: task.LoopingCall | None = None
+        self.logger.info(
+            "Reading start URLs from redis key(s) %(keys)s (batch size: %(size)s, encoding: "
+            "%(encoding)s)",
+            {"keys": ", ".join(self._redis_keys), "size": self.redis_batch_size,
+             "encoding": self.redis_encoding},
+        )
+        crawler.signals.connect(self.spider_idle, signal=signals.spider_idle)
+        crawler.signals.connect(self._on_activity, signal=signals.response_received)
+        crawler.signals.connect(self._start_polling, signal=signals.spider_opened)
+        crawler.signals.connect(self._stop_polling, signal=signals.spider_closed)
+
+    def _read_redis_settings(self, settings: BaseSettings) -> None:
+        self._redis_keys = normalize_redis_key(
+            self.redis_key or settings.get("REDIS_START_URLS_KEY", defaults.START_URLS_KEY),
+            self.name,
+        )
+        self.redis_key = self._redis_keys[0]
+        self.redis_batch_size = _as_int(
+            self.redis_batch_size
+            or settings.get("REDIS_START_URLS_BATCH_SIZE")
+            or settings.getint("CONCURRENT_REQUESTS", defaults.REDIS_CONCURRENT_REQUESTS),
+            "redis_batch_size",
+        )
+        self.redis_encoding = self.redis_encoding or settings.get(
+            "REDIS_ENCODING", defaults.REDIS_ENCODING
+        )
+        self.redis_key_check_interval = _as_seconds(
+            self.redis_key_check_interval
+            if self.redis_key_check_interval is not None
+            else settings.get("REDIS_KEY_CHECK_INTERVAL", defaults.REDIS_KEY_CHECK_INTERVAL),
+            "redis_key_check_interval",
+        )
+        self.max_idle_time = _as_seconds(
+            self.max_idle_time
+            if self.max_idle_time is not None
+            else settings.get("MAX_IDLE_TIME_BEFORE_CLOSE", defaults.MAX_IDLE_TIME),
+            "max_idle_time",
+        )
+        self._dont_filter = settings.getbool(
+            "REDIS_START_URLS_DONT_FILTER", defaults.START_URLS_DONT_FILTER
+        )
+        self._poll_interval = settings.getfloat(
+            "REDIS_START_URLS_POLL_INTERVAL", defaults.START_URLS_POLL_INTERVAL
+        )
+
+    # -- reading messages -------------------------------------------------------------
+
+    def next_requests(self) -> list[Request]:
+        """Pop one batch of start messages and return the requests made from them.
+
+        A message that cannot be turned into a request is logged, counted in
+        ``redis/start_messages/invalid`` and skipped; the rest of its batch is kept.
+        """
+        key, messages = self._start_source.pop(self.redis_batch_size)
+        if messages:
+            self._idle_since = None
+        requests: list[Request] = []
+        for data in messages:
+            requests.extend(self._requests_from_message(key, data))
+        return requests
+
+    def _requests_from_message(self, key: str | None, data: bytes) -> list[Request]:
+        self._inc("redis/start_messages/read")
+        try:
+            requests = self._as_requests(self.make_request_from_data(data))
+        except Exception as exc:  # a bad message must never stop the spider
+            self._inc("redis/start_messages/invalid")
+            self.logger.warning(
+                "Skipping start message from %(key)s: %(reason)s: %(data)r",
+                {"key": key, "reason": exc, "data": data[:200]},
+            )
+            return []
+        if not requests:
+            self.logger.debug("Request not made from data: %(data)r", {"data": data[:200]})
+        return requests
+
+    @staticmethod
+    def _as_requests(result: Any) -> list[Request]:
+        if result is None:
+            return []
+        items = [result] if isinstance(result, Request) else list(result)
+        for item in items:
+            if not isinstance(item, Request):
+                raise TypeError(f"make_request_from_data() returned {item!r}, not a Request")
+        return items
+
+    def make_request_from_data(self, data: bytes) -> Request | Iterable[Request] | None:
+        """The request for one start message (override to customise)."""
+        fields = parse_message(bytes_to_str(data, self.redis_encoding or "utf-8"))
+        return request_from_message(fields, self, dont_filter=self._dont_filter)  # type: ignore[arg-type]
+
+    def schedule_next_requests(self) -> int:
+        """Pop one batch and hand its requests to the engine; returns how many."""
+        requests = self.next_requests()
+        for request in requests:
+            self.crawler.engine.crawl(request)  # type: ignore[union-attr]
+        return len(requests)
+
+    # -- idling -------------------------------------------------------------------------
+
+    def spider_idle(self) -> None:
+        """Keep the spider open while there is or may be work, or until max_idle_time."""
+        if self.server is None:
+            return
+        if self._schedule_safely() or self._shared_work_pending():
+            self._idle_since = None
+            raise DontCloseSpider
+        now = time.monotonic()
+        if self._idle_since is None:
+            self._idle_since = now
+            self.spider_idle_start_time = int(time.time())
+        if self.max_idle_time and now - self._idle_since >= self.max_idle_time:
+            return
+        raise DontCloseSpider
+
+    def _schedule_safely(self) -> int:
+        try:
+            return self.schedule_next_requests()
+        except Exception:
+            self.logger.warning("Could not read start messages from Redis", exc_info=True)
+            return 0
+
+    def _shared_work_pending(self) -> bool:
+        scheduler = engine_scheduler(self.crawler)
+        pending = getattr(scheduler, "shared_work_pending", None)
+        return bool(pending()) if pending is not None else False
+
+    def _on_activity(self) -> None:
+        self._idle_since = None
+
+    def _start_polling(self) -> None:
+        if self._poll_interval > 0:
+            self._poller = task.LoopingCall(self._poll)
+            self._poller.start(self._poll_interval, now=False)
+
+    def _poll(self) -> None:
+        if engine_accepts_requests(self.crawler):
+            self._schedule_safely()
+
+    def _stop_polling(self) -> None:
+        if self._poller is not None and self._poller.running:
+            self._poller.stop()
+
+    def _inc(self, key: str) -> None:
+        stats = getattr(self.crawler, "stats", None)
+        if stats is not None:
+            stats.inc_value(key)
+
+
+class RedisSpider(RedisMixin, Spider):
+    """Spider that reads its start requests from ``redis_key``."""
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler, *args: Any, **kwargs: Any) -> Self:
+        spider = super().from_crawler(crawler, *args, **kwargs)
+        spider.setup_redis(crawler)
+        return spider
+
+
+class RedisCrawlSpider(RedisMixin, CrawlSpider):
+    """CrawlSpider that reads its start requests from ``redis_key``."""
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler, *args: Any, **kwargs: Any) -> Self:
+        spider = super().from_crawler(crawler, *args, **kwargs)
+        spider.setup_redis(crawler)
+        return spider

@@ -1,0 +1,64 @@
+"""How the workers sharing a queue know of each other.
+
+Each scheduler registers in the hash ``<queue key>:workers`` (field: a worker
+id, value: a deadline on the Redis server's clock and a busy flag) and renews
+its entry every third of SCHEDULER_WORKER_TIMEOUT. An entry past its deadline
+belongs to a dead worker and is dropped by the next operation. Joining,
+heartbeats and leaving are each one Lua script, so "am I the last worker?" and
+the deletion of the shared keys that may follow happen atomically.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from scrapy_redis.scripts import script
+
+
+def new_worker_id() -> str:
+    """A unique, readable id: host, pid and a random suffix."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+@dataclass(frozen=True, slots=True)
+class Census:
+    """What one registry operation saw of the other workers."""
+
+    others: int
+    busy_others: int
+    flushed: bool
+
+
+class WorkerRegistry:
+    """This worker's entry in the registry of one queue."""
+
+    def __init__(self, server: Any, key: str, worker_id: str, timeout: float) -> None:
+        self.server = server
+        self.key = key
+        self.worker_id = worker_id
+        self.timeout_ms = max(1, int(timeout * 1000))
+
+    def join(self, busy: bool, flush_keys: Sequence[str] = ()) -> Census:
+        """Register; first delete ``flush_keys`` if given and no other worker is alive."""
+        return self._run("join", busy, flush_keys)
+
+    def beat(self, busy: bool) -> Census:
+        """Renew this worker's entry and publish whether it is busy."""
+        return self._run("beat", busy, ())
+
+    def leave(self, flush_keys: Sequence[str] = ()) -> Census:
+        """Unregister; delete ``flush_keys`` if given and no other worker is alive."""
+        return self._run("leave", False, flush_keys)
+
+    def _run(self, op: str, busy: bool, flush_keys: Sequence[str]) -> Census:
+        flush = "1" if flush_keys else "0"
+        args = [op, self.worker_id, self.timeout_ms, "1" if busy else "0", flush]
+        others, busy_others, flushed = script("workers")(
+            self.server, [self.key, *flush_keys], args
+        )
+        return Census(int(others), int(busy_others), bool(flushed))

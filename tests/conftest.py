@@ -1,0 +1,52 @@
+"""Test fixtures: a real redis-server started by the test session, a clean database per test."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import redis
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from redis_server import RedisServer, in_ci  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def redis_server():
+    """One redis-server for the whole session, on a free loopback port."""
+    server = RedisServer()
+    try:
+        server.start()
+    except RuntimeError as exc:
+        if in_ci():
+            raise
+        pytest.skip(f"no redis-server: {exc}")
+    yield server
+    server.cleanup()
+
+
+@pytest.fixture
+def redis_url(redis_server):
+    return redis_server.url
+
+
+@pytest.fixture
+def server(redis_server):
+    """A client of the session server; the database is empty before and after each test."""
+    client = redis.Redis.from_url(redis_server.url)
+    client.flushdb()
+    yield client
+    client.flushdb()
+    client.close()
+
+
+@pytest.fixture
+def settings_dict(redis_url):
+    """Settings pointing the scrapy-redis components at the test server."""
+    return {
+        "REDIS_URL": redis_url,
+        "SCHEDULER": "scrapy_redis.scheduler.Scheduler",
+        "DUPEFILTER_CLASS": "scrapy_redis.dupefilter.RFPDupeFilter",
+    }
