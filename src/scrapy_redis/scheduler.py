@@ -19,7 +19,7 @@ from scrapy.utils.misc import build_from_crawler, load_object
 from twisted.internet import task
 
 from scrapy_redis import defaults
-from scrapy_redis._engine import engine_busy
+from scrapy_redis._engine import engine_busy, engine_of
 from scrapy_redis.connection import ensure_reachable, get_redis_from_crawler, get_redis_from_settings
 from scrapy_redis.exceptions import (
     ScrapyRedisDeprecationWarning,
@@ -332,7 +332,7 @@ class Scheduler:
         """Stop this worker: the queue holds data it cannot read (left in place)."""
         logger.error("%(error)s Closing the spider.", {"error": exc}, extra={"spider": self.spider})
         self._halted = True
-        engine = getattr(self.crawler, "engine", None)
+        engine = engine_of(self.crawler)
         if engine is None:
             return
         if hasattr(engine, "close_spider_async"):

@@ -1,0 +1,262 @@
+"""Contract tests of the request queues, against a real Redis."""
+
+from __future__ import annotations
+
+import multiprocessing
+import pickle
+
+import pytest
+import redis
+from scrapy import Request
+from scrapy.http import FormRequest, JsonRequest
+
+from helpers import make_spider
+from scrapy_redis import picklecompat
+from scrapy_redis.exceptions import ScrapyRedisDeprecationWarning, UndecodableRequestError
+from scrapy_redis.queue import (
+    FifoQueue,
+    LifoQueue,
+    PriorityQueue,
+    SpiderPriorityQueue,
+    SpiderQueue,
+    SpiderStack,
+)
+
+
+class QueueTestMixin:
+    queue_cls: type
+
+    @pytest.fixture
+    def spider(self):
+        return make_spider()
+
+    @pytest.fixture
+    def queue(self, server, spider):
+        return self.queue_cls(server, spider, "%(spider)s:requests")
+
+    def test_key_formatted_once(self, queue):
+        assert queue.key == "demo:requests"
+
+    def test_empty(self, queue):
+        assert len(queue) == 0
+        assert queue.is_empty()
+        assert queue.pop() is None
+
+    def test_push_pop_roundtrip(self, queue):
+        request = Request(
+            "https://example.com/ä?q=1", method="POST", body=b"\x00\xffbin",
+            headers={"X-A": ["1", "2"]}, cookies={"c": "v"}, priority=3,
+            meta={"k": [1, 2.5, None, True, {"n": "ü"}], "b": b"raw"},
+            cb_kwargs={"x": 1}, callback=queue.spider.parse_item, errback=queue.spider.on_error,
+            flags=["f"],
+        )
+        queue.push(request)
+        assert len(queue) == 1
+        assert not queue.is_empty()
+        out = queue.pop()
+        assert out.to_dict(spider=queue.spider) == request.to_dict(spider=queue.spider)
+        assert out.callback == queue.spider.parse_item
+        assert out.errback == queue.spider.on_error
+        assert len(queue) == 0
+
+    @pytest.mark.parametrize("request_obj", [
+        FormRequest("https://example.com/f", formdata={"a": "1", "b": ["x", "y"]}),
+        JsonRequest("https://example.com/j", data={"x": [1, 2]}),
+    ])
+    def test_request_subclasses(self, queue, request_obj):
+        queue.push(request_obj)
+        out = queue.pop()
+        assert type(out) is type(request_obj)
+        assert out.body == request_obj.body
+        assert out.to_dict() == request_obj.to_dict()
+
+    def test_clear(self, queue, server):
+        for i in range(5):
+            queue.push(Request(f"https://example.com/{i}", priority=i % 2))
+        queue.clear()
+        assert len(queue) == 0
+        assert queue.pop() is None
+        assert server.keys("demo:requests*") == []
+
+    def test_identical_dont_filter_requests_are_all_kept(self, queue):
+        for _ in range(5):
+            queue.push(Request("https://example.com/same", dont_filter=True))
+        assert len(queue) == 5
+        assert [queue.pop() is not None for _ in range(6)] == [True] * 5 + [False]
+
+    def test_unserializable_request_raises_value_error(self, queue):
+        with pytest.raises(ValueError, match="not an instance method|cannot encode"):
+            queue.push(Request("https://example.com", callback=lambda r: None))
+        with pytest.raises(ValueError):
+            queue.push(Request("https://example.com", meta={"o": object()}))
+        assert len(queue) == 0
+
+    def test_undecodable_entry_moved_to_invalid_key(self, queue, server):
+        queue.push(Request("https://example.com/ok"))
+        garbage = b"\xc1garbage"
+        _push_raw(queue, garbage)
+        popped = []
+        errors = 0
+        for _ in range(3):
+            try:
+                popped.append(queue.pop())
+            except UndecodableRequestError as exc:
+                assert "SCHEDULER_SERIALIZER" in str(exc)
+                errors += 1
+        assert errors == 1
+        assert [r.url for r in popped if r] == ["https://example.com/ok"]
+        assert server.lrange("demo:requests:invalid", 0, -1) == [garbage]
+
+    def test_pickle_entry_without_pickle_is_left_in_place(self, queue):
+        legacy = pickle.dumps(Request("https://example.com/old").to_dict(), protocol=5)
+        _push_raw(queue, legacy)
+        with pytest.raises(UndecodableRequestError, match="scrapy_redis.picklecompat") as info:
+            queue.pop()
+        assert info.value.looks_like_pickle
+        assert len(queue) == 1  # not deleted
+
+    def test_pickle_serializer_selected_by_module_path(self, server, spider):
+        queue = self.queue_cls(server, spider, "q", serializer="scrapy_redis.picklecompat")
+        queue.push(Request("https://example.com/p", meta={"x": (1, 2)}))
+        assert queue.pop().meta == {"x": (1, 2)}
+
+    def test_custom_serializer_object(self, server, spider):
+        queue = self.queue_cls(server, spider, "q", serializer=picklecompat)
+        queue.push(Request("https://example.com/p"))
+        assert queue.pop().url == "https://example.com/p"
+
+    def test_serializer_without_loads_is_rejected(self, server, spider):
+        with pytest.raises(TypeError, match="loads"):
+            self.queue_cls(server, spider, "q", serializer=object())
+
+    def test_decode_responses_client(self, redis_url, spider):
+        client = redis.Redis.from_url(redis_url, decode_responses=True)
+        queue = self.queue_cls(client, spider, "q")
+        queue.push(Request("https://example.com/bin", body=b"\xff\x00"))
+        assert queue.pop().body == b"\xff\x00"
+        client.close()
+
+
+def _push_raw(queue, data: bytes) -> None:
+    """Store ``data`` as the original scrapy-redis would have stored an entry."""
+    if isinstance(queue, PriorityQueue):
+        queue.server.execute_command("ZADD", queue.key, 0, data)
+    else:
+        queue.server.lpush(queue.key, data)
+
+
+class TestFifoQueue(QueueTestMixin):
+    queue_cls = FifoQueue
+
+    def test_order(self, queue):
+        for i in range(5):
+            queue.push(Request(f"https://example.com/{i}", priority=i))
+        assert [queue.pop().url[-1] for _ in range(5)] == list("01234")
+
+    def test_reads_original_pickled_list(self, server, spider):
+        for i in range(3):  # the original: LPUSH of pickled Request.to_dict()
+            server.lpush("demo:requests", pickle.dumps(
+                Request(f"https://example.com/{i}").to_dict(spider=spider), protocol=5))
+        queue = self.queue_cls(server, spider, "demo:requests", "scrapy_redis.picklecompat")
+        assert [queue.pop().url for _ in range(3)] == [f"https://example.com/{i}" for i in range(3)]
+
+
+class TestLifoQueue(QueueTestMixin):
+    queue_cls = LifoQueue
+
+    def test_order(self, queue):
+        for i in range(5):
+            queue.push(Request(f"https://example.com/{i}", priority=i))
+        assert [queue.pop().url[-1] for _ in range(5)] == list("43210")
+
+
+class TestPriorityQueue(QueueTestMixin):
+    queue_cls = PriorityQueue
+
+    def test_order_higher_priority_first_fifo_within(self, queue):
+        pushes = [("c", 0), ("a", 0), ("x", 5), ("b", 0), ("y", 5), ("n", -2)]
+        for name, priority in pushes:
+            queue.push(Request(f"https://example.com/{name}", priority=priority))
+        assert len(queue) == 6
+        assert [queue.pop().url[-1] for _ in range(6)] == list("xycabn")
+
+    def test_reads_original_pickled_sorted_set(self, server, spider):
+        # The original: ZADD key -priority pickle(Request.to_dict()).
+        for name, priority in [("lo", 0), ("hi", 7)]:
+            data = pickle.dumps(
+                Request(f"https://example.com/{name}", priority=priority).to_dict(spider=spider),
+                protocol=5)
+            server.execute_command("ZADD", "demo:requests", -priority, data)
+        queue = self.queue_cls(server, spider, "demo:requests", "scrapy_redis.picklecompat")
+        queue.push(Request("https://example.com/mid", priority=3))
+        assert len(queue) == 3
+        assert [queue.pop().url.rsplit("/", 1)[1] for _ in range(3)] == ["hi", "mid", "lo"]
+        assert queue.pop() is None
+
+    def test_pickle_entry_restored_with_its_score(self, queue, server):
+        legacy = pickle.dumps(Request("https://example.com/old").to_dict(), protocol=5)
+        server.execute_command("ZADD", queue.key, -4, legacy)
+        with pytest.raises(UndecodableRequestError):
+            queue.pop()
+        assert server.zscore(queue.key, legacy) == -4
+
+    def test_restore_keeps_order(self, queue):
+        for name in "abc":
+            queue.push(Request(f"https://example.com/{name}", priority=1))
+        entries = queue.pop_entries(2)
+        queue.restore_entries(entries)
+        assert [queue.pop().url[-1] for _ in range(3)] == list("abc")
+
+
+@pytest.mark.parametrize("alias, target", [
+    (SpiderQueue, FifoQueue), (SpiderStack, LifoQueue), (SpiderPriorityQueue, PriorityQueue),
+])
+def test_deprecated_aliases_warn(server, alias, target):
+    with pytest.warns(ScrapyRedisDeprecationWarning, match=target.__name__):
+        queue = alias(server, make_spider(), "q")
+    assert isinstance(queue, target)
+
+
+def _producer(url: str, queue_name: str, worker: int, count: int) -> None:
+    client = redis.Redis.from_url(url)
+    queue = _QUEUES[queue_name](client, make_spider(), "shared")
+    for i in range(count):
+        queue.push(Request(f"https://example.com/{worker}/{i}", priority=i % 3))
+
+
+def _consumer(url: str, queue_name: str, results) -> None:
+    client = redis.Redis.from_url(url)
+    queue = _QUEUES[queue_name](client, make_spider(), "shared")
+    seen, misses = [], 0
+    while misses < 50:
+        request = queue.pop()
+        if request is None:
+            misses += 1
+            continue
+        misses = 0
+        seen.append(request.url)
+    results.put(seen)
+
+
+_QUEUES = {"fifo": FifoQueue, "lifo": LifoQueue, "priority": PriorityQueue}
+
+
+@pytest.mark.parametrize("queue_name", list(_QUEUES))
+def test_concurrent_producers_and_consumers(server, redis_url, queue_name):
+    """Several processes push and pop the same queue: nothing lost, nothing twice."""
+    ctx = multiprocessing.get_context("spawn")
+    results = ctx.Queue()
+    producers = [ctx.Process(target=_producer, args=(redis_url, queue_name, w, 300))
+                 for w in range(3)]
+    consumers = [ctx.Process(target=_consumer, args=(redis_url, queue_name, results))
+                 for _ in range(3)]
+    for process in producers + consumers:
+        process.start()
+    seen = [url for _ in consumers for url in results.get(timeout=60)]
+    for process in producers + consumers:
+        process.join(30)
+    leftover = _QUEUES[queue_name](server, make_spider(), "shared")
+    while (request := leftover.pop()) is not None:
+        seen.append(request.url)
+    assert len(seen) == 900
+    assert len(set(seen)) == 900

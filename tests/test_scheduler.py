@@ -1,0 +1,262 @@
+"""The Redis scheduler, built through Scrapy's crawler as the engine builds it."""
+
+from __future__ import annotations
+
+import logging
+import pickle
+import time
+
+import pytest
+from scrapy import Request
+from scrapy.dupefilters import BaseDupeFilter
+from scrapy.dupefilters import RFPDupeFilter as ScrapyRFPDupeFilter
+from scrapy.utils.misc import build_from_crawler, load_object
+from scrapy.utils.test import get_crawler
+
+from helpers import DemoSpider
+from scrapy_redis.dupefilter import RFPDupeFilter
+from scrapy_redis.queue import FifoQueue, PriorityQueue
+from scrapy_redis.scheduler import Scheduler
+
+
+def open_scheduler(settings: dict, cls=Scheduler) -> Scheduler:
+    crawler = get_crawler(DemoSpider, settings)
+    scheduler = build_from_crawler(cls, crawler)
+    spider = crawler._create_spider()
+    crawler.spider = spider
+    scheduler.open(spider)
+    return scheduler
+
+
+@pytest.fixture
+def schedulers():
+    opened: list[Scheduler] = []
+
+    def make(settings: dict, cls=Scheduler) -> Scheduler:
+        scheduler = open_scheduler(settings, cls)
+        opened.append(scheduler)
+        return scheduler
+
+    yield make
+    for scheduler in opened:
+        if scheduler._heartbeat is not None and scheduler._heartbeat.running:
+            scheduler._heartbeat.stop()
+
+
+def test_reads_settings(settings_dict, server, schedulers):
+    scheduler = schedulers({
+        **settings_dict,
+        "SCHEDULER_PERSIST": True, "SCHEDULER_FLUSH_ON_START": True,
+        "SCHEDULER_IDLE_BEFORE_CLOSE": 2, "SCHEDULER_QUEUE_KEY": "q:%(spider)s",
+        "SCHEDULER_QUEUE_CLASS": "scrapy_redis.queue.FifoQueue",
+        "SCHEDULER_DUPEFILTER_KEY": "df:%(spider)s",
+        "SCHEDULER_SERIALIZER": "scrapy_redis.picklecompat",
+    })
+    assert scheduler.persist and scheduler.flush_on_start
+    assert scheduler.idle_before_close == 2
+    assert isinstance(scheduler.queue, FifoQueue)
+    assert scheduler.queue.key == "q:demo"
+    assert isinstance(scheduler.df, RFPDupeFilter)
+    assert scheduler.df.key == "df:demo"
+    assert scheduler.serializer is load_object("scrapy_redis.picklecompat")
+    assert scheduler.server is scheduler.df.server  # one client per crawler
+    assert scheduler.spider.name == "demo"
+
+
+def test_defaults(settings_dict, server, schedulers):
+    scheduler = schedulers(settings_dict)
+    assert isinstance(scheduler.queue, PriorityQueue)
+    assert scheduler.queue.key == "demo:requests"
+    assert scheduler.df.key == "demo:dupefilter"
+    assert scheduler.persist is False
+
+
+def test_enqueue_dedup_dequeue_and_stats(settings_dict, server, schedulers):
+    scheduler = schedulers(settings_dict)
+    stats = scheduler.stats
+    assert scheduler.enqueue_request(Request("http://example.com/a")) is True
+    assert scheduler.enqueue_request(Request("http://example.com/a")) is False
+    assert scheduler.enqueue_request(Request("http://example.com/a", dont_filter=True)) is True
+    assert len(scheduler) == 2
+    assert scheduler.has_pending_requests()
+    assert scheduler.next_request().url == "http://example.com/a"
+    assert scheduler.next_request().url == "http://example.com/a"
+    assert scheduler.next_request() is None
+    assert not scheduler.has_pending_requests()
+    assert stats.get_value("scheduler/enqueued/redis") == 2
+    assert stats.get_value("scheduler/dequeued/redis") == 2
+    assert stats.get_value("dupefilter/filtered") == 1
+
+
+def test_project_without_dupefilter_class_gets_the_shared_filter(redis_url, server, schedulers):
+    scheduler = schedulers({"REDIS_URL": redis_url})
+    assert isinstance(scheduler.df, RFPDupeFilter)
+
+
+def test_base_dupefilter_disables_dedup(settings_dict, server, schedulers):
+    scheduler = schedulers({**settings_dict, "DUPEFILTER_CLASS": "scrapy.dupefilters.BaseDupeFilter"})
+    assert type(scheduler.df) is BaseDupeFilter
+    assert scheduler.enqueue_request(Request("http://example.com/a")) is True
+    assert scheduler.enqueue_request(Request("http://example.com/a")) is True
+    assert len(scheduler) == 2
+
+
+def test_scrapys_own_dupefilter(settings_dict, server, schedulers):
+    scheduler = schedulers({**settings_dict,
+                            "DUPEFILTER_CLASS": "scrapy.dupefilters.RFPDupeFilter"})
+    assert type(scheduler.df) is ScrapyRFPDupeFilter
+    assert scheduler.enqueue_request(Request("http://example.com/a")) is True
+    assert scheduler.enqueue_request(Request("http://example.com/a")) is False
+    scheduler.close("finished")
+
+
+def test_close_without_persist_keeps_data_other_workers_use(settings_dict, server, schedulers):
+    first, second = schedulers(settings_dict), schedulers(settings_dict)
+    first.enqueue_request(Request("http://example.com/a", priority=2))
+    second.enqueue_request(Request("http://example.com/b"))
+    first.close("finished")
+    assert first.cleared_shared_data is False
+    assert server.exists("demo:requests", "demo:dupefilter") == 2
+    assert second.next_request().url == "http://example.com/a"
+    second.close("finished")
+    assert second.cleared_shared_data is True
+    assert server.keys("demo:*") == []
+
+
+def test_close_with_persist_keeps_everything(settings_dict, server, schedulers):
+    scheduler = schedulers({**settings_dict, "SCHEDULER_PERSIST": True})
+    scheduler.enqueue_request(Request("http://example.com/a"))
+    scheduler.close("finished")
+    assert server.exists("demo:requests", "demo:requests:prio:0", "demo:dupefilter") == 3
+    assert not server.exists("demo:requests:workers")
+
+
+def test_resume_logs_pending_requests(settings_dict, server, schedulers, caplog):
+    first = schedulers({**settings_dict, "SCHEDULER_PERSIST": True})
+    for i in range(3):
+        first.enqueue_request(Request(f"http://example.com/{i}"))
+    first.close("shutdown")
+    with caplog.at_level(logging.INFO, logger="scrapy_redis.scheduler"):
+        second = schedulers({**settings_dict, "SCHEDULER_PERSIST": True})
+    assert "Resuming crawl (3 requests scheduled)" in caplog.text
+    assert second.next_request().url == "http://example.com/0"
+
+
+def test_dead_worker_does_not_block_cleanup(settings_dict, server, schedulers):
+    ghost = schedulers({**settings_dict, "SCHEDULER_WORKER_TIMEOUT": 0.2})
+    ghost._heartbeat.stop()  # it dies: no more heartbeats
+    live = schedulers(settings_dict)
+    live.enqueue_request(Request("http://example.com/a"))
+    time.sleep(0.3)
+    live.close("finished")
+    assert live.cleared_shared_data is True
+    assert server.keys("demo:*") == []
+
+
+def test_flush_on_start_only_when_alone(settings_dict, server, schedulers):
+    settings = {**settings_dict, "SCHEDULER_FLUSH_ON_START": True}
+    server.sadd("demo:dupefilter", "stale")
+    first = schedulers(settings)
+    assert not server.exists("demo:dupefilter")
+    first.enqueue_request(Request("http://example.com/a"))
+    schedulers(settings)  # a late joiner must not wipe the running crawl
+    assert len(first.queue) == 1
+    assert server.scard("demo:dupefilter") == 1
+
+
+def test_other_busy_worker_keeps_scheduler_pending(settings_dict, server, schedulers):
+    idle, busy = schedulers(settings_dict), schedulers(settings_dict)
+    busy._registry.beat(True)
+    idle._census_at = 0  # force a fresh census
+    assert idle.has_pending_requests()
+    busy._registry.beat(False)
+    idle._census_at = 0
+    assert not idle.has_pending_requests()
+
+
+def test_unserializable_request_kept_in_memory(settings_dict, server, schedulers, caplog):
+    scheduler = schedulers(settings_dict)
+    bad = Request("http://example.com/lambda", callback=lambda response: None)
+    with caplog.at_level(logging.WARNING, logger="scrapy_redis.scheduler"):
+        assert scheduler.enqueue_request(bad) is True
+        assert scheduler.enqueue_request(
+            Request("http://example.com/obj", meta={"o": object()})) is True
+    assert caplog.text.count("Unable to serialize request") == 1
+    assert scheduler.stats.get_value("scheduler/unserializable") == 2
+    assert len(scheduler.queue) == 0
+    assert scheduler.has_pending_requests()
+    assert scheduler.next_request() is bad
+    assert scheduler.next_request().url == "http://example.com/obj"
+    assert scheduler.stats.get_value("scheduler/dequeued/memory") == 2
+
+
+def test_pickled_queue_without_pickle_stops_worker_and_keeps_data(settings_dict, server,
+                                                                  schedulers, caplog):
+    legacy = pickle.dumps(Request("http://example.com/old").to_dict(), protocol=5)
+    server.execute_command("ZADD", "demo:requests", 0, legacy)
+    scheduler = schedulers(settings_dict)
+    with caplog.at_level(logging.ERROR, logger="scrapy_redis.scheduler"):
+        assert scheduler.next_request() is None
+    assert "SCHEDULER_SERIALIZER = 'scrapy_redis.picklecompat'" in caplog.text
+    assert not scheduler.has_pending_requests()
+    assert server.zrange("demo:requests", 0, -1) == [legacy]
+
+
+def test_pickled_queue_read_with_picklecompat(settings_dict, server, schedulers):
+    legacy = pickle.dumps(Request("http://example.com/old").to_dict(), protocol=5)
+    server.execute_command("ZADD", "demo:requests", 0, legacy)
+    scheduler = schedulers({**settings_dict, "SCHEDULER_SERIALIZER": "scrapy_redis.picklecompat"})
+    assert scheduler.next_request().url == "http://example.com/old"
+
+
+def test_undecodable_entry_is_skipped_and_kept(settings_dict, server, schedulers):
+    server.lpush("demo:requests", b"\xc1\xff\xff")
+    server.lpush("demo:requests", b"\xc1\x81\x00\xa3bad")  # msgpack, but no request
+    scheduler = schedulers({**settings_dict, "SCHEDULER_QUEUE_CLASS": "scrapy_redis.queue.FifoQueue"})
+    scheduler.enqueue_request(Request("http://example.com/ok"))
+    assert scheduler.next_request().url == "http://example.com/ok"
+    assert scheduler.stats.get_value("scheduler/invalid/redis") == 2
+    assert server.llen("demo:requests:invalid") == 2
+
+
+def test_idle_before_close_is_a_grace_period_not_a_blocking_pop(settings_dict, server,
+                                                                schedulers):
+    scheduler = schedulers({**settings_dict, "SCHEDULER_IDLE_BEFORE_CLOSE": 0.3})
+    started = time.monotonic()
+    assert scheduler.next_request() is None
+    assert time.monotonic() - started < 0.1
+    assert scheduler.has_pending_requests()
+    time.sleep(0.35)
+    assert not scheduler.has_pending_requests()
+
+
+def test_negative_idle_before_close_rejected(settings_dict, server):
+    with pytest.raises(ValueError, match="SCHEDULER_IDLE_BEFORE_CLOSE"):
+        open_scheduler({**settings_dict, "SCHEDULER_IDLE_BEFORE_CLOSE": -1})
+
+
+def test_bad_queue_class_error_names_setting(settings_dict, server):
+    with pytest.raises(ValueError, match="SCHEDULER_QUEUE_CLASS"):
+        open_scheduler({**settings_dict, "SCHEDULER_QUEUE_CLASS": "builtins.object"})
+
+
+class OldStyleScheduler(Scheduler):
+    """A third-party subclass that replaces open() as written for the original."""
+
+    def open(self, spider):
+        self.spider = spider
+        self.queue = load_object(self.queue_cls)(
+            server=self.server, spider=spider, key=self.queue_key % {"spider": spider.name},
+            serializer=self.serializer)
+        self.df = load_object(self.dupefilter_cls).from_spider(spider)
+        if self.flush_on_start:
+            self.flush()
+
+
+def test_subclass_overriding_open_the_old_way(settings_dict, server, schedulers):
+    scheduler = schedulers(settings_dict, OldStyleScheduler)
+    assert scheduler.enqueue_request(Request("http://example.com/a"))
+    assert scheduler.has_pending_requests()
+    assert scheduler.next_request().url == "http://example.com/a"
+    scheduler.close("finished")
+    assert server.keys("demo:*") == []
