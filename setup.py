@@ -23,7 +23,10 @@ setup(
         # Safe, compact, bytes-aware default request serializer (see docs/serialization).
         "msgpack>=1.0",
     ],
-    extras_require={"hiredis": ["hiredis>=2.0"]},
+    extras_require={
+        "hiredis": ["hiredis>=2.0"],
+        "test": ["pytest>=8", "pytest-timeout>=2", "sphinx>=7"],
+    },
     classifiers=[
         "Framework :: Scrapy",
         "Programming Language :: Python :: 3",

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Run the test suite on a fresh Debian/Ubuntu machine: installs redis-server (apt) if it
+# is missing, creates .venv with the package and its test dependencies, then runs pytest.
+# Extra arguments go to pytest. Used as is by .ci/run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
+
+if ! command -v redis-server >/dev/null 2>&1; then
+  echo "Installing redis-server..."
+  as_root apt-get update -qq
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
+fi
+
+PYTHON=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  "$PYTHON" -m venv .venv
+fi
+.venv/bin/python -m pip install -q --upgrade pip >/dev/null
+.venv/bin/python -m pip install -q -e ".[test]"
+
+# pytest exits 5 when no test ran: with `set -e` that fails the run, as it should.
+exec .venv/bin/python -m pytest "$@"

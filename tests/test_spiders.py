@@ -1,0 +1,287 @@
+"""Start messages, multi-key reading and idle behaviour of the Redis spiders."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+
+import pytest
+from scrapy import FormRequest, Request
+from scrapy.exceptions import DontCloseSpider
+from scrapy.utils.test import get_crawler
+
+from scrapy_redis.exceptions import InvalidStartMessageError
+from scrapy_redis.messages import parse_message, request_from_message
+from scrapy_redis.spiders import RedisCrawlSpider, RedisSpider, normalize_redis_key
+
+
+class MySpider(RedisSpider):
+    name = "myspider"
+
+    def parse(self, response):  # pragma: no cover
+        return None
+
+    def parse_item(self, response):  # pragma: no cover
+        return None
+
+
+class MyCrawlSpider(RedisCrawlSpider):
+    name = "mycrawler"
+
+
+def make(settings: dict, spidercls=MySpider, **kwargs):
+    crawler = get_crawler(spidercls, settings)
+    spider = spidercls.from_crawler(crawler, **kwargs)
+    crawler.spider = spider
+    return spider
+
+
+@pytest.fixture
+def spider(settings_dict, server):
+    return make(settings_dict)
+
+
+def urls(requests):
+    return [request.url for request in requests]
+
+
+# -- messages ----------------------------------------------------------------------------
+
+
+def test_bare_url(spider):
+    request = spider.make_request_from_data(b"https://example.com/a")
+    assert type(request) is Request
+    assert (request.url, request.method, request.dont_filter) == ("https://example.com/a", "GET",
+                                                                  False)
+
+
+def test_full_json_message(spider):
+    message = {
+        "url": "https://example.com/p", "method": "post", "meta": {"job": "1"},
+        "headers": {"X-Token": "t"}, "body": "raw", "cb_kwargs": {"page": 2}, "priority": 7,
+        "dont_filter": True, "callback": "parse_item", "errback": "parse",
+    }
+    request = spider.make_request_from_data(json.dumps(message).encode())
+    assert request.method == "POST"
+    assert request.body == b"raw"
+    assert request.meta["job"] == "1"
+    assert request.headers["X-Token"] == b"t"
+    assert request.cb_kwargs == {"page": 2}
+    assert request.priority == 7
+    assert request.dont_filter is True
+    assert request.callback == spider.parse_item
+    assert request.errback == spider.parse
+
+
+def test_extra_string_keys_are_form_data_as_in_the_original(spider):
+    request = spider.make_request_from_data(json.dumps(
+        {"url": "https://example.com/p", "method": "post", "a": "1", "b": ["x", "y"]}).encode())
+    assert isinstance(request, FormRequest)
+    assert request.body == b"a=1&b=x&b=y"
+    get = spider.make_request_from_data(json.dumps(
+        {"url": "https://example.com", "meta": {"job-id": "123"}, "k": "v"}).encode())
+    assert get.url == "https://example.com/?k=v"
+    assert get.meta["job-id"] == "123"
+
+
+def test_formdata_key(spider):
+    request = spider.make_request_from_data(json.dumps(
+        {"url": "https://example.com/s", "method": "POST", "formdata": {"q": "x"}}).encode())
+    assert request.body == b"q=x"
+
+
+@pytest.mark.parametrize("data, reason", [
+    ("", "empty"),
+    ("{not json", "invalid JSON"),
+    ("123", "not an object"),
+    ('"https://example.com"', "not an object"),
+    ("[1, 2]", "not an object"),
+    ('{"meta": {}}', "no 'url'"),
+    ('{"url": null}', "no 'url'"),
+    ('{"url": "https://example.com", "page": 1}', "unknown key 'page'"),
+    ('{"url": "https://example.com", "meta": []}', "'meta' must be dict"),
+    ('{"url": "https://example.com", "priority": "high"}', "'priority' must be int"),
+    ('{"url": "https://example.com", "callback": "nope"}', "no method 'nope'"),
+    ('{"url": "https://example.com", "callback": "_private"}', "no method"),
+    ('{"url": "no-scheme"}', "Missing scheme"),
+    ('{"url": "https://e.com", "body": "x", "a": "1"}', "both 'body' and form data"),
+])
+def test_malformed_messages(spider, data, reason):
+    with pytest.raises(InvalidStartMessageError, match=reason):
+        request_from_message(parse_message(data), spider)
+
+
+# -- batches -----------------------------------------------------------------------------
+
+
+def test_poison_message_does_not_drop_its_batch(spider, server, caplog):
+    server.rpush("myspider:start_urls", "https://example.com/1", "123",
+                 '{"url": "https://example.com/2", "page": 1}', "https://example.com/3")
+    with caplog.at_level(logging.WARNING):
+        requests = spider.next_requests()
+    assert urls(requests) == ["https://example.com/1", "https://example.com/3"]
+    assert server.llen("myspider:start_urls") == 0
+    stats = spider.crawler.stats
+    assert stats.get_value("redis/start_messages/invalid") == 2
+    assert stats.get_value("redis/start_messages/read") == 4
+    assert caplog.text.count("Skipping start message") == 2
+
+
+def test_batch_size_setting(settings_dict, server):
+    spider = make({**settings_dict, "REDIS_START_URLS_BATCH_SIZE": 2})
+    server.rpush("myspider:start_urls", *[f"https://example.com/{i}" for i in range(5)])
+    assert urls(spider.next_requests()) == ["https://example.com/0", "https://example.com/1"]
+    assert server.llen("myspider:start_urls") == 3
+
+
+def test_batch_size_defaults_to_concurrent_requests(settings_dict, server):
+    spider = make({**settings_dict, "CONCURRENT_REQUESTS": 3})
+    assert spider.redis_batch_size == 3
+
+
+def test_spider_arguments_override_settings(settings_dict, server):
+    spider = make(settings_dict, redis_key="jobs:%(name)s", redis_batch_size="4",
+                  max_idle_time="7")
+    assert spider.redis_key == "jobs:myspider"
+    assert spider.redis_batch_size == 4
+    assert spider.max_idle_time == 7
+
+
+def test_invalid_batch_size(settings_dict, server):
+    with pytest.raises(ValueError, match="redis_batch_size must be an integer"):
+        make(settings_dict, redis_batch_size="many")
+
+
+def test_set_mode(settings_dict, server):
+    spider = make({**settings_dict, "REDIS_START_URLS_AS_SET": True})
+    server.sadd("myspider:start_urls", "https://example.com/a", "https://example.com/b")
+    assert sorted(urls(spider.next_requests())) == ["https://example.com/a",
+                                                    "https://example.com/b"]
+
+
+def test_zset_mode_highest_score_first(settings_dict, server):
+    spider = make({**settings_dict, "REDIS_START_URLS_AS_ZSET": True, "CONCURRENT_REQUESTS": 2})
+    server.zadd("myspider:start_urls", {"https://example.com/lo": 1, "https://example.com/hi": 9,
+                                        "https://example.com/mid": 5})
+    assert urls(spider.next_requests()) == ["https://example.com/hi", "https://example.com/mid"]
+
+
+def test_normalize_redis_key():
+    assert normalize_redis_key(["a:%(name)s", " b ", "a:%(name)s"], "s") == ["a:s", "b"]
+    with pytest.raises(ValueError, match="empty"):
+        normalize_redis_key("  ", "s")
+    with pytest.raises(ValueError):
+        normalize_redis_key(["a", ""], "s")
+    with pytest.raises(ValueError, match="empty after normalization"):
+        normalize_redis_key([], "s")
+
+
+def test_multi_key_drains_current_key_then_next_non_empty(settings_dict, server):
+    spider = make({**settings_dict, "CONCURRENT_REQUESTS": 2}, redis_key=["high", "low"])
+    server.rpush("low", "https://example.com/l1", "https://example.com/l2",
+                 "https://example.com/l3")
+    assert urls(spider.next_requests()) == ["https://example.com/l1", "https://example.com/l2"]
+    server.rpush("high", "https://example.com/h1")
+    # no check interval: the current key is drained first
+    assert urls(spider.next_requests()) == ["https://example.com/l3"]
+    assert urls(spider.next_requests()) == ["https://example.com/h1"]
+    assert spider.next_requests() == []
+
+
+def test_multi_key_check_interval_preempts(settings_dict, server):
+    spider = make({**settings_dict, "CONCURRENT_REQUESTS": 1,
+                   "REDIS_KEY_CHECK_INTERVAL": 0.01}, redis_key=["high", "low"])
+    server.rpush("low", "https://example.com/l1", "https://example.com/l2")
+    assert urls(spider.next_requests()) == ["https://example.com/l1"]
+    server.rpush("high", "https://example.com/h1")
+    import time
+
+    time.sleep(0.02)
+    assert urls(spider.next_requests()) == ["https://example.com/h1"]
+
+
+def test_async_start_and_start_requests(spider, server):
+    server.rpush("myspider:start_urls", "https://example.com/a", "https://example.com/b")
+
+    async def collect():
+        return [request async for request in spider.start()]
+
+    assert urls(asyncio.run(collect())) == ["https://example.com/a", "https://example.com/b"]
+    server.rpush("myspider:start_urls", "https://example.com/c")
+    assert urls(spider.start_requests()) == ["https://example.com/c"]
+
+
+def test_crawl_spider_variant(settings_dict, server):
+    spider = make(settings_dict, MyCrawlSpider)
+    server.rpush("mycrawler:start_urls", '{"url": "https://example.com/x"}')
+    assert urls(spider.next_requests()) == ["https://example.com/x"]
+
+
+def test_dont_filter_setting_restores_original_behaviour(settings_dict, server):
+    spider = make({**settings_dict, "REDIS_START_URLS_DONT_FILTER": True})
+    assert spider.make_request_from_data(b"https://example.com").dont_filter is True
+
+
+def test_make_request_from_data_override(settings_dict, server):
+    class Custom(MySpider):
+        def make_request_from_data(self, data):
+            if data == b"boom":
+                raise RuntimeError("boom")
+            return [Request(data.decode() + "/1"), Request(data.decode() + "/2")]
+
+    spider = make(settings_dict, Custom)
+    server.rpush("myspider:start_urls", "https://example.com", "boom")
+    assert urls(spider.next_requests()) == ["https://example.com/1", "https://example.com/2"]
+
+
+# -- idling ------------------------------------------------------------------------------
+
+
+class FakeEngine:
+    """Records crawl() calls; the spider under test only calls crawl()."""
+
+    def __init__(self):
+        self.crawled = []
+
+    def crawl(self, request):
+        self.crawled.append(request)
+
+
+def with_engine(spider):
+    engine = FakeEngine()
+    spider.crawler.engine = engine
+    return engine
+
+
+def test_idle_schedules_messages_and_stays_open(spider, server):
+    engine = with_engine(spider)
+    server.rpush("myspider:start_urls", "https://example.com/a")
+    with pytest.raises(DontCloseSpider):
+        spider.spider_idle()
+    assert urls(engine.crawled) == ["https://example.com/a"]
+
+
+def test_idle_without_max_idle_time_never_closes(spider, server):
+    with_engine(spider)
+    for _ in range(3):
+        with pytest.raises(DontCloseSpider):
+            spider.spider_idle()
+
+
+def test_max_idle_time_counts_from_idle_start(settings_dict, server):
+    spider = make({**settings_dict, "MAX_IDLE_TIME_BEFORE_CLOSE": 0.2})
+    with_engine(spider)
+    import time
+
+    time.sleep(0.3)  # time before the first idle event does not count
+    with pytest.raises(DontCloseSpider):
+        spider.spider_idle()
+    assert spider.spider_idle_start_time is not None
+    time.sleep(0.25)
+    spider.spider_idle()  # closes: no DontCloseSpider
+    server.rpush("myspider:start_urls", "https://example.com/a")
+    with pytest.raises(DontCloseSpider):
+        spider.spider_idle()  # work resets the idle clock
+    with pytest.raises(DontCloseSpider):
+        spider.spider_idle()

@@ -1,0 +1,139 @@
+"""The shared stats hash and the items pipeline."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+from datetime import datetime, timezone
+
+import pytest
+from scrapy.extensions.logstats import LogStats
+from scrapy.utils.test import get_crawler
+
+from helpers import DemoSpider
+from scrapy_redis.pipelines import RedisPipeline
+from scrapy_redis.stats import RedisStatsCollector, decode_value, encode_value
+
+
+def stats_collector(settings_dict, **extra):
+    crawler = get_crawler(DemoSpider, {**settings_dict, **extra,
+                                       "STATS_CLASS": "scrapy_redis.stats.RedisStatsCollector"})
+    assert isinstance(crawler.stats, RedisStatsCollector)
+    return crawler.stats
+
+
+@pytest.mark.parametrize("value", [
+    0, 7, -3, 2.5, 1e-9, "finished", "", True, False, None, [1, "a"], {"k": [1]},
+    datetime(2026, 11, 21, 20, 0, 1, 123456, tzinfo=timezone.utc),
+])
+def test_values_keep_their_type(value):
+    decoded = decode_value(encode_value(value).encode())
+    assert decoded == value
+    assert type(decoded) is type(value)
+
+
+def test_legacy_values_are_read(settings_dict, server):
+    server.hset("demo:stats", mapping={"start_time": b"1704164645.0", "n": b"3"})
+    stats = stats_collector(settings_dict)
+    assert stats.get_value("start_time") == 1704164645.0
+    assert stats.get_stats() == {"start_time": 1704164645.0, "n": 3}
+
+
+def test_basic_operations(settings_dict, server):
+    stats = stats_collector(settings_dict)
+    stats.set_value("reason", "finished")
+    stats.inc_value("count")
+    stats.inc_value("count", 2)
+    stats.inc_value("started", 1, start=10)
+    stats.inc_value("ratio", 0.5)
+    stats.max_value("max", 3)
+    stats.max_value("max", 1)
+    stats.min_value("min", 3)
+    stats.min_value("min", 1)
+    when = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    stats.min_value("first", when)
+    stats.min_value("first", datetime(2027, 1, 1, tzinfo=timezone.utc))
+    assert stats.get_stats() == {"reason": "finished", "count": 3, "started": 11, "ratio": 0.5,
+                                 "max": 3, "min": 1, "first": when}
+    assert stats.get_value("missing", "d") == "d"
+    stats.set_stats({"a": 1})
+    assert stats.get_stats() == {"a": 1}
+    stats.clear_stats()
+    assert not server.exists("demo:stats")
+
+
+def _increment(url, times):
+    stats = stats_collector({"REDIS_URL": url})
+    for _ in range(times):
+        stats.inc_value("hits")
+        stats.inc_value("started", start=100)
+        stats.max_value("max", times)
+
+
+def test_concurrent_increments_are_not_lost(server, redis_url):
+    ctx = multiprocessing.get_context("spawn")
+    workers = [ctx.Process(target=_increment, args=(redis_url, 300)) for _ in range(4)]
+    for process in workers:
+        process.start()
+    for process in workers:
+        process.join(60)
+        assert process.exitcode == 0
+    assert int(server.hget("demo:stats", "hits")) == 1200
+    assert int(server.hget("demo:stats", "started")) == 1300
+    assert int(server.hget("demo:stats", "max")) == 300
+
+
+def test_logstats_and_dump_work(settings_dict, server, caplog):
+    stats = stats_collector(settings_dict)
+    crawler = stats._crawler
+    stats.set_value("start_time", datetime(2026, 1, 1, 10, 0, tzinfo=timezone.utc))
+    stats.inc_value("item_scraped_count", 5)
+    stats.inc_value("response_received_count", 9)
+    logstats = LogStats.from_crawler(crawler)
+    stats.set_value("finish_time", datetime(2026, 1, 1, 10, 2, tzinfo=timezone.utc))
+    logstats.spider_closed(crawler._create_spider(), "finished")  # crashed the original
+    assert stats.get_value("items_per_minute") == 2.5
+    assert stats.get_value("responses_per_minute") == 4.5
+    import logging
+
+    with caplog.at_level(logging.INFO):
+        stats.close_spider(reason="finished")
+    assert "Dumping Scrapy stats" in caplog.text
+    assert "'item_scraped_count': 5" in caplog.text
+    assert not server.exists("demo:stats")  # not persisted, no scheduler: original behaviour
+
+
+def test_persist_keeps_stats(settings_dict, server):
+    stats = stats_collector(settings_dict, SCHEDULER_PERSIST=True)
+    stats.inc_value("x")
+    stats.close_spider(reason="finished")
+    assert server.exists("demo:stats")
+
+
+def pipeline(settings_dict, **extra):
+    crawler = get_crawler(DemoSpider, {**settings_dict, **extra})
+    crawler.spider = crawler._create_spider()
+    return RedisPipeline.from_crawler(crawler)
+
+
+def test_pipeline_pushes_items_in_order(settings_dict, server):
+    pipe = pipeline(settings_dict)
+    items = [{"n": i, "name": "café"} for i in range(20)]
+    for item in items:
+        assert pipe.process_item(item) is item
+    stored = server.lrange("demo:items", 0, -1)
+    assert [json.loads(raw) for raw in stored] == items
+    assert stored[0] == b'{"n": 0, "name": "caf\\u00e9"}'  # the original's JSON format
+
+
+def test_pipeline_settings_and_item_key_override(settings_dict, server):
+    class ByType(RedisPipeline):
+        def item_key(self, item, spider):
+            return f"{spider.name}:{item['type']}"
+
+    pipe = pipeline(settings_dict, REDIS_ITEMS_KEY="out:%(spider)s", REDIS_ITEMS_SERIALIZER="json.dumps")
+    pipe.process_item({"a": 1})
+    assert server.lrange("out:demo", 0, -1) == [b'{"a": 1}']
+    typed = ByType.from_crawler(pipe.crawler)
+    typed.process_item({"type": "book"})
+    assert server.llen("demo:book") == 1
