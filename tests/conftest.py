@@ -10,7 +10,7 @@ import redis
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from redis_server import RedisServer, in_ci  # noqa: E402
+from redis_server import RedisServer, in_ci
 
 
 @pytest.fixture(scope="session")

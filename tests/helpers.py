@@ -21,8 +21,9 @@ class DemoSpider(Spider):
         return None
 
 
-def make_spider(settings: dict[str, Any] | None = None, spidercls: type[Spider] = DemoSpider,
-                **kwargs: Any) -> Spider:
+def make_spider(
+    settings: dict[str, Any] | None = None, spidercls: type[Spider] = DemoSpider, **kwargs: Any
+) -> Spider:
     """A spider bound to a fresh crawler configured by ``settings``."""
     crawler = get_crawler(spidercls, settings or {})
     spider = crawler._create_spider(**kwargs)

@@ -27,10 +27,17 @@ def test_defaults():
 
 
 def test_shortcuts_override_params_and_zero_is_honoured():
-    params = connection.redis_params_from_settings(Settings({
-        "REDIS_PARAMS": {"db": 3, "decode_responses": True, "socket_timeout": 5},
-        "REDIS_DB": 0, "REDIS_DECODE_RESPONSES": False, "REDIS_HOST": "h", "REDIS_PORT": "6390",
-    }))
+    params = connection.redis_params_from_settings(
+        Settings(
+            {
+                "REDIS_PARAMS": {"db": 3, "decode_responses": True, "socket_timeout": 5},
+                "REDIS_DB": 0,
+                "REDIS_DECODE_RESPONSES": False,
+                "REDIS_HOST": "h",
+                "REDIS_PORT": "6390",
+            }
+        )
+    )
     assert params["db"] == 0
     assert params["decode_responses"] is False
     assert params["port"] == 6390
@@ -39,14 +46,16 @@ def test_shortcuts_override_params_and_zero_is_honoured():
 
 
 def test_redis_cls_dotted_path():
-    client = get_redis_from_settings(Settings({
-        "REDIS_PARAMS": {"redis_cls": "test_connection.MyRedis"}}))
+    client = get_redis_from_settings(
+        Settings({"REDIS_PARAMS": {"redis_cls": "test_connection.MyRedis"}})
+    )
     assert isinstance(client, MyRedis)
 
 
 def test_redis_url_wins_over_host_and_port(redis_server):
-    client = get_redis_from_settings(Settings({
-        "REDIS_URL": redis_server.url, "REDIS_HOST": "203.0.113.1", "REDIS_PORT": 1}))
+    client = get_redis_from_settings(
+        Settings({"REDIS_URL": redis_server.url, "REDIS_HOST": "203.0.113.1", "REDIS_PORT": 1})
+    )
     assert client.ping()
     kwargs = client.connection_pool.connection_kwargs
     assert (kwargs["host"], kwargs["port"]) == ("127.0.0.1", redis_server.port)
@@ -63,13 +72,15 @@ def test_one_client_per_crawler(redis_server):
     assert connection.get_redis_from_crawler(crawler) is connection.get_redis_from_crawler(crawler)
     other = get_crawler(DemoSpider, {"REDIS_URL": redis_server.url})
     assert connection.get_redis_from_crawler(other) is not connection.get_redis_from_crawler(
-        crawler)
+        crawler
+    )
 
 
 def test_unreachable_redis_gives_one_clear_error():
     url = f"redis://user:hunter2@127.0.0.1:{free_port()}/0"
-    crawler = get_crawler(DemoSpider, {"REDIS_URL": url,
-                                       "REDIS_PARAMS": {"socket_connect_timeout": 1}})
+    crawler = get_crawler(
+        DemoSpider, {"REDIS_URL": url, "REDIS_PARAMS": {"socket_connect_timeout": 1}}
+    )
     with pytest.raises(RedisUnavailableError) as info:
         connection.get_redis_from_crawler(crawler)
     message = str(info.value)

@@ -19,8 +19,10 @@ from scrapy_redis.exceptions import ScrapyRedisDeprecationWarning
 VECTORS = [
     (Request("http://example.com"), "db723d399cb551c9ef8eca77ed8dbed4a0522b4f"),
     (Request("http://example.com/a?b=2&a=1"), "e34921d88a05be58f5d638c160d471933d9bec18"),
-    (Request("http://example.com", method="POST", body=b"k=v"),
-     "b02c876664d2f281bbac7801f003c227a1a1aed1"),
+    (
+        Request("http://example.com", method="POST", body=b"k=v"),
+        "b02c876664d2f281bbac7801f003c227a1a1aed1",
+    ),
     (Request("http://example.com/#frag"), "db723d399cb551c9ef8eca77ed8dbed4a0522b4f"),
 ]
 SCRAPY_FINGERPRINTS = {
@@ -39,8 +41,9 @@ def _dupefilter(settings_dict, **overrides):
 
 
 @pytest.mark.parametrize("request_obj, expected", VECTORS)
-def test_default_dupefilter_stores_original_fingerprints(settings_dict, server, request_obj,
-                                                        expected):
+def test_default_dupefilter_stores_original_fingerprints(
+    settings_dict, server, request_obj, expected
+):
     df, _ = _dupefilter(settings_dict)
     assert df.key == "demo:dupefilter"
     assert df.request_fingerprint(request_obj) == expected
@@ -56,10 +59,13 @@ def test_existing_fingerprint_set_stays_valid(settings_dict, server):
 
 
 def test_user_set_fingerprinter_is_honoured(settings_dict, server):
-    df, _ = _dupefilter(settings_dict,
-                        REQUEST_FINGERPRINTER_CLASS="scrapy.utils.request.RequestFingerprinter")
-    assert df.request_fingerprint(Request("http://example.com")) == SCRAPY_FINGERPRINTS[
-        "http://example.com"]
+    df, _ = _dupefilter(
+        settings_dict, REQUEST_FINGERPRINTER_CLASS="scrapy.utils.request.RequestFingerprinter"
+    )
+    assert (
+        df.request_fingerprint(Request("http://example.com"))
+        == SCRAPY_FINGERPRINTS["http://example.com"]
+    )
 
 
 def test_request_fingerprint_overridable(settings_dict, server):
@@ -101,8 +107,10 @@ def test_debug_logs_every_duplicate(settings_dict, server, caplog):
 
 def test_standalone_with_scrapys_scheduler(settings_dict, server):
     """DUPEFILTER_CLASS alone, under Scrapy's own scheduler: a one-time key deleted on close."""
-    settings = {"REDIS_URL": settings_dict["REDIS_URL"],
-                "DUPEFILTER_CLASS": "scrapy_redis.dupefilter.RFPDupeFilter"}
+    settings = {
+        "REDIS_URL": settings_dict["REDIS_URL"],
+        "DUPEFILTER_CLASS": "scrapy_redis.dupefilter.RFPDupeFilter",
+    }
     crawler = get_crawler(DemoSpider, settings)
     scheduler = ScrapyScheduler.from_crawler(crawler)  # as the engine builds it
     df = scheduler.df

@@ -44,10 +44,16 @@ class QueueTestMixin:
 
     def test_push_pop_roundtrip(self, queue):
         request = Request(
-            "https://example.com/ä?q=1", method="POST", body=b"\x00\xffbin",
-            headers={"X-A": ["1", "2"]}, cookies={"c": "v"}, priority=3,
+            "https://example.com/ä?q=1",
+            method="POST",
+            body=b"\x00\xffbin",
+            headers={"X-A": ["1", "2"]},
+            cookies={"c": "v"},
+            priority=3,
             meta={"k": [1, 2.5, None, True, {"n": "ü"}], "b": b"raw"},
-            cb_kwargs={"x": 1}, callback=queue.spider.parse_item, errback=queue.spider.on_error,
+            cb_kwargs={"x": 1},
+            callback=queue.spider.parse_item,
+            errback=queue.spider.on_error,
             flags=["f"],
         )
         queue.push(request)
@@ -59,10 +65,13 @@ class QueueTestMixin:
         assert out.errback == queue.spider.on_error
         assert len(queue) == 0
 
-    @pytest.mark.parametrize("request_obj", [
-        FormRequest("https://example.com/f", formdata={"a": "1", "b": ["x", "y"]}),
-        JsonRequest("https://example.com/j", data={"x": [1, 2]}),
-    ])
+    @pytest.mark.parametrize(
+        "request_obj",
+        [
+            FormRequest("https://example.com/f", formdata={"a": "1", "b": ["x", "y"]}),
+            JsonRequest("https://example.com/j", data={"x": [1, 2]}),
+        ],
+    )
     def test_request_subclasses(self, queue, request_obj):
         queue.push(request_obj)
         out = queue.pop()
@@ -85,7 +94,7 @@ class QueueTestMixin:
         assert [queue.pop() is not None for _ in range(6)] == [True] * 5 + [False]
 
     def test_unserializable_request_raises_value_error(self, queue):
-        with pytest.raises(ValueError, match="not an instance method|cannot encode"):
+        with pytest.raises(ValueError, match=r"not an instance method|cannot encode"):
             queue.push(Request("https://example.com", callback=lambda r: None))
         with pytest.raises(ValueError):
             queue.push(Request("https://example.com", meta={"o": object()}))
@@ -110,7 +119,7 @@ class QueueTestMixin:
     def test_pickle_entry_without_pickle_is_left_in_place(self, queue):
         legacy = pickle.dumps(Request("https://example.com/old").to_dict(), protocol=5)
         _push_raw(queue, legacy)
-        with pytest.raises(UndecodableRequestError, match="scrapy_redis.picklecompat") as info:
+        with pytest.raises(UndecodableRequestError, match=r"scrapy_redis\.picklecompat") as info:
             queue.pop()
         assert info.value.looks_like_pickle
         assert len(queue) == 1  # not deleted
@@ -155,8 +164,12 @@ class TestFifoQueue(QueueTestMixin):
 
     def test_reads_original_pickled_list(self, server, spider):
         for i in range(3):  # the original: LPUSH of pickled Request.to_dict()
-            server.lpush("demo:requests", pickle.dumps(
-                Request(f"https://example.com/{i}").to_dict(spider=spider), protocol=5))
+            server.lpush(
+                "demo:requests",
+                pickle.dumps(
+                    Request(f"https://example.com/{i}").to_dict(spider=spider), protocol=5
+                ),
+            )
         queue = self.queue_cls(server, spider, "demo:requests", "scrapy_redis.picklecompat")
         assert [queue.pop().url for _ in range(3)] == [f"https://example.com/{i}" for i in range(3)]
 
@@ -185,7 +198,8 @@ class TestPriorityQueue(QueueTestMixin):
         for name, priority in [("lo", 0), ("hi", 7)]:
             data = pickle.dumps(
                 Request(f"https://example.com/{name}", priority=priority).to_dict(spider=spider),
-                protocol=5)
+                protocol=5,
+            )
             server.execute_command("ZADD", "demo:requests", -priority, data)
         queue = self.queue_cls(server, spider, "demo:requests", "scrapy_redis.picklecompat")
         queue.push(Request("https://example.com/mid", priority=3))
@@ -208,9 +222,14 @@ class TestPriorityQueue(QueueTestMixin):
         assert [queue.pop().url[-1] for _ in range(3)] == list("abc")
 
 
-@pytest.mark.parametrize("alias, target", [
-    (SpiderQueue, FifoQueue), (SpiderStack, LifoQueue), (SpiderPriorityQueue, PriorityQueue),
-])
+@pytest.mark.parametrize(
+    "alias, target",
+    [
+        (SpiderQueue, FifoQueue),
+        (SpiderStack, LifoQueue),
+        (SpiderPriorityQueue, PriorityQueue),
+    ],
+)
 def test_deprecated_aliases_warn(server, alias, target):
     with pytest.warns(ScrapyRedisDeprecationWarning, match=target.__name__):
         queue = alias(server, make_spider(), "q")
@@ -246,10 +265,12 @@ def test_concurrent_producers_and_consumers(server, redis_url, queue_name):
     """Several processes push and pop the same queue: nothing lost, nothing twice."""
     ctx = multiprocessing.get_context("spawn")
     results = ctx.Queue()
-    producers = [ctx.Process(target=_producer, args=(redis_url, queue_name, w, 300))
-                 for w in range(3)]
-    consumers = [ctx.Process(target=_consumer, args=(redis_url, queue_name, results))
-                 for _ in range(3)]
+    producers = [
+        ctx.Process(target=_producer, args=(redis_url, queue_name, w, 300)) for w in range(3)
+    ]
+    consumers = [
+        ctx.Process(target=_consumer, args=(redis_url, queue_name, results)) for _ in range(3)
+    ]
     for process in producers + consumers:
         process.start()
     seen = [url for _ in consumers for url in results.get(timeout=60)]

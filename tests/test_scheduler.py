@@ -44,14 +44,18 @@ def schedulers():
 
 
 def test_reads_settings(settings_dict, server, schedulers):
-    scheduler = schedulers({
-        **settings_dict,
-        "SCHEDULER_PERSIST": True, "SCHEDULER_FLUSH_ON_START": True,
-        "SCHEDULER_IDLE_BEFORE_CLOSE": 2, "SCHEDULER_QUEUE_KEY": "q:%(spider)s",
-        "SCHEDULER_QUEUE_CLASS": "scrapy_redis.queue.FifoQueue",
-        "SCHEDULER_DUPEFILTER_KEY": "df:%(spider)s",
-        "SCHEDULER_SERIALIZER": "scrapy_redis.picklecompat",
-    })
+    scheduler = schedulers(
+        {
+            **settings_dict,
+            "SCHEDULER_PERSIST": True,
+            "SCHEDULER_FLUSH_ON_START": True,
+            "SCHEDULER_IDLE_BEFORE_CLOSE": 2,
+            "SCHEDULER_QUEUE_KEY": "q:%(spider)s",
+            "SCHEDULER_QUEUE_CLASS": "scrapy_redis.queue.FifoQueue",
+            "SCHEDULER_DUPEFILTER_KEY": "df:%(spider)s",
+            "SCHEDULER_SERIALIZER": "scrapy_redis.picklecompat",
+        }
+    )
     assert scheduler.persist and scheduler.flush_on_start
     assert scheduler.idle_before_close == 2
     assert isinstance(scheduler.queue, FifoQueue)
@@ -94,7 +98,9 @@ def test_project_without_dupefilter_class_gets_the_shared_filter(redis_url, serv
 
 
 def test_base_dupefilter_disables_dedup(settings_dict, server, schedulers):
-    scheduler = schedulers({**settings_dict, "DUPEFILTER_CLASS": "scrapy.dupefilters.BaseDupeFilter"})
+    scheduler = schedulers(
+        {**settings_dict, "DUPEFILTER_CLASS": "scrapy.dupefilters.BaseDupeFilter"}
+    )
     assert type(scheduler.df) is BaseDupeFilter
     assert scheduler.enqueue_request(Request("http://example.com/a")) is True
     assert scheduler.enqueue_request(Request("http://example.com/a")) is True
@@ -102,8 +108,9 @@ def test_base_dupefilter_disables_dedup(settings_dict, server, schedulers):
 
 
 def test_scrapys_own_dupefilter(settings_dict, server, schedulers):
-    scheduler = schedulers({**settings_dict,
-                            "DUPEFILTER_CLASS": "scrapy.dupefilters.RFPDupeFilter"})
+    scheduler = schedulers(
+        {**settings_dict, "DUPEFILTER_CLASS": "scrapy.dupefilters.RFPDupeFilter"}
+    )
     assert type(scheduler.df) is ScrapyRFPDupeFilter
     assert scheduler.enqueue_request(Request("http://example.com/a")) is True
     assert scheduler.enqueue_request(Request("http://example.com/a")) is False
@@ -179,8 +186,10 @@ def test_unserializable_request_kept_in_memory(settings_dict, server, schedulers
     bad = Request("http://example.com/lambda", callback=lambda response: None)
     with caplog.at_level(logging.WARNING, logger="scrapy_redis.scheduler"):
         assert scheduler.enqueue_request(bad) is True
-        assert scheduler.enqueue_request(
-            Request("http://example.com/obj", meta={"o": object()})) is True
+        assert (
+            scheduler.enqueue_request(Request("http://example.com/obj", meta={"o": object()}))
+            is True
+        )
     assert caplog.text.count("Unable to serialize request") == 1
     assert scheduler.stats.get_value("scheduler/unserializable") == 2
     assert len(scheduler.queue) == 0
@@ -190,8 +199,9 @@ def test_unserializable_request_kept_in_memory(settings_dict, server, schedulers
     assert scheduler.stats.get_value("scheduler/dequeued/memory") == 2
 
 
-def test_pickled_queue_without_pickle_stops_worker_and_keeps_data(settings_dict, server,
-                                                                  schedulers, caplog):
+def test_pickled_queue_without_pickle_stops_worker_and_keeps_data(
+    settings_dict, server, schedulers, caplog
+):
     legacy = pickle.dumps(Request("http://example.com/old").to_dict(), protocol=5)
     server.execute_command("ZADD", "demo:requests", 0, legacy)
     scheduler = schedulers(settings_dict)
@@ -212,15 +222,16 @@ def test_pickled_queue_read_with_picklecompat(settings_dict, server, schedulers)
 def test_undecodable_entry_is_skipped_and_kept(settings_dict, server, schedulers):
     server.lpush("demo:requests", b"\xc1\xff\xff")
     server.lpush("demo:requests", b"\xc1\x81\x00\xa3bad")  # msgpack, but no request
-    scheduler = schedulers({**settings_dict, "SCHEDULER_QUEUE_CLASS": "scrapy_redis.queue.FifoQueue"})
+    scheduler = schedulers(
+        {**settings_dict, "SCHEDULER_QUEUE_CLASS": "scrapy_redis.queue.FifoQueue"}
+    )
     scheduler.enqueue_request(Request("http://example.com/ok"))
     assert scheduler.next_request().url == "http://example.com/ok"
     assert scheduler.stats.get_value("scheduler/invalid/redis") == 2
     assert server.llen("demo:requests:invalid") == 2
 
 
-def test_idle_before_close_is_a_grace_period_not_a_blocking_pop(settings_dict, server,
-                                                                schedulers):
+def test_idle_before_close_is_a_grace_period_not_a_blocking_pop(settings_dict, server, schedulers):
     scheduler = schedulers({**settings_dict, "SCHEDULER_IDLE_BEFORE_CLOSE": 0.3})
     started = time.monotonic()
     assert scheduler.next_request() is None
@@ -246,8 +257,11 @@ class OldStyleScheduler(Scheduler):
     def open(self, spider):
         self.spider = spider
         self.queue = load_object(self.queue_cls)(
-            server=self.server, spider=spider, key=self.queue_key % {"spider": spider.name},
-            serializer=self.serializer)
+            server=self.server,
+            spider=spider,
+            key=self.queue_key % {"spider": spider.name},
+            serializer=self.serializer,
+        )
         self.df = load_object(self.dupefilter_cls).from_spider(spider)
         if self.flush_on_start:
             self.flush()

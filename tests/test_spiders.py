@@ -52,15 +52,25 @@ def urls(requests):
 def test_bare_url(spider):
     request = spider.make_request_from_data(b"https://example.com/a")
     assert type(request) is Request
-    assert (request.url, request.method, request.dont_filter) == ("https://example.com/a", "GET",
-                                                                  False)
+    assert (request.url, request.method, request.dont_filter) == (
+        "https://example.com/a",
+        "GET",
+        False,
+    )
 
 
 def test_full_json_message(spider):
     message = {
-        "url": "https://example.com/p", "method": "post", "meta": {"job": "1"},
-        "headers": {"X-Token": "t"}, "body": "raw", "cb_kwargs": {"page": 2}, "priority": 7,
-        "dont_filter": True, "callback": "parse_item", "errback": "parse",
+        "url": "https://example.com/p",
+        "method": "post",
+        "meta": {"job": "1"},
+        "headers": {"X-Token": "t"},
+        "body": "raw",
+        "cb_kwargs": {"page": 2},
+        "priority": 7,
+        "dont_filter": True,
+        "callback": "parse_item",
+        "errback": "parse",
     }
     request = spider.make_request_from_data(json.dumps(message).encode())
     assert request.method == "POST"
@@ -75,38 +85,48 @@ def test_full_json_message(spider):
 
 
 def test_extra_string_keys_are_form_data_as_in_the_original(spider):
-    request = spider.make_request_from_data(json.dumps(
-        {"url": "https://example.com/p", "method": "post", "a": "1", "b": ["x", "y"]}).encode())
+    request = spider.make_request_from_data(
+        json.dumps(
+            {"url": "https://example.com/p", "method": "post", "a": "1", "b": ["x", "y"]}
+        ).encode()
+    )
     assert isinstance(request, FormRequest)
     assert request.body == b"a=1&b=x&b=y"
-    get = spider.make_request_from_data(json.dumps(
-        {"url": "https://example.com", "meta": {"job-id": "123"}, "k": "v"}).encode())
+    get = spider.make_request_from_data(
+        json.dumps({"url": "https://example.com", "meta": {"job-id": "123"}, "k": "v"}).encode()
+    )
     assert get.url == "https://example.com/?k=v"
     assert get.meta["job-id"] == "123"
 
 
 def test_formdata_key(spider):
-    request = spider.make_request_from_data(json.dumps(
-        {"url": "https://example.com/s", "method": "POST", "formdata": {"q": "x"}}).encode())
+    request = spider.make_request_from_data(
+        json.dumps(
+            {"url": "https://example.com/s", "method": "POST", "formdata": {"q": "x"}}
+        ).encode()
+    )
     assert request.body == b"q=x"
 
 
-@pytest.mark.parametrize("data, reason", [
-    ("", "empty"),
-    ("{not json", "invalid JSON"),
-    ("123", "not an object"),
-    ('"https://example.com"', "not an object"),
-    ("[1, 2]", "not an object"),
-    ('{"meta": {}}', "no 'url'"),
-    ('{"url": null}', "no 'url'"),
-    ('{"url": "https://example.com", "page": 1}', "unknown key 'page'"),
-    ('{"url": "https://example.com", "meta": []}', "'meta' must be dict"),
-    ('{"url": "https://example.com", "priority": "high"}', "'priority' must be int"),
-    ('{"url": "https://example.com", "callback": "nope"}', "no method 'nope'"),
-    ('{"url": "https://example.com", "callback": "_private"}', "no method"),
-    ('{"url": "no-scheme"}', "Missing scheme"),
-    ('{"url": "https://e.com", "body": "x", "a": "1"}', "both 'body' and form data"),
-])
+@pytest.mark.parametrize(
+    "data, reason",
+    [
+        ("", "empty"),
+        ("{not json", "invalid JSON"),
+        ("123", "not an object"),
+        ('"https://example.com"', "not an object"),
+        ("[1, 2]", "not an object"),
+        ('{"meta": {}}', "no 'url'"),
+        ('{"url": null}', "no 'url'"),
+        ('{"url": "https://example.com", "page": 1}', "unknown key 'page'"),
+        ('{"url": "https://example.com", "meta": []}', "'meta' must be dict"),
+        ('{"url": "https://example.com", "priority": "high"}', "'priority' must be int"),
+        ('{"url": "https://example.com", "callback": "nope"}', "no method 'nope'"),
+        ('{"url": "https://example.com", "callback": "_private"}', "no method"),
+        ('{"url": "no-scheme"}', "Missing scheme"),
+        ('{"url": "https://e.com", "body": "x", "a": "1"}', "both 'body' and form data"),
+    ],
+)
 def test_malformed_messages(spider, data, reason):
     with pytest.raises(InvalidStartMessageError, match=reason):
         request_from_message(parse_message(data), spider)
@@ -116,8 +136,13 @@ def test_malformed_messages(spider, data, reason):
 
 
 def test_poison_message_does_not_drop_its_batch(spider, server, caplog):
-    server.rpush("myspider:start_urls", "https://example.com/1", "123",
-                 '{"url": "https://example.com/2", "page": 1}', "https://example.com/3")
+    server.rpush(
+        "myspider:start_urls",
+        "https://example.com/1",
+        "123",
+        '{"url": "https://example.com/2", "page": 1}',
+        "https://example.com/3",
+    )
     with caplog.at_level(logging.WARNING):
         requests = spider.next_requests()
     assert urls(requests) == ["https://example.com/1", "https://example.com/3"]
@@ -141,8 +166,7 @@ def test_batch_size_defaults_to_concurrent_requests(settings_dict, server):
 
 
 def test_spider_arguments_override_settings(settings_dict, server):
-    spider = make(settings_dict, redis_key="jobs:%(name)s", redis_batch_size="4",
-                  max_idle_time="7")
+    spider = make(settings_dict, redis_key="jobs:%(name)s", redis_batch_size="4", max_idle_time="7")
     assert spider.redis_key == "jobs:myspider"
     assert spider.redis_batch_size == 4
     assert spider.max_idle_time == 7
@@ -156,14 +180,18 @@ def test_invalid_batch_size(settings_dict, server):
 def test_set_mode(settings_dict, server):
     spider = make({**settings_dict, "REDIS_START_URLS_AS_SET": True})
     server.sadd("myspider:start_urls", "https://example.com/a", "https://example.com/b")
-    assert sorted(urls(spider.next_requests())) == ["https://example.com/a",
-                                                    "https://example.com/b"]
+    assert sorted(urls(spider.next_requests())) == [
+        "https://example.com/a",
+        "https://example.com/b",
+    ]
 
 
 def test_zset_mode_highest_score_first(settings_dict, server):
     spider = make({**settings_dict, "REDIS_START_URLS_AS_ZSET": True, "CONCURRENT_REQUESTS": 2})
-    server.zadd("myspider:start_urls", {"https://example.com/lo": 1, "https://example.com/hi": 9,
-                                        "https://example.com/mid": 5})
+    server.zadd(
+        "myspider:start_urls",
+        {"https://example.com/lo": 1, "https://example.com/hi": 9, "https://example.com/mid": 5},
+    )
     assert urls(spider.next_requests()) == ["https://example.com/hi", "https://example.com/mid"]
 
 
@@ -179,8 +207,9 @@ def test_normalize_redis_key():
 
 def test_multi_key_drains_current_key_then_next_non_empty(settings_dict, server):
     spider = make({**settings_dict, "CONCURRENT_REQUESTS": 2}, redis_key=["high", "low"])
-    server.rpush("low", "https://example.com/l1", "https://example.com/l2",
-                 "https://example.com/l3")
+    server.rpush(
+        "low", "https://example.com/l1", "https://example.com/l2", "https://example.com/l3"
+    )
     assert urls(spider.next_requests()) == ["https://example.com/l1", "https://example.com/l2"]
     server.rpush("high", "https://example.com/h1")
     # no check interval: the current key is drained first
@@ -190,8 +219,10 @@ def test_multi_key_drains_current_key_then_next_non_empty(settings_dict, server)
 
 
 def test_multi_key_check_interval_preempts(settings_dict, server):
-    spider = make({**settings_dict, "CONCURRENT_REQUESTS": 1,
-                   "REDIS_KEY_CHECK_INTERVAL": 0.01}, redis_key=["high", "low"])
+    spider = make(
+        {**settings_dict, "CONCURRENT_REQUESTS": 1, "REDIS_KEY_CHECK_INTERVAL": 0.01},
+        redis_key=["high", "low"],
+    )
     server.rpush("low", "https://example.com/l1", "https://example.com/l2")
     assert urls(spider.next_requests()) == ["https://example.com/l1"]
     server.rpush("high", "https://example.com/h1")

@@ -16,16 +16,32 @@ from scrapy_redis.stats import RedisStatsCollector, decode_value, encode_value
 
 
 def stats_collector(settings_dict, **extra):
-    crawler = get_crawler(DemoSpider, {**settings_dict, **extra,
-                                       "STATS_CLASS": "scrapy_redis.stats.RedisStatsCollector"})
+    crawler = get_crawler(
+        DemoSpider,
+        {**settings_dict, **extra, "STATS_CLASS": "scrapy_redis.stats.RedisStatsCollector"},
+    )
     assert isinstance(crawler.stats, RedisStatsCollector)
     return crawler.stats
 
 
-@pytest.mark.parametrize("value", [
-    0, 7, -3, 2.5, 1e-9, "finished", "", True, False, None, [1, "a"], {"k": [1]},
-    datetime(2026, 11, 21, 20, 0, 1, 123456, tzinfo=timezone.utc),
-])
+@pytest.mark.parametrize(
+    "value",
+    [
+        0,
+        7,
+        -3,
+        2.5,
+        1e-9,
+        "finished",
+        "",
+        True,
+        False,
+        None,
+        [1, "a"],
+        {"k": [1]},
+        datetime(2026, 11, 21, 20, 0, 1, 123456, tzinfo=timezone.utc),
+    ],
+)
 def test_values_keep_their_type(value):
     decoded = decode_value(encode_value(value).encode())
     assert decoded == value
@@ -53,8 +69,15 @@ def test_basic_operations(settings_dict, server):
     when = datetime(2026, 1, 1, tzinfo=timezone.utc)
     stats.min_value("first", when)
     stats.min_value("first", datetime(2027, 1, 1, tzinfo=timezone.utc))
-    assert stats.get_stats() == {"reason": "finished", "count": 3, "started": 11, "ratio": 0.5,
-                                 "max": 3, "min": 1, "first": when}
+    assert stats.get_stats() == {
+        "reason": "finished",
+        "count": 3,
+        "started": 11,
+        "ratio": 0.5,
+        "max": 3,
+        "min": 1,
+        "first": when,
+    }
     assert stats.get_value("missing", "d") == "d"
     stats.set_stats({"a": 1})
     assert stats.get_stats() == {"a": 1}
@@ -131,7 +154,9 @@ def test_pipeline_settings_and_item_key_override(settings_dict, server):
         def item_key(self, item, spider):
             return f"{spider.name}:{item['type']}"
 
-    pipe = pipeline(settings_dict, REDIS_ITEMS_KEY="out:%(spider)s", REDIS_ITEMS_SERIALIZER="json.dumps")
+    pipe = pipeline(
+        settings_dict, REDIS_ITEMS_KEY="out:%(spider)s", REDIS_ITEMS_SERIALIZER="json.dumps"
+    )
     pipe.process_item({"a": 1})
     assert server.lrange("out:demo", 0, -1) == [b'{"a": 1}']
     typed = ByType.from_crawler(pipe.crawler)

@@ -35,7 +35,7 @@ _INT_PARAMS = {"port", "db"}
 _BOOL_PARAMS = {"decode_responses"}
 _URL_OVERRIDES = {"host", "port"}
 
-_clients: WeakKeyDictionary[Crawler, redis.Redis] = WeakKeyDictionary()
+_clients: WeakKeyDictionary[Crawler, redis.Redis[Any]] = WeakKeyDictionary()
 
 
 def redis_params_from_settings(settings: BaseSettings) -> dict[str, Any]:
@@ -59,7 +59,7 @@ def redis_params_from_settings(settings: BaseSettings) -> dict[str, Any]:
     return params
 
 
-def get_redis_from_settings(settings: BaseSettings) -> redis.Redis:
+def get_redis_from_settings(settings: BaseSettings) -> redis.Redis[Any]:
     """A new Redis client configured by ``settings``."""
     return get_redis(**redis_params_from_settings(settings))
 
@@ -68,8 +68,8 @@ def get_redis_from_settings(settings: BaseSettings) -> redis.Redis:
 from_settings = get_redis_from_settings
 
 
-def get_redis(**kwargs: Any) -> redis.Redis:
-    """A new client: ``redis_cls.from_url(url, ...)`` when ``url`` is given, else ``redis_cls(...)``.
+def get_redis(**kwargs: Any) -> redis.Redis[Any]:
+    """A new client: ``redis_cls.from_url(url, ...)`` if ``url`` is given, else ``redis_cls(...)``.
 
     Options in the URL win over keyword arguments.
     """
@@ -82,7 +82,7 @@ def get_redis(**kwargs: Any) -> redis.Redis:
     return redis_cls(**kwargs)  # type: ignore[no-any-return]
 
 
-def get_redis_from_crawler(crawler: Crawler) -> redis.Redis:
+def get_redis_from_crawler(crawler: Crawler) -> redis.Redis[Any]:
     """The client shared by all scrapy-redis components of ``crawler``.
 
     Created, and checked with a ``PING``, on first use.
@@ -95,7 +95,7 @@ def get_redis_from_crawler(crawler: Crawler) -> redis.Redis:
     return client
 
 
-def ensure_reachable(client: redis.Redis) -> None:
+def ensure_reachable(client: redis.Redis[Any]) -> None:
     """Raise :class:`RedisUnavailableError`, naming the server, if ``client`` cannot PING."""
     try:
         client.ping()
@@ -119,4 +119,3 @@ def describe_server(client: Any) -> str:
         auth = f"{kwargs.get('username') or ''}:***@"
     host = kwargs.get("host", "localhost")
     return f"{scheme}://{auth}{host}:{kwargs.get('port', 6379)}/{kwargs.get('db', 0)}"
-

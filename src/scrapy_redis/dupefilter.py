@@ -41,7 +41,7 @@ def request_fingerprint(request: Request) -> str:
         "url": canonicalize_url(request.url),
         "body": (request.body or b"").hex(),
     }
-    return hashlib.sha1(json.dumps(data, sort_keys=True).encode()).hexdigest()  # noqa: S324
+    return hashlib.sha1(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
 
 def configured_fingerprinter(crawler: Crawler) -> RequestFingerprinterProtocol | None:
@@ -120,7 +120,8 @@ class RFPDupeFilter(BaseDupeFilter):
 
     def request_seen(self, request: Request) -> bool:
         """Record the fingerprint of ``request``; True if it was already there."""
-        return self.server.sadd(self.key, self.request_fingerprint(request)) == 0
+        added: int = self.server.sadd(self.key, self.request_fingerprint(request))
+        return added == 0
 
     def request_fingerprint(self, request: Request) -> str:
         """The fingerprint stored for ``request`` (override to customise)."""

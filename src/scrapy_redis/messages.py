@@ -49,7 +49,7 @@ def parse_message(text: str) -> dict[str, Any]:
     try:
         fields = json.loads(stripped)
     except ValueError:
-        if stripped[0] in "{[\"":
+        if stripped[0] in '{["':
             raise InvalidStartMessageError("invalid JSON") from None
         return {"url": stripped}
     if not isinstance(fields, dict):

@@ -169,7 +169,8 @@ class _ListQueue(Base):
     _blocking_pop_command = ""
 
     def __len__(self) -> int:
-        return int(self.server.llen(self.key))
+        length: int = self.server.llen(self.key)
+        return length
 
     def push_entries(self, entries: Sequence[Entry]) -> None:
         for start in range(0, len(entries), _PUSH_CHUNK):
@@ -224,11 +225,14 @@ class PriorityQueue(Base):
         pipe = self.server.pipeline(transaction=False)
         for priority in priorities:
             pipe.llen(priority_list_key(self.key, priority))
-        return legacy + sum(pipe.execute())
+        lengths: list[int] = pipe.execute()
+        return legacy + sum(lengths)
 
     def flush_keys(self) -> list[str]:
         members = _raw(self.server, "ZRANGE", self.key, 0, -1)
-        lists = [priority_list_key(self.key, p) for p in map(_priority_of, members) if p is not None]
+        lists = [
+            priority_list_key(self.key, p) for p in map(_priority_of, members) if p is not None
+        ]
         return [self.key, *lists]
 
     def push_entries(self, entries: Sequence[Entry]) -> None:

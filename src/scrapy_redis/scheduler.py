@@ -20,7 +20,11 @@ from twisted.internet import task
 
 from scrapy_redis import defaults
 from scrapy_redis._engine import engine_busy, engine_of
-from scrapy_redis.connection import ensure_reachable, get_redis_from_crawler, get_redis_from_settings
+from scrapy_redis.connection import (
+    ensure_reachable,
+    get_redis_from_crawler,
+    get_redis_from_settings,
+)
 from scrapy_redis.exceptions import (
     ScrapyRedisDeprecationWarning,
     UndecodableRequestError,
@@ -219,7 +223,9 @@ class Scheduler:
         self.queue.clear()
 
     def _build_queue(self, spider: Spider) -> Any:
-        queue_cls = load_object(self.queue_cls) if isinstance(self.queue_cls, str) else self.queue_cls
+        queue_cls = (
+            load_object(self.queue_cls) if isinstance(self.queue_cls, str) else self.queue_cls
+        )
         try:
             return queue_cls(
                 server=self.server,
@@ -324,8 +330,11 @@ class Scheduler:
                     self._halt(exc)
                     return None
                 self._inc("scheduler/invalid/redis")
-                logger.error("%(error)s Moved it to %(key)s:invalid.", {"error": exc,
-                             "key": self.queue.key}, extra={"spider": self.spider})
+                logger.error(
+                    "%(error)s Moved it to %(key)s:invalid.",
+                    {"error": exc, "key": self.queue.key},
+                    extra={"spider": self.spider},
+                )
         return None
 
     def _halt(self, exc: UndecodableRequestError) -> None:
@@ -396,7 +405,7 @@ class Scheduler:
         self._census_at = time.monotonic()
 
     def _is_busy(self) -> bool:
-        if len(self._local) or self._empty_since is None and self._published_busy:
+        if len(self._local) or (self._empty_since is None and self._published_busy):
             return True
         return engine_busy(self.crawler)
 

@@ -23,7 +23,7 @@ class LuaScript:
     def __init__(self, name: str) -> None:
         self.name = name
         self.source = resources.files("scrapy_redis.lua").joinpath(f"{name}.lua").read_text()
-        self.sha = hashlib.sha1(self.source.encode()).hexdigest()  # noqa: S324 (Redis' script id)
+        self.sha = hashlib.sha1(self.source.encode()).hexdigest()
 
     def __call__(self, client: Any, keys: list[str], args: list[Any]) -> Any:
         """Run the script on ``client`` (a client or a cluster client)."""

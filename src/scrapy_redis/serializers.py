@@ -15,7 +15,7 @@ from __future__ import annotations
 import importlib
 from typing import Any, Protocol, runtime_checkable
 
-import msgpack
+import msgpack  # type: ignore[import-untyped]
 from scrapy.utils.misc import load_object
 
 # The byte 0xC1 is never used by msgpack, so it marks our format unambiguously.
@@ -66,7 +66,8 @@ class MsgpackSerializer:
             if not _is_default(name, value)
         }
         try:
-            return _TAG + msgpack.packb(packed, use_bin_type=True)
+            packed_bytes: bytes = msgpack.packb(packed, use_bin_type=True)
+            return _TAG + packed_bytes
         except (TypeError, ValueError, OverflowError) as exc:
             raise ValueError(f"msgpack cannot encode it: {exc}") from exc
 

@@ -102,7 +102,6 @@ class RedisMixin:
     # provided by scrapy.Spider
     name: str
     crawler: Crawler
-    logger: logging.LoggerAdapter[logging.Logger]
 
     def start_requests(self) -> Iterable[Request]:
         """The first batch of requests (for Scrapy < 2.13, and called by :meth:`start`)."""
@@ -122,16 +121,22 @@ class RedisMixin:
         self._read_redis_settings(crawler.settings)
         self.server = get_redis_from_crawler(crawler)
         self._start_source = StartUrlSource(
-            self.server, self._redis_keys, _start_mode(crawler.settings),
+            self.server,
+            self._redis_keys,
+            _start_mode(crawler.settings),
             self.redis_key_check_interval,
         )
         self._idle_since: float | None = None
         self._poller: task.LoopingCall | None = None
-        self.logger.info(
+        logger.info(
             "Reading start URLs from redis key(s) %(keys)s (batch size: %(size)s, encoding: "
             "%(encoding)s)",
-            {"keys": ", ".join(self._redis_keys), "size": self.redis_batch_size,
-             "encoding": self.redis_encoding},
+            {
+                "keys": ", ".join(self._redis_keys),
+                "size": self.redis_batch_size,
+                "encoding": self.redis_encoding,
+            },
+            extra={"spider": self},
         )
         crawler.signals.connect(self.spider_idle, signal=signals.spider_idle)
         crawler.signals.connect(self._on_activity, signal=signals.response_received)
@@ -194,13 +199,16 @@ class RedisMixin:
             requests = self._as_requests(self.make_request_from_data(data))
         except Exception as exc:  # a bad message must never stop the spider
             self._inc("redis/start_messages/invalid")
-            self.logger.warning(
+            logger.warning(
                 "Skipping start message from %(key)s: %(reason)s: %(data)r",
                 {"key": key, "reason": exc, "data": data[:200]},
+                extra={"spider": self},
             )
             return []
         if not requests:
-            self.logger.debug("Request not made from data: %(data)r", {"data": data[:200]})
+            logger.debug(
+                "Request not made from data: %(data)r", {"data": data[:200]}, extra={"spider": self}
+            )
         return requests
 
     @staticmethod
@@ -222,7 +230,7 @@ class RedisMixin:
         """Pop one batch and hand its requests to the engine; returns how many."""
         requests = self.next_requests()
         for request in requests:
-            self.crawler.engine.crawl(request)  # type: ignore[union-attr]
+            self.crawler.engine.crawl(request)
         return len(requests)
 
     # -- idling -------------------------------------------------------------------------
@@ -246,7 +254,9 @@ class RedisMixin:
         try:
             return self.schedule_next_requests()
         except Exception:
-            self.logger.warning("Could not read start messages from Redis", exc_info=True)
+            logger.warning(
+                "Could not read start messages from Redis", exc_info=True, extra={"spider": self}
+            )
             return 0
 
     def _shared_work_pending(self) -> bool:

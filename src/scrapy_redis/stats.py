@@ -44,7 +44,7 @@ def encode_value(value: Any) -> str:
     if isinstance(value, datetime):
         if value.tzinfo is not None:
             value = value.astimezone(timezone.utc)
-        return value.isoformat()
+        return str(value.isoformat())
     if isinstance(value, str):
         return value
     return _JSON + json.dumps(value, default=str)
@@ -105,12 +105,15 @@ class RedisStatsCollector(StatsCollector):
         pipe = self.server.pipeline(transaction=True)
         pipe.delete(self._get_key(spider))
         if stats:
-            mapping = {name: encode_value(value) for name, value in stats.items()}
+            mapping: dict[str | bytes, str] = {k: encode_value(v) for k, v in stats.items()}
             pipe.hset(self._get_key(spider), mapping=mapping)
         pipe.execute()
 
     def inc_value(
-        self, key: str, count: int | float = 1, start: int | float = 0,
+        self,
+        key: str,
+        count: int | float = 1,
+        start: int | float = 0,
         spider: Spider | None = None,
     ) -> None:
         name = self._get_key(spider)

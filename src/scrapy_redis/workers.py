@@ -58,7 +58,5 @@ class WorkerRegistry:
     def _run(self, op: str, busy: bool, flush_keys: Sequence[str]) -> Census:
         flush = "1" if flush_keys else "0"
         args = [op, self.worker_id, self.timeout_ms, "1" if busy else "0", flush]
-        others, busy_others, flushed = script("workers")(
-            self.server, [self.key, *flush_keys], args
-        )
+        others, busy_others, flushed = script("workers")(self.server, [self.key, *flush_keys], args)
         return Census(int(others), int(busy_others), bool(flushed))
