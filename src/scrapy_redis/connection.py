@@ -101,7 +101,8 @@ def ensure_reachable(client: redis.Redis[Any]) -> None:
         client.ping()
     except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
         raise RedisUnavailableError(
-            f"Cannot connect to Redis at {describe_server(client)}: {exc}. Check REDIS_URL "
+            f"Cannot connect to Redis at {describe_server(client)}: {str(exc).rstrip('.')}. "
+            "Check REDIS_URL "
             "(or REDIS_HOST / REDIS_PORT / REDIS_PARAMS) and that the server is running."
         ) from None
 
