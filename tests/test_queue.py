@@ -281,3 +281,34 @@ def test_concurrent_producers_and_consumers(server, redis_url, queue_name):
         seen.append(request.url)
     assert len(seen) == 900
     assert len(set(seen)) == 900
+
+
+class TaggedRequest(Request):
+    """A user Request subclass with an attribute of its own."""
+
+    attributes = (*Request.attributes, "tag")
+
+    def __init__(self, *args, tag=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.tag = tag
+
+
+@pytest.mark.parametrize("queue_cls", [FifoQueue, PriorityQueue])
+def test_user_request_subclass_roundtrip(server, queue_cls):
+    queue = queue_cls(server, make_spider(), "q")
+    queue.push(TaggedRequest("https://example.com/t", tag={"k": b"v"}))
+    out = queue.pop()
+    assert type(out) is TaggedRequest
+    assert out.tag == {"k": b"v"}
+
+
+def test_request_class_from_unimported_module_is_refused(server):
+    from scrapy_redis.serializers import msgpack_serializer
+
+    queue = FifoQueue(server, make_spider(), "q")
+    crafted = {**Request("https://example.com").to_dict(), "_class": "antigravity.Request"}
+    server.lpush("q", msgpack_serializer.dumps(crafted))
+    with pytest.raises(UndecodableRequestError, match="imported module"):
+        queue.pop()
+    assert "antigravity" not in __import__("sys").modules
+    assert server.llen("q:invalid") == 1
