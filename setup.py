@@ -25,7 +25,7 @@ setup(
     ],
     extras_require={
         "hiredis": ["hiredis>=2.0"],
-        "test": ["pytest>=8", "pytest-timeout>=2", "sphinx>=7"],
+        "test": ["pytest>=8", "pytest-timeout>=2", "sphinx>=7.4"],
     },
     classifiers=[
         "Framework :: Scrapy",

@@ -114,6 +114,8 @@ def test_scrapys_own_dupefilter(settings_dict, server, schedulers):
     assert type(scheduler.df) is ScrapyRFPDupeFilter
     assert scheduler.enqueue_request(Request("http://example.com/a")) is True
     assert scheduler.enqueue_request(Request("http://example.com/a")) is False
+    scheduler.flush()  # Scrapy's filters have no clear(): only the queue is emptied
+    assert len(scheduler.queue) == 0
     scheduler.close("finished")
 
 
@@ -210,6 +212,8 @@ def test_pickled_queue_without_pickle_stops_worker_and_keeps_data(
     assert "SCHEDULER_SERIALIZER = 'scrapy_redis.picklecompat'" in caplog.text
     assert not scheduler.has_pending_requests()
     assert server.zrange("demo:requests", 0, -1) == [legacy]
+    scheduler.close("scheduler_serializer_error")  # the last worker, not persisting...
+    assert server.zrange("demo:requests", 0, -1) == [legacy]  # ...still keeps the data
 
 
 def test_pickled_queue_read_with_picklecompat(settings_dict, server, schedulers):

@@ -99,6 +99,24 @@ def test_extra_string_keys_are_form_data_as_in_the_original(spider):
     assert get.meta["job-id"] == "123"
 
 
+def test_null_values_mean_not_given(settings_dict, server):
+    spider = make({**settings_dict, "REDIS_START_URLS_DONT_FILTER": True})
+    message = {
+        "url": "https://example.com/n",
+        "method": None,
+        "formdata": None,
+        "dont_filter": None,
+        "meta": None,
+    }
+    request = spider.make_request_from_data(json.dumps(message).encode())
+    assert (request.method, request.dont_filter, type(request)) == ("GET", True, Request)
+
+
+def test_negative_batch_size_rejected(settings_dict, server):
+    with pytest.raises(ValueError, match="redis_batch_size must be positive"):
+        make(settings_dict, redis_batch_size="-1")
+
+
 def test_formdata_key(spider):
     request = spider.make_request_from_data(
         json.dumps(

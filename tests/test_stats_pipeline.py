@@ -33,6 +33,10 @@ def stats_collector(settings_dict, **extra):
         2.5,
         1e-9,
         "finished",
+        "123",
+        "1.5",
+        "json:x",
+        "2026-01-01T00:00:00",
         "",
         True,
         False,
@@ -62,6 +66,7 @@ def test_basic_operations(settings_dict, server):
     stats.inc_value("count", 2)
     stats.inc_value("started", 1, start=10)
     stats.inc_value("ratio", 0.5)
+    stats.inc_value("ratio", 1)  # an int increment of a float stat
     stats.max_value("max", 3)
     stats.max_value("max", 1)
     stats.min_value("min", 3)
@@ -73,7 +78,7 @@ def test_basic_operations(settings_dict, server):
         "reason": "finished",
         "count": 3,
         "started": 11,
-        "ratio": 0.5,
+        "ratio": 1.5,
         "max": 3,
         "min": 1,
         "first": when,

@@ -46,7 +46,7 @@ SCHEDULER_DUPEFILTER_CLASS = "scrapy_redis.dupefilter.RFPDupeFilter"
 #: SCHEDULER_DUPEFILTER_KEY: set of request fingerprints shared by the workers.
 SCHEDULER_DUPEFILTER_KEY = "%(spider)s:dupefilter"
 
-#: SCHEDULER_FLUSH_ON_START: clear queue and fingerprints when the first worker starts.
+#: SCHEDULER_FLUSH_ON_START: clear queue and fingerprints on open if no other worker is alive.
 SCHEDULER_FLUSH_ON_START = False
 
 #: SCHEDULER_IDLE_BEFORE_CLOSE: seconds to wait for new requests before idling.

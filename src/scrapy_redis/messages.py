@@ -7,7 +7,8 @@ A message is either a bare URL or a JSON object::
      "priority": 10, "dont_filter": true, "callback": "parse_item",
      "errback": "on_error", "formdata": {"q": "x"}}
 
-Only ``url`` is required. As in the original, any other key with a string (or
+Only ``url`` is required; a ``null`` value means the key is not given. As in
+the original, any other key with a string (or
 list of strings) value is form data. Anything else is rejected with
 :class:`InvalidStartMessageError` naming the reason.
 """
@@ -61,8 +62,8 @@ def request_from_message(
     fields: dict[str, Any], spider: Spider, dont_filter: bool = False
 ) -> Request:
     """The request a message's ``fields`` describe."""
-    fields = dict(fields)
-    if fields.get("url") is None:
+    fields = {name: value for name, value in fields.items() if value is not None}
+    if "url" not in fields:
         raise InvalidStartMessageError("no 'url'")
     _check_types(fields)
     formdata = {**fields.pop("formdata", {}), **_extra_form_fields(fields)}

@@ -219,7 +219,8 @@ class Scheduler:
 
     def flush(self) -> None:
         """Delete the shared queue and fingerprints now, whoever else uses them."""
-        self.df.clear()
+        if hasattr(self.df, "clear"):
+            self.df.clear()
         self.queue.clear()
 
     def _build_queue(self, spider: Spider) -> Any:
@@ -261,9 +262,11 @@ class Scheduler:
 
     def _leave(self) -> None:
         assert self._registry is not None
-        census = self._registry.leave(() if self.persist else self._shared_keys())
+        # A halted worker could not read the queue: it must not delete what it left in place.
+        keep = self.persist or self._halted
+        census = self._registry.leave(() if keep else self._shared_keys())
         self.cleared_shared_data = census.flushed
-        if not self.persist and not census.flushed:
+        if not keep and not census.flushed:
             logger.info(
                 "Not clearing the shared queue: %(others)d other worker(s) still use it.",
                 {"others": census.others},

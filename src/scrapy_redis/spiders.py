@@ -56,11 +56,14 @@ def normalize_redis_key(value: Any, spider_name: str) -> list[str]:
     return keys
 
 
-def _as_int(value: Any, name: str) -> int:
+def _as_positive_int(value: Any, name: str) -> int:
     try:
-        return int(value)
+        number = int(value)
     except (TypeError, ValueError):
         raise ValueError(f"{name} must be an integer, not {value!r}") from None
+    if number <= 0:
+        raise ValueError(f"{name} must be positive, not {value!r}")
+    return number
 
 
 def _as_seconds(value: Any, name: str) -> float:
@@ -70,6 +73,13 @@ def _as_seconds(value: Any, name: str) -> float:
         return float(value)
     except (TypeError, ValueError):
         raise ValueError(f"{name} must be a number of seconds, not {value!r}") from None
+
+
+def _as_interval(value: Any, name: str) -> float:
+    seconds = _as_seconds(value, name)
+    if seconds < 0:
+        raise ValueError(f"{name} cannot be negative, not {value!r}")
+    return seconds
 
 
 def _start_mode(settings: BaseSettings) -> str:
@@ -149,7 +159,7 @@ class RedisMixin:
             self.name,
         )
         self.redis_key = self._redis_keys[0]
-        self.redis_batch_size = _as_int(
+        self.redis_batch_size = _as_positive_int(
             self.redis_batch_size
             or settings.get("REDIS_START_URLS_BATCH_SIZE")
             or settings.getint("CONCURRENT_REQUESTS", defaults.REDIS_CONCURRENT_REQUESTS),
@@ -158,7 +168,7 @@ class RedisMixin:
         self.redis_encoding = self.redis_encoding or settings.get(
             "REDIS_ENCODING", defaults.REDIS_ENCODING
         )
-        self.redis_key_check_interval = _as_seconds(
+        self.redis_key_check_interval = _as_interval(
             self.redis_key_check_interval
             if self.redis_key_check_interval is not None
             else settings.get("REDIS_KEY_CHECK_INTERVAL", defaults.REDIS_KEY_CHECK_INTERVAL),

@@ -48,7 +48,3 @@ class StartUrlSource:
             self._last_scan = time.monotonic()
             return 0
         return self.current
-
-    def has_items(self) -> bool:
-        """Whether any key holds a message (one round trip)."""
-        return bool(self.server.exists(*self.keys))

@@ -3,8 +3,8 @@
 Every update is one atomic command or Lua script, so concurrent workers never
 lose increments. Values keep their type: integers and floats are stored as
 decimal text (``HINCRBY``/``HINCRBYFLOAT`` work on them), datetimes as ISO-8601
-text in UTC, strings as they are, and anything else (bool, None, lists,
-dicts) as ``json:<JSON>``.
+text in UTC, strings as they are (unless they would read back as another
+type), and anything else (bool, None, lists, dicts) as ``json:<JSON>``.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import re
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
+from redis.exceptions import ResponseError
 from scrapy.statscollectors import StatsCollector
 
 from scrapy_redis import defaults
@@ -46,7 +47,8 @@ def encode_value(value: Any) -> str:
             value = value.astimezone(timezone.utc)
         return str(value.isoformat())
     if isinstance(value, str):
-        return value
+        plain = decode_value(value)
+        return value if type(plain) is str and plain == value else _JSON + json.dumps(value)
     return _JSON + json.dumps(value, default=str)
 
 
@@ -56,7 +58,10 @@ def decode_value(raw: Any) -> Any:
     if _INT.fullmatch(text):
         return int(text)
     if text.startswith(_JSON):
-        return json.loads(text[len(_JSON) :])
+        try:
+            return json.loads(text[len(_JSON) :])
+        except ValueError:
+            return text
     if _DATETIME.fullmatch(text):
         return datetime.fromisoformat(text)
     try:
@@ -120,7 +125,10 @@ class RedisStatsCollector(StatsCollector):
         if start:
             script("stats_inc")(self.server, [name], [key, repr(count), repr(start)])
         elif isinstance(count, int):
-            self.server.hincrby(name, key, count)
+            try:
+                self.server.hincrby(name, key, count)
+            except ResponseError:  # the stat holds a float
+                self.server.hincrbyfloat(name, key, count)
         else:
             self.server.hincrbyfloat(name, key, count)
 
