@@ -1,0 +1,1 @@
+"""The scrapy-redis example project."""
