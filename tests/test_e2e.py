@@ -2,7 +2,8 @@
 
 Each test serves the demo site (example-project/demo_site.py) in this process,
 runs two workers of one example spider at once against the session's
-redis-server (and, for ``dmoz``, an interrupted worker before them) and checks, from the site's hit counter and from Redis, that the site was crawled
+redis-server (and, for ``dmoz``, an interrupted worker before them) and
+checks, from the site's hit counter and from Redis, that the site was crawled
 exactly once in all: every page fetched once, every item stored once, and the
 Redis keys left as SCHEDULER_PERSIST says. Workers must stop on their own and
 log no error, traceback or deprecation warning.
