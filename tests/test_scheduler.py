@@ -278,3 +278,27 @@ def test_subclass_overriding_open_the_old_way(settings_dict, server, schedulers)
     assert scheduler.next_request().url == "http://example.com/a"
     scheduler.close("finished")
     assert server.keys("demo:*") == []
+
+
+def test_queue_watcher_backs_off_and_wakes_the_engine():
+    from twisted.internet.task import Clock
+
+    from scrapy_redis.scheduler import QueueWatcher
+
+    clock, state, wakes = Clock(), {"empty": True}, []
+    watcher = QueueWatcher(lambda: state["empty"], lambda: wakes.append(clock.seconds()), clock)
+    watcher.watch()
+    watcher.watch()  # already watching: no second timer
+    assert len(clock.getDelayedCalls()) == 1
+    clock.advance(0.1)
+    clock.advance(0.2)
+    clock.advance(0.4)
+    assert clock.getDelayedCalls()[0].getTime() == pytest.approx(0.7 + 0.8)
+    state["empty"] = False
+    clock.advance(0.8)
+    assert wakes == [pytest.approx(1.5)]
+    assert clock.getDelayedCalls() == []
+    watcher.watch()  # back-off was reset
+    assert clock.getDelayedCalls()[0].getTime() == pytest.approx(1.6)
+    watcher.stop()
+    assert clock.getDelayedCalls() == []

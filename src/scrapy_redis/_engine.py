@@ -40,3 +40,10 @@ def engine_busy(crawler: Crawler | None) -> bool:
     scraper_slot = getattr(getattr(engine, "scraper", None), "slot", None)
     scraper_busy = scraper_slot is not None and not scraper_slot.is_idle()
     return bool(engine.downloader.active) or scraper_busy
+
+
+def wake_engine(crawler: Crawler | None) -> None:
+    """Make the engine ask the scheduler for requests again soon."""
+    nextcall = getattr(_slot(engine_of(crawler)), "nextcall", None)
+    if nextcall is not None:
+        nextcall.schedule()

@@ -11,6 +11,7 @@ import heapq
 import logging
 import time
 import warnings
+from collections.abc import Callable
 from itertools import count
 from typing import TYPE_CHECKING, Any
 
@@ -19,7 +20,7 @@ from scrapy.utils.misc import build_from_crawler, load_object
 from twisted.internet import task
 
 from scrapy_redis import defaults
-from scrapy_redis._engine import engine_busy, engine_of
+from scrapy_redis._engine import engine_busy, engine_of, wake_engine
 from scrapy_redis.connection import (
     ensure_reachable,
     get_redis_from_crawler,
@@ -64,6 +65,55 @@ class _LocalQueue:
 
     def __len__(self) -> int:
         return len(self._heap)
+
+
+class QueueWatcher:
+    """While the queue looks empty, checks it with a growing interval and wakes the engine.
+
+    Scrapy asks the scheduler for requests when a download ends or every 5 s;
+    requests another worker pushes meanwhile would wait for that. The watcher
+    checks (one ``EXISTS``) after 0.1 s, then doubling up to 2 s, and calls
+    ``wake`` as soon as the queue holds something.
+    """
+
+    FIRST, LAST = 0.1, 2.0
+
+    def __init__(
+        self, is_empty: Callable[[], bool], wake: Callable[[], None], clock: Any = None
+    ) -> None:
+        self.is_empty = is_empty
+        self.wake = wake
+        self.clock = clock
+        self.interval = self.FIRST
+        self._call: Any = None
+
+    def watch(self) -> None:
+        if self._call is None:
+            if self.clock is None:
+                from twisted.internet import reactor  # not at import: Scrapy installs it
+
+                self.clock = reactor
+            self._call = self.clock.callLater(self.interval, self._check)
+
+    def stop(self) -> None:
+        if self._call is not None and self._call.active():
+            self._call.cancel()
+        self._call = None
+        self.interval = self.FIRST
+
+    def _check(self) -> None:
+        self._call = None
+        try:
+            empty = self.is_empty()
+        except Exception:  # Redis unreachable: look again later
+            logger.debug("Queue check failed", exc_info=True)
+            empty = True
+        if not empty:
+            self.stop()
+            self.wake()
+            return
+        self.interval = min(self.interval * 2, self.LAST)
+        self.watch()
 
 
 def _scheduler_kwargs(settings: BaseSettings) -> dict[str, Any]:
@@ -153,6 +203,7 @@ class Scheduler:
         self._local = _LocalQueue()
         self._registry: WorkerRegistry | None = None
         self._heartbeat: task.LoopingCall | None = None
+        self._watcher = QueueWatcher(lambda: True, lambda: None)  # replaced in open()
         self._census = Census(0, 0, False)
         self._census_at = 0.0
         self._published_busy = False
@@ -208,6 +259,7 @@ class Scheduler:
     def close(self, reason: str) -> Deferred[None] | None:
         if self._heartbeat is not None and self._heartbeat.running:
             self._heartbeat.stop()
+        self._watcher.stop()
         if self._registry is not None:
             self._leave()
         elif not self.persist:  # a subclass replaced open(): no registry, original behaviour
@@ -259,6 +311,7 @@ class Scheduler:
             )
         self._heartbeat = task.LoopingCall(self._beat)
         self._heartbeat.start(self.worker_timeout / 3, now=False)
+        self._watcher = QueueWatcher(self._queue_is_empty, lambda: wake_engine(self.crawler))
 
     def _leave(self) -> None:
         assert self._registry is not None
@@ -298,8 +351,10 @@ class Scheduler:
         if request is None:
             if self._empty_since is None:
                 self._empty_since = time.monotonic()
+            self._watcher.watch()
             return None
         self._empty_since = None
+        self._watcher.stop()
         self._publish_busy()
         self._inc("scheduler/dequeued/redis")
         self._inc("scheduler/dequeued")
@@ -383,7 +438,8 @@ class Scheduler:
     def _others_busy(self) -> bool:
         if self._registry is None:
             return False
-        if time.monotonic() - self._census_at > _CENSUS_TTL:
+        stale = time.monotonic() - self._census_at > _CENSUS_TTL
+        if stale or self._published_busy != self._is_busy():
             self._beat()
         return self._census.busy_others > 0
 
