@@ -173,14 +173,18 @@ def test_flush_on_start_only_when_alone(settings_dict, server, schedulers):
     assert server.scard("demo:dupefilter") == 1
 
 
-def test_other_busy_worker_keeps_scheduler_pending(settings_dict, server, schedulers):
+def test_requests_leased_by_another_worker_keep_scheduler_pending(settings_dict, server,
+                                                                    schedulers):
     idle, busy = schedulers(settings_dict), schedulers(settings_dict)
-    busy._registry.beat(True)
-    idle._census_at = 0  # force a fresh census
-    assert idle.has_pending_requests()
-    busy._registry.beat(False)
-    idle._census_at = 0
-    assert not idle.has_pending_requests()
+    idle.enqueue_request(Request("http://example.com/a"))
+    request = busy.next_request()
+    assert request.url == "http://example.com/a"
+    assert server.hlen("demo:requests:leases") == 1
+    assert idle.next_request() is None
+    assert idle.has_pending_requests()  # busy may produce requests, or die
+    busy.close("shutdown")  # graceful stop: the request goes back at once
+    assert busy.stats.get_value("scheduler/leases/returned") == 1
+    assert idle.next_request().url == "http://example.com/a"
 
 
 def test_unserializable_request_kept_in_memory(settings_dict, server, schedulers, caplog):
@@ -302,3 +306,55 @@ def test_queue_watcher_backs_off_and_wakes_the_engine():
     assert clock.getDelayedCalls()[0].getTime() == pytest.approx(1.6)
     watcher.stop()
     assert clock.getDelayedCalls() == []
+
+
+def test_dead_workers_leases_are_recovered_in_their_priority(settings_dict, server, schedulers):
+    settings = {**settings_dict, "SCHEDULER_WORKER_TIMEOUT": 0.3}
+    dead = schedulers(settings)
+    dead._heartbeat.stop()  # SIGKILL: no heartbeat, no close
+    dead.enqueue_request(Request("http://example.com/a", priority=5))
+    dead.enqueue_request(Request("http://example.com/b"))
+    assert dead.next_request().url == "http://example.com/a"
+    live = schedulers(settings)
+    assert live.next_request().url == "http://example.com/b"
+    time.sleep(0.35)
+    live._beat()  # renews its own lease, recovers the dead worker's
+    assert live.stats.get_value("scheduler/leases/recovered") == 1
+    recovered = live.next_request()
+    assert (recovered.url, recovered.priority) == ("http://example.com/a", 5)
+    assert server.hlen("demo:requests:leases") == 2  # both now held by the live worker
+
+
+def test_leases_released_when_the_engine_is_done(settings_dict, server, schedulers):
+    from types import SimpleNamespace
+
+    scheduler = schedulers(settings_dict)
+    slot = SimpleNamespace(inprogress=set(), closing=None, nextcall=None)
+    scheduler.crawler.engine = SimpleNamespace(_slot=slot, running=True)
+    for name in "ab":
+        scheduler.enqueue_request(Request(f"http://example.com/{name}"))
+    first = scheduler.next_request()
+    slot.inprogress.add(first)  # as the engine does with what it takes
+    second = scheduler.next_request()
+    slot.inprogress.add(second)
+    assert server.hlen("demo:requests:leases") == 2
+    slot.inprogress.discard(first)  # downloaded, parsed, its output scheduled
+    assert scheduler.next_request() is None
+    assert server.hlen("demo:requests:leases") == 1
+    assert scheduler.stats.get_value("scheduler/leases/acked") == 1
+    scheduler.close("shutdown")  # the second is not done: back to the queue at once
+    assert scheduler.stats.get_value("scheduler/leases/returned") == 1
+    assert server.hlen("demo:requests:leases") == 0
+
+
+@pytest.mark.parametrize("queue_cls", ["FifoQueue", "LifoQueue", "PriorityQueue"])
+def test_returned_leases_keep_queue_order(settings_dict, server, schedulers, queue_cls):
+    settings = {**settings_dict, "SCHEDULER_QUEUE_CLASS": f"scrapy_redis.queue.{queue_cls}",
+                "SCHEDULER_PERSIST": True}
+    first = schedulers(settings)
+    for name in "abcd":
+        first.enqueue_request(Request(f"http://example.com/{name}"))
+    taken = [first.next_request().url[-1] for _ in range(2)]
+    first.close("shutdown")
+    second = schedulers(settings)
+    assert [second.next_request().url[-1] for _ in range(4)][:2] == taken

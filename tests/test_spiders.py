@@ -196,6 +196,7 @@ def test_invalid_batch_size(settings_dict, server):
 
 
 def test_set_mode(settings_dict, server):
+    server.delete("myspider:start_urls")
     spider = make({**settings_dict, "REDIS_START_URLS_AS_SET": True})
     server.sadd("myspider:start_urls", "https://example.com/a", "https://example.com/b")
     assert sorted(urls(spider.next_requests())) == [
@@ -334,3 +335,45 @@ def test_max_idle_time_counts_from_idle_start(settings_dict, server):
         spider.spider_idle()  # work resets the idle clock
     with pytest.raises(DontCloseSpider):
         spider.spider_idle()
+
+
+# -- leases ------------------------------------------------------------------------------
+
+
+def test_start_messages_are_leased_until_scheduled(spider, server):
+    engine = with_engine(spider)
+    server.rpush("myspider:start_urls", "https://example.com/a", "https://example.com/b")
+    requests = spider.next_requests()
+    assert server.hlen("myspider:start_urls:leases") == 2  # popped, not yet scheduled
+    for request in requests:
+        engine.crawl(request)
+    spider.schedule_next_requests()  # the next read releases the consumed batch
+    assert server.hlen("myspider:start_urls:leases") == 0
+    assert server.zcard("myspider:start_urls:lease_deadlines") == 0
+
+
+def test_dead_workers_start_messages_are_recovered(settings_dict, server):
+    settings = {**settings_dict, "SCHEDULER_WORKER_TIMEOUT": 0.2}
+    dead, live = make(settings), make(settings)
+    server.rpush("myspider:start_urls", "https://example.com/a", "https://example.com/b")
+    assert urls(dead.next_requests()) == ["https://example.com/a", "https://example.com/b"]
+    import time
+
+    time.sleep(0.25)  # the dead worker never scheduled them, nor renewed its leases
+    live._beat()
+    assert live.crawler.stats.get_value("redis/start_messages/recovered") == 2
+    assert urls(live.next_requests()) == ["https://example.com/a", "https://example.com/b"]
+
+
+def test_zset_and_set_messages_go_back_where_they_came_from(settings_dict, server):
+    spider = make({**settings_dict, "REDIS_START_URLS_AS_ZSET": True})
+    server.zadd("myspider:start_urls", {"https://example.com/hi": 9})
+    spider.next_requests()
+    spider._stop_polling()  # spider closed before scheduling them
+    assert server.zscore("myspider:start_urls", "https://example.com/hi") == 9
+    server.delete("myspider:start_urls")
+    spider = make({**settings_dict, "REDIS_START_URLS_AS_SET": True})
+    server.sadd("myspider:start_urls", "https://example.com/s")
+    spider.next_requests()
+    spider._stop_polling()
+    assert server.sismember("myspider:start_urls", "https://example.com/s")

@@ -32,14 +32,14 @@ def engine_accepts_requests(crawler: Crawler) -> bool:
     return bool(engine and engine.running and slot is not None and slot.closing is None)
 
 
-def engine_busy(crawler: Crawler | None) -> bool:
-    """Whether the engine is downloading or processing responses."""
-    engine = engine_of(crawler)
-    if engine is None:
-        return False
-    scraper_slot = getattr(getattr(engine, "scraper", None), "slot", None)
-    scraper_busy = scraper_slot is not None and not scraper_slot.is_idle()
-    return bool(engine.downloader.active) or scraper_busy
+def engine_in_progress(crawler: Crawler | None) -> Any:
+    """The requests the engine took from the scheduler and is not done with, or None.
+
+    A request stays there from the moment the engine takes it until its
+    download, callback or errback, item pipelines and the scheduling of what it
+    produced (redirects and retries included) are all over.
+    """
+    return getattr(_slot(engine_of(crawler)), "inprogress", None)
 
 
 def wake_engine(crawler: Crawler | None) -> None:

@@ -46,3 +46,13 @@ def invalid_entries_key(queue_key: str) -> str:
 def workers_key(queue_key: str) -> str:
     """The hash of live workers sharing a queue (see :mod:`scrapy_redis.workers`)."""
     return f"{queue_key}:workers"
+
+
+def leases_key(base_key: str) -> str:
+    """The hash of leases (see :mod:`scrapy_redis.leases`) of a queue or start key."""
+    return f"{base_key}:leases"
+
+
+def lease_deadlines_key(base_key: str) -> str:
+    """The sorted set of lease deadlines of a queue or start key."""
+    return f"{base_key}:lease_deadlines"

@@ -30,6 +30,7 @@ from scrapy_redis.exceptions import (
     UnserializableRequestError,
 )
 from scrapy_redis.keys import format_key, invalid_entries_key, needs_formatting, priority_list_key
+from scrapy_redis.leases import Ticket
 from scrapy_redis.reqser import dict_to_request, request_to_dict
 from scrapy_redis.scripts import script
 from scrapy_redis.serializers import Serializer, looks_like_pickle, resolve_serializer
@@ -124,6 +125,10 @@ class Base:
             return self.decode_entry(entry)
         return None
 
+    def decode(self, entry: Entry) -> Request:
+        """The request of ``entry``, or UndecodableRequestError (nothing else happens)."""
+        return self._decode_request(entry.data)
+
     def decode_entry(self, entry: Entry) -> Request:
         """The request of ``entry``, or UndecodableRequestError.
 
@@ -132,7 +137,7 @@ class Base:
         Neither is deleted.
         """
         try:
-            return self._decode_request(entry.data)
+            return self.decode(entry)
         except UndecodableRequestError as exc:
             if exc.looks_like_pickle:
                 self.restore_entries([entry])
@@ -154,7 +159,10 @@ class Base:
     def push_entries(self, entries: Sequence[Entry]) -> None:
         raise NotImplementedError
 
-    def pop_entries(self, count: int, timeout: int = 0) -> list[Entry]:
+    def pop_entries(
+        self, count: int, timeout: int = 0, ticket: Ticket | None = None
+    ) -> list[Entry]:
+        """Take up to ``count`` entries; with a ``ticket``, lease them (see leases.py)."""
         raise NotImplementedError
 
     def restore_entries(self, entries: Sequence[Entry]) -> None:
@@ -177,7 +185,13 @@ class _ListQueue(Base):
             chunk = entries[start : start + _PUSH_CHUNK]
             self.server.lpush(self.key, *(entry.data for entry in chunk))
 
-    def pop_entries(self, count: int, timeout: int = 0) -> list[Entry]:
+    def pop_entries(
+        self, count: int, timeout: int = 0, ticket: Ticket | None = None
+    ) -> list[Entry]:
+        if ticket is not None:
+            keys = [self.key, ticket.leases_key, ticket.deadlines_key]
+            args = [self._pop_command, count, ticket.timeout_ms, ticket.prefix, ticket.first]
+            return [Entry(data) for data in script("lease_list")(self.server, keys, args)]
         if timeout > 0:
             reply = _raw(self.server, self._blocking_pop_command, self.key, timeout)
             return [Entry(reply[1])] if reply else []
@@ -245,10 +259,16 @@ class PriorityQueue(Base):
             chunk = datas[start : start + _PUSH_CHUNK]
             script("push_priority")(self.server, keys, [priority, where, *chunk])
 
-    def pop_entries(self, count: int, timeout: int = 0) -> list[Entry]:
+    def pop_entries(
+        self, count: int, timeout: int = 0, ticket: Ticket | None = None
+    ) -> list[Entry]:
+        lease_keys, lease_args = [], []
+        if ticket is not None:
+            lease_keys = [ticket.leases_key, ticket.deadlines_key]
+            lease_args = [ticket.timeout_ms, ticket.prefix, ticket.first]
         for _ in range(self._POP_ATTEMPTS):
-            keys = [self.key, priority_list_key(self.key, self._top)]
-            reply = script("pop_priority")(self.server, keys, [self._top, count])
+            keys = [self.key, priority_list_key(self.key, self._top), *lease_keys]
+            reply = script("pop_priority")(self.server, keys, [self._top, count, *lease_args])
             kind = reply[0]
             if kind == 0:
                 return []

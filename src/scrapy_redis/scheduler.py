@@ -11,7 +11,6 @@ import heapq
 import logging
 import time
 import warnings
-from collections.abc import Callable
 from itertools import count
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +19,7 @@ from scrapy.utils.misc import build_from_crawler, load_object
 from twisted.internet import task
 
 from scrapy_redis import defaults
-from scrapy_redis._engine import engine_busy, engine_of, wake_engine
+from scrapy_redis._engine import engine_in_progress, engine_of, wake_engine
 from scrapy_redis.connection import (
     ensure_reachable,
     get_redis_from_crawler,
@@ -31,9 +30,12 @@ from scrapy_redis.exceptions import (
     UndecodableRequestError,
     UnserializableRequestError,
 )
-from scrapy_redis.keys import format_key, workers_key
+from scrapy_redis.keys import format_key, invalid_entries_key, workers_key
+from scrapy_redis.leases import LeaseBook
+from scrapy_redis.queue import Base
 from scrapy_redis.serializers import resolve_serializer
-from scrapy_redis.workers import Census, WorkerRegistry, new_worker_id
+from scrapy_redis.wakeup import QueueWatcher
+from scrapy_redis.workers import WorkerRegistry, new_worker_id
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
@@ -46,8 +48,6 @@ logger = logging.getLogger(__name__)
 
 # How often an undecodable entry may be skipped in one next_request() call.
 _MAX_SKIPS = 100
-# How long a census of the other workers is trusted before a fresh heartbeat.
-_CENSUS_TTL = 1.0
 
 
 class _LocalQueue:
@@ -65,55 +65,6 @@ class _LocalQueue:
 
     def __len__(self) -> int:
         return len(self._heap)
-
-
-class QueueWatcher:
-    """While the queue looks empty, checks it with a growing interval and wakes the engine.
-
-    Scrapy asks the scheduler for requests when a download ends or every 5 s;
-    requests another worker pushes meanwhile would wait for that. The watcher
-    checks (one ``EXISTS``) after 0.1 s, then doubling up to 2 s, and calls
-    ``wake`` as soon as the queue holds something.
-    """
-
-    FIRST, LAST = 0.1, 2.0
-
-    def __init__(
-        self, is_empty: Callable[[], bool], wake: Callable[[], None], clock: Any = None
-    ) -> None:
-        self.is_empty = is_empty
-        self.wake = wake
-        self.clock = clock
-        self.interval = self.FIRST
-        self._call: Any = None
-
-    def watch(self) -> None:
-        if self._call is None:
-            if self.clock is None:
-                from twisted.internet import reactor  # not at import: Scrapy installs it
-
-                self.clock = reactor
-            self._call = self.clock.callLater(self.interval, self._check)
-
-    def stop(self) -> None:
-        if self._call is not None and self._call.active():
-            self._call.cancel()
-        self._call = None
-        self.interval = self.FIRST
-
-    def _check(self) -> None:
-        self._call = None
-        try:
-            empty = self.is_empty()
-        except Exception:  # Redis unreachable: look again later
-            logger.debug("Queue check failed", exc_info=True)
-            empty = True
-        if not empty:
-            self.stop()
-            self.wake()
-            return
-        self.interval = min(self.interval * 2, self.LAST)
-        self.watch()
 
 
 def _scheduler_kwargs(settings: BaseSettings) -> dict[str, Any]:
@@ -204,9 +155,8 @@ class Scheduler:
         self._registry: WorkerRegistry | None = None
         self._heartbeat: task.LoopingCall | None = None
         self._watcher = QueueWatcher(lambda: True, lambda: None)  # replaced in open()
-        self._census = Census(0, 0, False)
-        self._census_at = 0.0
-        self._published_busy = False
+        self._book: LeaseBook | None = None
+        self._leased: dict[Request, str] = {}  # handed to the engine, not done yet
         self._empty_since: float | None = None
         self._unserializable_logged = False
         self._halted = False
@@ -247,7 +197,10 @@ class Scheduler:
         self.queue = self._build_queue(spider)
         if self.df is None:
             self.df = load_object(self.dupefilter_cls).from_spider(spider)
+        if isinstance(self.queue, Base):
+            self._book = LeaseBook(self.server, self.queue.key, self.worker_id, self.worker_timeout)
         self._join()
+        self._recover()
         if pending := len(self.queue):
             logger.info(
                 "Resuming crawl (%(count)d requests scheduled)",
@@ -260,6 +213,7 @@ class Scheduler:
         if self._heartbeat is not None and self._heartbeat.running:
             self._heartbeat.stop()
         self._watcher.stop()
+        self._give_back_leases()
         if self._registry is not None:
             self._leave()
         elif not self.persist:  # a subclass replaced open(): no registry, original behaviour
@@ -276,9 +230,9 @@ class Scheduler:
         self.queue.clear()
 
     def _build_queue(self, spider: Spider) -> Any:
-        queue_cls = (
-            load_object(self.queue_cls) if isinstance(self.queue_cls, str) else self.queue_cls
-        )
+        queue_cls = self.queue_cls
+        if isinstance(queue_cls, str):
+            queue_cls = load_object(queue_cls)
         try:
             return queue_cls(
                 server=self.server,
@@ -293,6 +247,8 @@ class Scheduler:
 
     def _shared_keys(self) -> list[str]:
         keys = list(self.queue.flush_keys()) if hasattr(self.queue, "flush_keys") else []
+        if self._book is not None:
+            keys += self._book.keys
         key = getattr(self.df, "key", None)
         return [*keys, key] if isinstance(key, str) else keys
 
@@ -301,12 +257,12 @@ class Scheduler:
             self.server, workers_key(self.queue.key), self.worker_id, self.worker_timeout
         )
         flush_keys = self._shared_keys() if self.flush_on_start else ()
-        self._set_census(self._registry.join(busy=False, flush_keys=flush_keys))
-        if self.flush_on_start and not self._census.flushed:
+        census = self._registry.join(flush_keys=flush_keys)
+        if self.flush_on_start and not census.flushed:
             logger.warning(
                 "SCHEDULER_FLUSH_ON_START is set but %(others)d other worker(s) are using "
                 "the queue: not flushing it.",
-                {"others": self._census.others},
+                {"others": census.others},
                 extra={"spider": self.spider},
             )
         self._heartbeat = task.LoopingCall(self._beat)
@@ -342,6 +298,7 @@ class Scheduler:
         return True
 
     def next_request(self) -> Request | None:
+        self._ack_done()
         request = self._local.pop()
         if request is not None:
             self._inc("scheduler/dequeued/memory")
@@ -355,7 +312,6 @@ class Scheduler:
             return None
         self._empty_since = None
         self._watcher.stop()
-        self._publish_busy()
         self._inc("scheduler/dequeued/redis")
         self._inc("scheduler/dequeued")
         return request
@@ -369,31 +325,107 @@ class Scheduler:
         """Whether work may still come from the shared queue.
 
         True while it holds requests, this worker holds requests in memory, or
-        another live worker is busy (it may produce requests).
+        another worker holds leased requests (they produce requests, or come back
+        to the queue if that worker dies).
         """
         if self._halted:
             return False
-        return bool(len(self._local)) or not self._queue_is_empty() or self._others_busy()
+        if len(self._local) or not self._queue_is_empty():
+            return True
+        if self._book is None:
+            return False
+        self._ack_done()
+        return self._book.count_all() > len(self._book.held)
 
-    # -- helpers ------------------------------------------------------------------------
+    # -- leases -------------------------------------------------------------------------
 
     def _pop_shared(self) -> Request | None:
         if self._halted:
             return None
         for _ in range(_MAX_SKIPS):
             try:
-                return self.queue.pop()  # type: ignore[no-any-return]
+                request = self._pop_one()
             except UndecodableRequestError as exc:
                 if exc.looks_like_pickle:
                     self._halt(exc)
                     return None
                 self._inc("scheduler/invalid/redis")
                 logger.error(
-                    "%(error)s Moved it to %(key)s:invalid.",
-                    {"error": exc, "key": self.queue.key},
+                    "%(error)s Moved it to %(key)s.",
+                    {"error": exc, "key": invalid_entries_key(self.queue.key)},
                     extra={"spider": self.spider},
                 )
+                continue
+            return request
         return None
+
+    def _pop_one(self) -> Request | None:
+        """Pop and lease one request; an undecodable entry is put back or set aside."""
+        if self._book is None:  # a queue class of its own: plain pops
+            return self.queue.pop()  # type: ignore[no-any-return]
+        ticket = self._book.ticket(1)
+        entries = self.queue.pop_entries(1, ticket=ticket)
+        if not entries:
+            return None
+        [lease_id] = self._book.taken(ticket, len(entries))
+        try:
+            request: Request = self.queue.decode(entries[0])
+        except UndecodableRequestError as exc:
+            if exc.looks_like_pickle:
+                self._book.give_back([lease_id])
+            else:
+                self.server.rpush(invalid_entries_key(self.queue.key), entries[0].data)
+                self._book.ack([lease_id])
+            raise
+        self._leased[request] = lease_id
+        self._inc("scheduler/leases/leased")
+        return request
+
+    def _ack_done(self) -> None:
+        """Release the leases of requests the engine is done with."""
+        if not self._leased or self._book is None:
+            return
+        in_progress = engine_in_progress(self.crawler)
+        if in_progress is None:
+            return
+        done = [request for request in self._leased if request not in in_progress]
+        if done:
+            self._book.ack([self._leased.pop(request) for request in done])
+            self._inc("scheduler/leases/acked", len(done))
+
+    def _give_back_leases(self) -> None:
+        """At close: release what is done, put back at once what is not."""
+        if self._book is None:
+            return
+        self._ack_done()
+        if self._leased:
+            returned = self._book.give_back(self._leased.values())
+            self._leased.clear()
+            self._inc("scheduler/leases/returned", returned)
+
+    def _recover(self) -> None:
+        """Put back the requests leased by workers that died."""
+        if self._book is not None and (recovered := self._book.recover_expired()):
+            logger.info(
+                "Recovered %(count)d requests leased by workers that stopped responding",
+                {"count": recovered},
+                extra={"spider": self.spider},
+            )
+            self._inc("scheduler/leases/recovered", recovered)
+
+    def _beat(self) -> None:
+        """Every third of SCHEDULER_WORKER_TIMEOUT: renew, acknowledge, recover."""
+        try:
+            assert self._registry is not None
+            self._registry.beat()
+            self._ack_done()
+            if self._book is not None:
+                self._book.renew()
+            self._recover()
+        except Exception:  # a missed heartbeat must not kill the loop
+            logger.warning("Worker heartbeat failed", exc_info=True, extra={"spider": self.spider})
+
+    # -- helpers ------------------------------------------------------------------------
 
     def _halt(self, exc: UndecodableRequestError) -> None:
         """Stop this worker: the queue holds data it cannot read (left in place)."""
@@ -435,39 +467,6 @@ class Scheduler:
             self._empty_since = time.monotonic()
         return time.monotonic() - self._empty_since < self.idle_before_close
 
-    def _others_busy(self) -> bool:
-        if self._registry is None:
-            return False
-        stale = time.monotonic() - self._census_at > _CENSUS_TTL
-        if stale or self._published_busy != self._is_busy():
-            self._beat()
-        return self._census.busy_others > 0
-
-    def _beat(self) -> None:
-        if self._registry is None:
-            return
-        busy = self._is_busy()
-        try:
-            self._set_census(self._registry.beat(busy))
-        except Exception:  # a missed heartbeat must not kill the loop
-            logger.warning("Worker heartbeat failed", exc_info=True, extra={"spider": self.spider})
-            return
-        self._published_busy = busy
-
-    def _publish_busy(self) -> None:
-        if not self._published_busy and self._registry is not None:
-            self._set_census(self._registry.beat(True))
-            self._published_busy = True
-
-    def _set_census(self, census: Census) -> None:
-        self._census = census
-        self._census_at = time.monotonic()
-
-    def _is_busy(self) -> bool:
-        if len(self._local) or (self._empty_since is None and self._published_busy):
-            return True
-        return engine_busy(self.crawler)
-
-    def _inc(self, key: str) -> None:
-        if self.stats is not None:
-            self.stats.inc_value(key)
+    def _inc(self, key: str, count: int = 1) -> None:
+        if self.stats is not None and count:
+            self.stats.inc_value(key, count)

@@ -24,9 +24,11 @@ from scrapy_redis import defaults
 from scrapy_redis._engine import engine_accepts_requests, engine_scheduler
 from scrapy_redis.connection import get_redis_from_crawler
 from scrapy_redis.keys import format_key
+from scrapy_redis.leases import LeaseBook
 from scrapy_redis.messages import parse_message, request_from_message
 from scrapy_redis.start_urls import StartUrlSource
 from scrapy_redis.utils import bytes_to_str
+from scrapy_redis.workers import new_worker_id
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -120,6 +122,7 @@ class RedisMixin:
     async def start(self) -> AsyncIterator[Any]:
         for request in self.start_requests():
             yield request
+        self._ack_start_messages()  # every request of the batch is scheduled now
 
     def setup_redis(self, crawler: Crawler | None = None) -> None:
         """Read the settings, connect to Redis and hook the spider signals."""
@@ -136,8 +139,14 @@ class RedisMixin:
             _start_mode(crawler.settings),
             self.redis_key_check_interval,
         )
+        timeout = crawler.settings.getfloat(
+            "SCHEDULER_WORKER_TIMEOUT", defaults.SCHEDULER_WORKER_TIMEOUT
+        )
+        self._leases = LeaseBook(self.server, self._redis_keys[0], new_worker_id(), timeout)
+        self._unacked: list[str] = []
         self._idle_since: float | None = None
         self._poller: task.LoopingCall | None = None
+        self._heartbeat: task.LoopingCall | None = None
         logger.info(
             "Reading start URLs from redis key(s) %(keys)s (batch size: %(size)s, encoding: "
             "%(encoding)s)",
@@ -195,7 +204,9 @@ class RedisMixin:
         A message that cannot be turned into a request is logged, counted in
         ``redis/start_messages/invalid`` and skipped; the rest of its batch is kept.
         """
-        key, messages = self._start_source.pop(self.redis_batch_size)
+        self._ack_start_messages()  # the previous batch has been consumed
+        key, messages, lease_ids = self._start_source.pop(self.redis_batch_size, self._leases)
+        self._unacked.extend(lease_ids)
         if messages:
             self._idle_since = None
         requests: list[Request] = []
@@ -241,7 +252,14 @@ class RedisMixin:
         requests = self.next_requests()
         for request in requests:
             self.crawler.engine.crawl(request)
+        self._ack_start_messages()
         return len(requests)
+
+    def _ack_start_messages(self) -> None:
+        """Release the leases of start messages whose requests are scheduled."""
+        if self._unacked:
+            self._leases.ack(self._unacked)
+            self._unacked = []
 
     # -- idling -------------------------------------------------------------------------
 
@@ -278,6 +296,8 @@ class RedisMixin:
         self._idle_since = None
 
     def _start_polling(self) -> None:
+        self._heartbeat = task.LoopingCall(self._beat)
+        self._heartbeat.start(self._leases.timeout_ms / 3000, now=False)
         if self._poll_interval > 0:
             self._poller = task.LoopingCall(self._poll)
             self._poller.start(self._poll_interval, now=False)
@@ -287,13 +307,29 @@ class RedisMixin:
             self._schedule_safely()
 
     def _stop_polling(self) -> None:
-        if self._poller is not None and self._poller.running:
-            self._poller.stop()
+        for loop in (self._poller, self._heartbeat):
+            if loop is not None and loop.running:
+                loop.stop()
+        self._leases.give_back([*self._leases.held])  # popped, never scheduled
 
-    def _inc(self, key: str) -> None:
+    def _beat(self) -> None:
+        """Renew the leases of messages being turned into requests; recover dead ones."""
+        try:
+            self._leases.renew()
+            if recovered := self._leases.recover_expired():
+                logger.info(
+                    "Recovered %(count)d start messages leased by workers that stopped responding",
+                    {"count": recovered},
+                    extra={"spider": self},
+                )
+                self._inc("redis/start_messages/recovered", recovered)
+        except Exception:  # a missed heartbeat must not kill the loop
+            logger.warning("Start-message heartbeat failed", exc_info=True, extra={"spider": self})
+
+    def _inc(self, key: str, count: int = 1) -> None:
         stats = getattr(self.crawler, "stats", None)
         if stats is not None:
-            stats.inc_value(key)
+            stats.inc_value(key, count)
 
 
 class RedisSpider(RedisMixin, Spider):

@@ -3,7 +3,9 @@
 With several keys (highest priority first) the key being drained is read
 until it is empty, then the first non-empty key in list order; with
 ``redis_key_check_interval`` a higher-priority key pre-empts the current one at
-most that often. Each batch is one atomic Lua call, whatever the number of keys.
+most that often. Each batch is one atomic Lua call, whatever the number of keys,
+and the messages it pops are leased (see :mod:`scrapy_redis.leases`) until the
+spider has scheduled the requests made from them.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from scrapy_redis.leases import LeaseBook
 from scrapy_redis.scripts import script
 
 MODES = ("list", "set", "zset")
@@ -32,16 +35,24 @@ class StartUrlSource:
         self.current = 0  # 1-based index of the key being drained, 0: none yet
         self._last_scan = 0.0
 
-    def pop(self, count: int) -> tuple[str | None, list[bytes]]:
-        """Up to ``count`` messages and the key they came from (None when all are empty)."""
-        reply = script("pop_start_messages")(
-            self.server, self.keys, [self.mode, count, self._first_index()]
-        )
+    def pop(self, count: int, book: LeaseBook) -> tuple[str | None, list[bytes], list[str]]:
+        """Up to ``count`` leased messages, the key they came from and their lease ids."""
+        ticket = book.ticket(count)
+        args = [
+            self.mode,
+            count,
+            self._first_index(),
+            ticket.timeout_ms,
+            ticket.prefix,
+            ticket.first,
+        ]
+        reply = script("pop_start_messages")(self.server, [*book.keys, *self.keys], args)
         index = int(reply[0])
         if index == 0:
-            return None, []
+            return None, [], []
         self.current = index
-        return self.keys[index - 1], list(reply[1:])
+        messages = list(reply[1:])
+        return self.keys[index - 1], messages, book.taken(ticket, len(messages))
 
     def _first_index(self) -> int:
         if self.check_interval and time.monotonic() - self._last_scan >= self.check_interval:

@@ -1,9 +1,10 @@
 """How the workers sharing a queue know of each other.
 
 Each scheduler registers in the hash ``<queue key>:workers`` (field: a worker
-id, value: a deadline on the Redis server's clock and a busy flag) and renews
+id, value: a deadline on the Redis server's clock) and renews
 its entry every third of SCHEDULER_WORKER_TIMEOUT. An entry past its deadline
-belongs to a dead worker and is dropped by the next operation. Joining,
+belongs to a dead worker and is dropped by the next operation. (What a worker
+is working on is tracked by leases, see :mod:`scrapy_redis.leases`.) Joining,
 heartbeats and leaving are each one Lua script, so "am I the last worker?" and
 the deletion of the shared keys that may follow happen atomically.
 """
@@ -30,7 +31,6 @@ class Census:
     """What one registry operation saw of the other workers."""
 
     others: int
-    busy_others: int
     flushed: bool
 
 
@@ -43,20 +43,19 @@ class WorkerRegistry:
         self.worker_id = worker_id
         self.timeout_ms = max(1, int(timeout * 1000))
 
-    def join(self, busy: bool, flush_keys: Sequence[str] = ()) -> Census:
+    def join(self, flush_keys: Sequence[str] = ()) -> Census:
         """Register; first delete ``flush_keys`` if given and no other worker is alive."""
-        return self._run("join", busy, flush_keys)
+        return self._run("join", flush_keys)
 
-    def beat(self, busy: bool) -> Census:
-        """Renew this worker's entry and publish whether it is busy."""
-        return self._run("beat", busy, ())
+    def beat(self) -> Census:
+        """Renew this worker's entry."""
+        return self._run("beat", ())
 
     def leave(self, flush_keys: Sequence[str] = ()) -> Census:
         """Unregister; delete ``flush_keys`` if given and no other worker is alive."""
-        return self._run("leave", False, flush_keys)
+        return self._run("leave", flush_keys)
 
-    def _run(self, op: str, busy: bool, flush_keys: Sequence[str]) -> Census:
-        flush = "1" if flush_keys else "0"
-        args = [op, self.worker_id, self.timeout_ms, "1" if busy else "0", flush]
-        others, busy_others, flushed = script("workers")(self.server, [self.key, *flush_keys], args)
-        return Census(int(others), int(busy_others), bool(flushed))
+    def _run(self, op: str, flush_keys: Sequence[str]) -> Census:
+        args = [op, self.worker_id, self.timeout_ms, "1" if flush_keys else "0"]
+        others, flushed = script("workers")(self.server, [self.key, *flush_keys], args)
+        return Census(int(others), bool(flushed))

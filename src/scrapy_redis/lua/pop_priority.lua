@@ -1,15 +1,29 @@
--- Pop the oldest requests of the highest priority of a PriorityQueue.
+-- Pop the oldest requests of the highest priority of a PriorityQueue, optionally leasing them.
 -- KEYS[1] = the queue's index: sorted set, member = priority as text, score = -priority;
 --           it may also hold entries written by the original scrapy-redis (member =
 --           serialized request, score = -priority)
 -- KEYS[2] = the list of the priority the caller expects to be the highest
+-- KEYS[3], KEYS[4] = (to lease) the leases hash and the lease deadlines sorted set
 -- ARGV[1] = that priority, as text
 -- ARGV[2] = how many requests to pop at most
+-- ARGV[3], ARGV[4], ARGV[5] = (to lease) timeout in ms, lease id prefix, first sequence number
 -- returns {0} when the queue is empty;
 --         {1, priority, entry...} after popping from KEYS[2] (the list may have been emptied
 --         by another worker: then no entry follows);
 --         {2, priority} when the highest priority is another one: call again with it;
 --         {3, entry, score} after removing an entry written by the original scrapy-redis
+-- Leased entries are leased as ARGV[4] .. (ARGV[5] + n - 1), in the order returned.
+local function lease(n, record)
+  if #KEYS < 4 then
+    return
+  end
+  local now = redis.call('TIME')
+  local deadline = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+  local id = ARGV[4] .. (tonumber(ARGV[5]) + n - 1)
+  redis.call('HSET', KEYS[3], id, cmsgpack.pack(record))
+  redis.call('ZADD', KEYS[4], deadline + tonumber(ARGV[3]), id)
+end
+
 local top = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 if #top == 0 then
   return {0}
@@ -17,6 +31,7 @@ end
 local member, score = top[1], top[2]
 if not string.match(member, '^%-?%d+$') then
   redis.call('ZREM', KEYS[1], member)
+  lease(1, {'zadd', KEYS[1], '', score, member})
   return {3, member, score}
 end
 if member ~= ARGV[1] then
@@ -28,5 +43,8 @@ if redis.call('EXISTS', KEYS[2]) == 0 then
 end
 if not items then
   return {1, member}
+end
+for i, item in ipairs(items) do
+  lease(i, {'prio', KEYS[2], KEYS[1], member, item})
 end
 return {1, member, unpack(items)}
