@@ -23,7 +23,9 @@ def test_from_settings_alias():
 
 def test_defaults():
     params = connection.redis_params_from_settings(Settings())
-    assert params == {"socket_timeout": 30, "socket_connect_timeout": 30, "encoding": "utf-8"}
+    retry = params.pop("retry")
+    assert params == {"socket_timeout": 10, "socket_connect_timeout": 5, "encoding": "utf-8"}
+    assert retry.get_retries() == 1  # fail fast on the reactor thread; we back off ourselves
 
 
 def test_shortcuts_override_params_and_zero_is_honoured():

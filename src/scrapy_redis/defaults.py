@@ -11,6 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 #: Standalone dupefilter key, used when RFPDupeFilter runs under Scrapy's own scheduler.
 DUPEFILTER_KEY = "dupefilter:%(timestamp)s"
@@ -33,10 +35,16 @@ REDIS_ENCODING = "utf-8"
 #: REDIS_KEY_CHECK_INTERVAL: seconds between scans for a higher-priority start key.
 REDIS_KEY_CHECK_INTERVAL = None
 
-#: REDIS_PARAMS: keyword arguments of the Redis client, merged under the user's.
+#: REDIS_OUTAGE_TIMEOUT: seconds Redis may stay unreachable before the spider closes.
+REDIS_OUTAGE_TIMEOUT = 300
+
+#: REDIS_PARAMS: keyword arguments of the Redis client, merged under the user's. Calls run on
+#: Twisted's reactor thread, so a dead server must fail fast: one immediate retry (a dropped
+#: connection is reopened), short timeouts; scrapy-redis backs off and retries itself.
 REDIS_PARAMS: dict[str, Any] = {
-    "socket_timeout": 30,
-    "socket_connect_timeout": 30,
+    "socket_timeout": 10,
+    "socket_connect_timeout": 5,
+    "retry": Retry(NoBackoff(), 1),
     "encoding": REDIS_ENCODING,
 }
 

@@ -89,8 +89,9 @@ class LeaseBook:
         ids = list(ids)
         if not ids:
             return 0
+        released = int(script("lease_ack")(self.server, self.keys, ids))
         self.held.difference_update(ids)
-        return int(script("lease_ack")(self.server, self.keys, ids))
+        return released
 
     def renew(self) -> int:
         """Push back the deadline of every lease still held (the heartbeat)."""

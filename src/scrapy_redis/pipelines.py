@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -13,6 +14,7 @@ from scrapy_redis import defaults
 from scrapy_redis.connection import get_redis_from_crawler, get_redis_from_settings
 from scrapy_redis.exceptions import ScrapyRedisDeprecationWarning
 from scrapy_redis.keys import format_key
+from scrapy_redis.outage import OUTAGE_ERRORS, OutageGuard, outage_guard
 
 if TYPE_CHECKING:
     from scrapy import Spider
@@ -27,7 +29,9 @@ class RedisPipeline:
     """Pushes serialized items to REDIS_ITEMS_KEY (default ``<spider>:items``).
 
     Each item is appended (``RPUSH``) as it is processed, so a worker's items
-    are stored in the order it scraped them. Settings: REDIS_ITEMS_KEY,
+    are stored in the order it scraped them. While Redis is unreachable items
+    wait in memory, in order, and are pushed (in one transaction) when it is
+    back. Settings: REDIS_ITEMS_KEY,
     REDIS_ITEMS_SERIALIZER (dotted path to a callable, default: Scrapy's JSON
     encoder).
     """
@@ -42,11 +46,14 @@ class RedisPipeline:
         self.key = key
         self.serialize = serialize_func
         self.crawler: Crawler | None = None
+        self.guard = OutageGuard(300)
+        self._pending: list[tuple[str, str | bytes]] = []
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
         pipeline = cls(get_redis_from_crawler(crawler), **cls._kwargs(crawler.settings))
         pipeline.crawler = crawler
+        pipeline.guard = outage_guard(crawler)
         return pipeline
 
     @classmethod
@@ -70,8 +77,32 @@ class RedisPipeline:
 
     def process_item(self, item: Any, spider: Spider | None = None) -> Any:
         spider = spider or (self.crawler.spider if self.crawler is not None else None)
-        self.server.rpush(self.item_key(item, spider), self.serialize(item))
+        self._pending.append((self.item_key(item, spider), self.serialize(item)))
+        self._push_pending()
         return item
+
+    def close_spider(self, spider: Spider | None = None) -> None:
+        self._push_pending(force=True)
+        if self._pending:
+            logging.getLogger(__name__).error(
+                "Redis is unreachable: %(count)d items could not be stored",
+                {"count": len(self._pending)},
+            )
+
+    def _push_pending(self, force: bool = False) -> None:
+        """Push the items kept while Redis was unreachable, in order, all or none."""
+        if not self._pending or not (force or self.guard.may_try()):
+            return
+        pipe = self.server.pipeline(transaction=len(self._pending) > 1)
+        for key, data in self._pending:
+            pipe.rpush(key, data)
+        try:
+            pipe.execute()
+        except OUTAGE_ERRORS as exc:
+            self.guard.failed(exc)
+            return
+        self.guard.succeeded()
+        self._pending.clear()
 
     def item_key(self, item: Any, spider: Spider | None) -> str:
         """The list ``item`` goes to (override to route items)."""

@@ -11,8 +11,9 @@ import heapq
 import logging
 import time
 import warnings
+from collections.abc import Callable
 from itertools import count
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from scrapy.settings import SETTINGS_PRIORITIES
 from scrapy.utils.misc import build_from_crawler, load_object
@@ -32,6 +33,7 @@ from scrapy_redis.exceptions import (
 )
 from scrapy_redis.keys import format_key, invalid_entries_key, workers_key
 from scrapy_redis.leases import LeaseBook
+from scrapy_redis.outage import OUTAGE_ERRORS, OutageGuard, outage_guard
 from scrapy_redis.queue import Base
 from scrapy_redis.serializers import resolve_serializer
 from scrapy_redis.wakeup import QueueWatcher
@@ -45,6 +47,8 @@ if TYPE_CHECKING:
     from typing_extensions import Self
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 # How often an undecodable entry may be skipped in one next_request() call.
 _MAX_SKIPS = 100
@@ -155,6 +159,10 @@ class Scheduler:
         self._registry: WorkerRegistry | None = None
         self._heartbeat: task.LoopingCall | None = None
         self._watcher = QueueWatcher(lambda: True, lambda: None)  # replaced in open()
+        self._guard = outage_guard(crawler) if crawler else OutageGuard(300)
+        # Requests accepted while Redis was unreachable, and whether their fingerprint
+        # was recorded already; pushed when it is back.
+        self._unsent: list[tuple[Request, bool]] = []
         self._book: LeaseBook | None = None
         self._leased: dict[Request, str] = {}  # handed to the engine, not done yet
         self._empty_since: float | None = None
@@ -213,12 +221,16 @@ class Scheduler:
         if self._heartbeat is not None and self._heartbeat.running:
             self._heartbeat.stop()
         self._watcher.stop()
-        self._give_back_leases()
-        if self._registry is not None:
-            self._leave()
-        elif not self.persist:  # a subclass replaced open(): no registry, original behaviour
-            self.flush()
-            self.cleared_shared_data = True
+        try:
+            self._send_unsent()
+            self._give_back_leases()
+            if self._registry is not None:
+                self._leave()
+            elif not self.persist:  # a subclass replaced open(): no registry, original behaviour
+                self.flush()
+                self.cleared_shared_data = True
+        except OUTAGE_ERRORS as exc:
+            self._closed_during_outage(exc)
         if not self._df_from_spider and hasattr(self.df, "close"):
             return self.df.close(reason)  # type: ignore[no-any-return]
         return None
@@ -228,6 +240,15 @@ class Scheduler:
         if hasattr(self.df, "clear"):
             self.df.clear()
         self.queue.clear()
+
+    def _closed_during_outage(self, exc: BaseException) -> None:
+        logger.error(
+            "Redis is unreachable while closing (%(error)s): %(unsent)d requests accepted "
+            "during the outage are lost; the %(leased)d requests this worker leased go back "
+            "to the queue when their lease expires (SCHEDULER_WORKER_TIMEOUT).",
+            {"error": exc, "unsent": len(self._unsent), "leased": len(self._leased)},
+            extra={"spider": self.spider},
+        )
 
     def _build_queue(self, spider: Spider) -> Any:
         queue_cls = self.queue_cls
@@ -285,26 +306,51 @@ class Scheduler:
     # -- the engine's interface --------------------------------------------------------
 
     def enqueue_request(self, request: Request) -> bool:
+        if self._unsent or not self._guard.may_try():
+            self._unsent.append((request, False))
+            return True
+        self._unsent.append((request, False))
+        try:
+            return self._send_unsent()
+        except OUTAGE_ERRORS as exc:
+            self._guard.failed(exc)
+            return True
+
+    def _send_unsent(self) -> bool:
+        """Dedup and push the requests accepted so far; whether the last one was new."""
+        added = True
+        while self._unsent:
+            request, seen_checked = self._unsent[0]
+            added = seen_checked or self._check_new(request)
+            if added:
+                self._unsent[0] = (request, True)
+                self._push(request)
+            self._unsent.pop(0)
+        self._guard.succeeded()
+        return added
+
+    def _check_new(self, request: Request) -> bool:
         if not request.dont_filter and self.df.request_seen(request):
             self.df.log(request, self.spider)
             return False
+        return True
+
+    def _push(self, request: Request) -> None:
         try:
             self.queue.push(request)
         except UnserializableRequestError as exc:
             self._keep_locally(request, exc)
-            return True
+            return
         self._inc("scheduler/enqueued/redis")
         self._inc("scheduler/enqueued")
-        return True
 
     def next_request(self) -> Request | None:
-        self._ack_done()
         request = self._local.pop()
         if request is not None:
             self._inc("scheduler/dequeued/memory")
             self._inc("scheduler/dequeued")
             return request
-        request = self._pop_shared()
+        request = self._redis_call(self._next_shared, None)
         if request is None:
             if self._empty_since is None:
                 self._empty_since = time.monotonic()
@@ -321,6 +367,34 @@ class Scheduler:
             return False
         return self.shared_work_pending() or self._waiting_before_close()
 
+    def _next_shared(self) -> Request | None:
+        self._send_unsent()
+        self._ack_done()
+        return self._pop_shared()
+
+    def _redis_call(self, call: Callable[[], T], during_outage: T) -> T:
+        """``call()``, or ``during_outage`` while Redis is unreachable (see outage.py)."""
+        if not self._guard.may_try():
+            self._check_outage()
+            return during_outage
+        try:
+            result = call()
+        except OUTAGE_ERRORS as exc:
+            self._guard.failed(exc)
+            self._check_outage()
+            return during_outage
+        self._guard.succeeded()
+        return result
+
+    def _check_outage(self) -> None:
+        if self._guard.expired() and not self._halted:
+            logger.error(
+                "Redis has been unreachable for more than REDIS_OUTAGE_TIMEOUT (%(timeout)ss).",
+                {"timeout": self._guard.timeout},
+                extra={"spider": self.spider},
+            )
+            self._stop("redis_unavailable")
+
     def shared_work_pending(self) -> bool:
         """Whether work may still come from the shared queue.
 
@@ -330,7 +404,12 @@ class Scheduler:
         """
         if self._halted:
             return False
-        if len(self._local) or not self._queue_is_empty():
+        if len(self._local) or self._unsent:
+            return True
+        return self._redis_call(self._shared_pending, True)
+
+    def _shared_pending(self) -> bool:
+        if not self._queue_is_empty():
             return True
         if self._book is None:
             return False
@@ -390,7 +469,9 @@ class Scheduler:
             return
         done = [request for request in self._leased if request not in in_progress]
         if done:
-            self._book.ack([self._leased.pop(request) for request in done])
+            self._book.ack([self._leased[request] for request in done])
+            for request in done:
+                del self._leased[request]
             self._inc("scheduler/leases/acked", len(done))
 
     def _give_back_leases(self) -> None:
@@ -416,20 +497,27 @@ class Scheduler:
     def _beat(self) -> None:
         """Every third of SCHEDULER_WORKER_TIMEOUT: renew, acknowledge, recover."""
         try:
-            assert self._registry is not None
-            self._registry.beat()
-            self._ack_done()
-            if self._book is not None:
-                self._book.renew()
-            self._recover()
+            self._redis_call(self._beat_once, None)
         except Exception:  # a missed heartbeat must not kill the loop
             logger.warning("Worker heartbeat failed", exc_info=True, extra={"spider": self.spider})
+
+    def _beat_once(self) -> None:
+        assert self._registry is not None
+        self._registry.beat()
+        self._send_unsent()
+        self._ack_done()
+        if self._book is not None:
+            self._book.renew()
+        self._recover()
 
     # -- helpers ------------------------------------------------------------------------
 
     def _halt(self, exc: UndecodableRequestError) -> None:
         """Stop this worker: the queue holds data it cannot read (left in place)."""
         logger.error("%(error)s Closing the spider.", {"error": exc}, extra={"spider": self.spider})
+        self._stop("scheduler_serializer_error")
+
+    def _stop(self, reason: str) -> None:
         self._halted = True
         engine = engine_of(self.crawler)
         if engine is None:
@@ -437,9 +525,9 @@ class Scheduler:
         if hasattr(engine, "close_spider_async"):
             from scrapy.utils.defer import deferred_from_coro
 
-            deferred_from_coro(engine.close_spider_async(reason="scheduler_serializer_error"))
+            deferred_from_coro(engine.close_spider_async(reason=reason))
         else:  # Scrapy < 2.14
-            engine.close_spider(self.spider, reason="scheduler_serializer_error")
+            engine.close_spider(self.spider, reason=reason)
 
     def _keep_locally(self, request: Request, exc: Exception) -> None:
         if not self._unserializable_logged:

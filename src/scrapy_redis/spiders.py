@@ -26,6 +26,7 @@ from scrapy_redis.connection import get_redis_from_crawler
 from scrapy_redis.keys import format_key
 from scrapy_redis.leases import LeaseBook
 from scrapy_redis.messages import parse_message, request_from_message
+from scrapy_redis.outage import OUTAGE_ERRORS, outage_guard
 from scrapy_redis.start_urls import StartUrlSource
 from scrapy_redis.utils import bytes_to_str
 from scrapy_redis.workers import new_worker_id
@@ -270,6 +271,8 @@ class RedisMixin:
         if self._schedule_safely() or self._shared_work_pending():
             self._idle_since = None
             raise DontCloseSpider
+        if outage_guard(self.crawler).down:  # the scheduler closes after REDIS_OUTAGE_TIMEOUT
+            raise DontCloseSpider
         now = time.monotonic()
         if self._idle_since is None:
             self._idle_since = now
@@ -279,13 +282,21 @@ class RedisMixin:
         raise DontCloseSpider
 
     def _schedule_safely(self) -> int:
+        guard = outage_guard(self.crawler)
+        if not guard.may_try():
+            return 0
         try:
-            return self.schedule_next_requests()
+            scheduled = self.schedule_next_requests()
+        except OUTAGE_ERRORS as exc:
+            guard.failed(exc)
+            return 0
         except Exception:
             logger.warning(
                 "Could not read start messages from Redis", exc_info=True, extra={"spider": self}
             )
             return 0
+        guard.succeeded()
+        return scheduled
 
     def _shared_work_pending(self) -> bool:
         scheduler = engine_scheduler(self.crawler)
@@ -310,10 +321,21 @@ class RedisMixin:
         for loop in (self._poller, self._heartbeat):
             if loop is not None and loop.running:
                 loop.stop()
-        self._leases.give_back([*self._leases.held])  # popped, never scheduled
+        try:
+            self._leases.give_back([*self._leases.held])  # popped, never scheduled
+        except OUTAGE_ERRORS:
+            logger.error(
+                "Redis is unreachable: %(count)d start messages this worker popped go back "
+                "when their lease expires (SCHEDULER_WORKER_TIMEOUT)",
+                {"count": len(self._leases.held)},
+                extra={"spider": self},
+            )
 
     def _beat(self) -> None:
         """Renew the leases of messages being turned into requests; recover dead ones."""
+        guard = outage_guard(self.crawler)
+        if not guard.may_try():
+            return
         try:
             self._leases.renew()
             if recovered := self._leases.recover_expired():
@@ -323,6 +345,8 @@ class RedisMixin:
                     extra={"spider": self},
                 )
                 self._inc("redis/start_messages/recovered", recovered)
+        except OUTAGE_ERRORS as exc:
+            guard.failed(exc)
         except Exception:  # a missed heartbeat must not kill the loop
             logger.warning("Start-message heartbeat failed", exc_info=True, extra={"spider": self})
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +22,7 @@ from scrapy_redis import defaults
 from scrapy_redis._engine import engine_scheduler
 from scrapy_redis.connection import get_redis_from_crawler
 from scrapy_redis.keys import format_key
+from scrapy_redis.outage import OUTAGE_ERRORS, outage_guard
 from scrapy_redis.scripts import script
 from scrapy_redis.utils import bytes_to_str
 
@@ -70,11 +72,62 @@ def decode_value(raw: Any) -> Any:
         return text
 
 
+class _Backlog:
+    """Stat updates made while Redis was unreachable, merged per stat, replayed when back."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, Any] = {}
+        self.increments: dict[str, tuple[float, float]] = {}
+        self.bounds: dict[str, tuple[str, Any]] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self.values or self.increments or self.bounds)
+
+    def set(self, key: str, value: Any) -> None:
+        self.values[key] = value
+        self.increments.pop(key, None)
+        self.bounds.pop(key, None)
+
+    def inc(self, key: str, count: float, start: float) -> None:
+        if isinstance(self.values.get(key), (int, float)):
+            self.values[key] += count
+            return
+        total, first = self.increments.get(key, (0, start))
+        self.increments[key] = (total + count, first)
+
+    def bound(self, key: str, value: Any, mode: str) -> None:
+        pick = max if mode == "max" else min
+        if key in self.values:
+            self.values[key] = _pick(pick, self.values[key], value)
+        elif key in self.bounds:
+            self.bounds[key] = (mode, _pick(pick, self.bounds[key][1], value))
+        else:
+            self.bounds[key] = (mode, value)
+
+    def applied_to(self, stats: dict[str, Any]) -> dict[str, Any]:
+        """``stats`` as they will be once the backlog is replayed."""
+        stats = {**stats, **self.values}
+        for key, (count, start) in self.increments.items():
+            stats[key] = stats.get(key, start) + count
+        for key, (mode, value) in self.bounds.items():
+            pick = max if mode == "max" else min
+            stats[key] = _pick(pick, stats[key], value) if key in stats else value
+        return stats
+
+
+def _pick(pick: Any, current: Any, value: Any) -> Any:
+    try:
+        return pick(current, value)
+    except TypeError:
+        return value
+
+
 class RedisStatsCollector(StatsCollector):
     """Stats in the hash STATS_KEY (default ``<spider>:stats``), shared by all workers.
 
     At close the hash is deleted only when SCHEDULER_PERSIST is off and, when the
-    Redis scheduler is used, this was the last worker of the crawl.
+    Redis scheduler is used, this was the last worker of the crawl. While Redis
+    is unreachable, updates are kept (merged) in memory and written when it is back.
     """
 
     def __init__(self, crawler: Crawler, spider: Spider | None = None) -> None:
@@ -83,6 +136,8 @@ class RedisStatsCollector(StatsCollector):
         self.spider_name = spider.name if spider else (crawler.spidercls.name or "scrapy")
         self.stats_key = crawler.settings.get("STATS_KEY", defaults.STATS_KEY)
         self.persist = crawler.settings.getbool("SCHEDULER_PERSIST", defaults.SCHEDULER_PERSIST)
+        self._guard = outage_guard(crawler)
+        self._backlog = _Backlog()
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -96,15 +151,21 @@ class RedisStatsCollector(StatsCollector):
         return format_key(self.stats_key, spider.name if spider else self.spider_name)
 
     def get_value(self, key: str, default: Any = None, spider: Spider | None = None) -> Any:
-        raw = self.server.hget(self._get_key(spider), key)
-        return default if raw is None else decode_value(raw)
+        raw = self._read(lambda: self.server.hget(self._get_key(spider), key), None)
+        stats = {} if raw is None else {key: decode_value(raw)}
+        return self._backlog.applied_to(stats).get(key, default)
 
     def get_stats(self, spider: Spider | None = None) -> dict[str, Any]:
-        raw = self.server.hgetall(self._get_key(spider))
-        return {bytes_to_str(name): decode_value(value) for name, value in raw.items()}
+        raw = self._read(lambda: self.server.hgetall(self._get_key(spider)), {})
+        stats = {bytes_to_str(name): decode_value(value) for name, value in raw.items()}
+        return self._backlog.applied_to(stats)
 
     def set_value(self, key: str, value: Any, spider: Spider | None = None) -> None:
-        self.server.hset(self._get_key(spider), key, encode_value(value))
+        name = self._get_key(spider)
+        self._write(
+            lambda: self.server.hset(name, key, encode_value(value)),
+            lambda: self._backlog.set(key, value),
+        )
 
     def set_stats(self, stats: dict[str, Any], spider: Spider | None = None) -> None:
         pipe = self.server.pipeline(transaction=True)
@@ -122,6 +183,12 @@ class RedisStatsCollector(StatsCollector):
         spider: Spider | None = None,
     ) -> None:
         name = self._get_key(spider)
+        self._write(
+            lambda: self._increment(name, key, count, start),
+            lambda: self._backlog.inc(key, count, start),
+        )
+
+    def _increment(self, name: str, key: str, count: float, start: float) -> None:
         if start:
             script("stats_inc")(self.server, [name], [key, repr(count), repr(start)])
         elif isinstance(count, int):
@@ -139,18 +206,71 @@ class RedisStatsCollector(StatsCollector):
         self._bound(key, value, "min", spider)
 
     def _bound(self, key: str, value: Any, mode: str, spider: Spider | None) -> None:
+        name = self._get_key(spider)
+        self._write(
+            lambda: self._store_bound(name, key, value, mode),
+            lambda: self._backlog.bound(key, value, mode),
+        )
+
+    def _store_bound(self, name: str, key: str, value: Any, mode: str) -> None:
         numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
         args = [key, encode_value(value), mode, "n" if numeric else "s"]
-        script("stats_bound")(self.server, [self._get_key(spider)], args)
+        script("stats_bound")(self.server, [name], args)
+
+    # -- outages ------------------------------------------------------------------------
+
+    def _read(self, read: Callable[[], Any], during_outage: Any) -> Any:
+        if not self._guard.may_try():
+            return during_outage
+        try:
+            return read()
+        except OUTAGE_ERRORS as exc:
+            self._guard.failed(exc)
+            return during_outage
+
+    def _write(self, write: Callable[[], Any], remember: Callable[[], None]) -> None:
+        if not self._backlog and self._guard.may_try():
+            try:
+                write()
+                return
+            except OUTAGE_ERRORS as exc:
+                self._guard.failed(exc)
+        remember()
+        self._replay()
+
+    def _replay(self) -> None:
+        """Write the backlog, each update removed as soon as it is stored."""
+        if not self._backlog or not self._guard.may_try():
+            return
+        name, backlog = self._get_key(), self._backlog
+        try:
+            while backlog.values:
+                key, value = next(iter(backlog.values.items()))
+                self.server.hset(name, key, encode_value(value))
+                del backlog.values[key]
+            while backlog.increments:
+                key, (count, start) = next(iter(backlog.increments.items()))
+                self._increment(name, key, count, start)
+                del backlog.increments[key]
+            while backlog.bounds:
+                key, (mode, value) = next(iter(backlog.bounds.items()))
+                self._store_bound(name, key, value, mode)
+                del backlog.bounds[key]
+        except OUTAGE_ERRORS as exc:
+            self._guard.failed(exc)
+            return
+        self._guard.succeeded()
 
     def clear_stats(self, spider: Spider | None = None) -> None:
-        self.server.unlink(self._get_key(spider))
+        self._backlog = _Backlog()
+        self._read(lambda: self.server.unlink(self._get_key(spider)), None)
 
     def open_spider(self, spider: Spider | None = None) -> None:
         if spider is not None:
             self.spider_name = spider.name
 
     def close_spider(self, spider: Spider | None = None, reason: str | None = None) -> None:
+        self._replay()
         self._stats = self.get_stats()
         super().close_spider(reason=reason)
         if not self.persist and self._last_worker():

@@ -1,0 +1,109 @@
+"""Redis restarted under a running scheduler, spider, pipeline and stats collector."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from scrapy import Request
+from scrapy.utils.misc import build_from_crawler
+from scrapy.utils.test import get_crawler
+
+from helpers import DemoSpider
+from redis_server import RedisServer
+from scrapy_redis.outage import OutageGuard
+from scrapy_redis.pipelines import RedisPipeline
+from scrapy_redis.scheduler import Scheduler
+
+
+@pytest.fixture
+def own_server():
+    """A redis-server of this test only (appendonly), so that it can be restarted."""
+    server = RedisServer("--appendonly", "yes").start()
+    yield server
+    server.cleanup()
+
+
+def restart(server: RedisServer) -> None:
+    server.stop()  # SIGTERM: redis-server flushes its AOF and exits
+    server.start()
+
+
+def test_scheduler_pipeline_and_stats_survive_a_restart(own_server, caplog):
+    crawler = get_crawler(
+        DemoSpider,
+        {
+            "REDIS_URL": own_server.url,
+            "STATS_CLASS": "scrapy_redis.stats.RedisStatsCollector",
+            "SCHEDULER_PERSIST": True,
+        },
+    )
+    spider = crawler._create_spider()
+    crawler.spider = spider
+    scheduler = build_from_crawler(Scheduler, crawler)
+    scheduler.open(spider)
+    pipeline = RedisPipeline.from_crawler(crawler)
+    stats = crawler.stats
+    scheduler.enqueue_request(Request("http://example.com/before"))
+    stats.inc_value("pages", 2)
+
+    own_server.stop()
+    with caplog.at_level(logging.WARNING):
+        assert scheduler.enqueue_request(Request("http://example.com/during")) is True
+        assert scheduler.enqueue_request(Request("http://example.com/during")) is True
+        assert scheduler.next_request() is None
+        assert scheduler.has_pending_requests()  # do not close: wait for Redis
+        for n in range(3):
+            pipeline.process_item({"n": n})
+        stats.inc_value("pages", 3)
+        stats.set_value("reason", "x")
+        stats.max_value("max", 7)
+        assert stats.get_value("pages") == 3  # what this worker knows while Redis is away
+    assert caplog.text.count("Redis is unreachable") == 1  # once per outage
+
+    own_server.start()
+    scheduler._guard._retry_at = 0  # skip the rest of the back-off
+    with caplog.at_level(logging.WARNING):
+        first = scheduler.next_request()
+        second = scheduler.next_request()
+        assert scheduler.next_request() is None
+    assert "Redis is reachable again" in caplog.text
+    assert {first.url, second.url} == {"http://example.com/before", "http://example.com/during"}
+    pipeline.process_item({"n": 3})
+    stats.inc_value("pages")
+    client = scheduler.server
+    assert [int(item[6:-1]) for item in client.lrange("demo:items", 0, -1)] == [0, 1, 2, 3]
+    assert stats.get_stats() == {**stats.get_stats(), "pages": 6, "reason": "x", "max": 7}
+    assert stats.get_value("scheduler/enqueued/redis") == 2  # the duplicate was filtered
+    scheduler.close("finished")
+
+
+def test_leases_survive_a_restart(own_server):
+    crawler = get_crawler(DemoSpider, {"REDIS_URL": own_server.url, "SCHEDULER_PERSIST": True})
+    spider = crawler._create_spider()
+    crawler.spider = spider
+    scheduler = build_from_crawler(Scheduler, crawler)
+    scheduler.open(spider)
+    scheduler.enqueue_request(Request("http://example.com/a"))
+    assert scheduler.next_request().url == "http://example.com/a"
+    restart(own_server)
+    assert scheduler.server.hlen("demo:requests:leases") == 1  # acknowledged writes persist
+    scheduler.close("shutdown")
+    assert scheduler.server.llen("demo:requests:prio:0") == 1  # returned at once
+
+
+def test_outage_guard_backs_off_and_expires():
+    now = [0.0]
+    guard = OutageGuard(timeout=10, clock=lambda: now[0])
+    assert guard.may_try()
+    guard.failed(ConnectionError("down"))
+    assert guard.down and not guard.may_try()
+    now[0] = 0.5
+    assert guard.may_try()
+    guard.failed(ConnectionError("down"))
+    now[0] = 1.4
+    assert not guard.may_try()  # 1 s after the second failure
+    now[0] = 11
+    assert guard.expired()
+    guard.succeeded()
+    assert not guard.down and guard.may_try()

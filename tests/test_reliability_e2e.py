@@ -1,0 +1,135 @@
+"""Nothing lost: real workers killed, stopped and cut off from Redis mid-crawl.
+
+Two ``mycrawler_redis`` workers of example-project crawl a local 2,000-page site
+(see test_e2e.py for the site and the helpers). Requests are leased, not
+deleted, when a worker pops them; these tests kill workers with SIGKILL, stop one
+with SIGTERM and restart redis-server under them, and check from the site's hit
+counter and from Redis that every page was still fetched and scraped.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import signal
+import time
+
+import pytest
+
+from redis_server import RedisServer
+from test_e2e import (  # test_e2e puts example-project (demo_site) on sys.path
+    DOMAIN,
+    DemoSite,
+    expected_hits,
+    expected_pages,
+    keys,
+    start_worker,
+    wait_all,
+    wait_for_requests,
+)
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(400)]
+
+PAGES = 2000
+SPIDER = "mycrawler_redis"
+LEASES = "mycrawler_redis:requests:leases"
+#: Slow the workers down (the local site answers in microseconds) so that the crawl
+#: lasts long enough to be interrupted several times.
+SETTINGS = {
+    "MAX_IDLE_TIME_BEFORE_CLOSE": 2,
+    "SCHEDULER_PERSIST": False,
+    "DOWNLOAD_DELAY": 0.02,
+    "SCHEDULER_WORKER_TIMEOUT": 3,
+}
+
+
+@pytest.fixture
+def site():
+    with DemoSite(pages=PAGES) as demo_site:
+        yield demo_site
+
+
+def leases_of(server, pid: int) -> int:
+    """How many leases the worker process ``pid`` holds (lease ids: host:pid:rand:n)."""
+    return sum(1 for lease_id in server.hkeys(LEASES) if f":{pid}:".encode() in lease_id)
+
+
+def assert_every_page_crawled(server, site, max_extra: int) -> None:
+    hits, expected = site.snapshot(), expected_hits(PAGES)
+    missed = sorted(path for path in expected if path not in hits)
+    assert not missed, f"{len(missed)} paths never fetched, e.g. {missed[:10]}"
+    extra = {p: hits[p] - n for p, n in expected.items() if hits[p] > n}
+    assert sum(extra.values()) <= max_extra, (
+        f"{sum(extra.values())} extra fetches for at most {max_extra} in flight: {extra}"
+    )
+    items = {json.loads(raw)["url"] for raw in server.lrange(f"{SPIDER}:items", 0, -1)}
+    base = site.url.rstrip("/")
+    assert items == {base + path for path in expected_pages(PAGES) - {"/"}}
+
+
+def test_sigkill_three_times(site, server, redis_url, tmp_path):
+    """SIGKILL at random moments: the dead worker's requests come back, in time."""
+    server.lpush("mycrawler:start_urls", site.url)
+    rng = random.Random()
+    workers = [
+        start_worker(SPIDER, redis_url, tmp_path / f"w{n}.log", SETTINGS, DOMAIN) for n in (1, 2)
+    ]
+    in_flight = 0
+    for kill, threshold in enumerate(sorted(rng.sample(range(300, 2400), 3)), start=1):
+        victim = rng.randrange(2)
+        wait_for_requests(site, threshold, workers[victim], timeout=120)
+        pid = workers[victim].process.pid
+        workers[victim].process.kill()
+        workers[victim].process.wait()
+        in_flight += leases_of(server, pid)  # left in Redis by the dead worker
+        workers[victim] = start_worker(
+            SPIDER, redis_url, tmp_path / f"w{victim + 1}-after-kill-{kill}.log", SETTINGS, DOMAIN
+        )
+    wait_all(workers)
+    assert in_flight > 0, "no request was in flight at any kill"
+    assert_every_page_crawled(server, site, max_extra=in_flight)
+    recovered = sum(w.stats.get("scheduler/leases/recovered", 0) for w in workers)
+    assert recovered >= 1
+    assert keys(server) == {f"{SPIDER}:items"}  # no leases, queue or registry left
+
+
+def test_sigterm_then_restart_returns_work_at_once(site, server, redis_url, tmp_path):
+    """A graceful stop leaves no lease behind: a restart need not wait for expiry."""
+    settings = {**SETTINGS, "SCHEDULER_WORKER_TIMEOUT": 120}  # expiry would stall the crawl
+    server.lpush("mycrawler:start_urls", site.url)
+    first = start_worker(SPIDER, redis_url, tmp_path / "first.log", settings, DOMAIN)
+    second = start_worker(SPIDER, redis_url, tmp_path / "second.log", settings, DOMAIN)
+    wait_for_requests(site, 800, first, timeout=120)
+    pid = first.process.pid
+    first.process.send_signal(signal.SIGTERM)
+    wait_all([first], finish_reason="shutdown")
+    assert leases_of(server, pid) == 0
+    started = time.monotonic()
+    restarted = start_worker(SPIDER, redis_url, tmp_path / "restarted.log", settings, DOMAIN)
+    wait_all([second, restarted])
+    assert time.monotonic() - started < 100  # well under the 120 s lease timeout
+    assert_every_page_crawled(server, site, max_extra=0)
+    assert keys(server) == {f"{SPIDER}:items"}
+
+
+def test_redis_restarted_mid_crawl(site, tmp_path):
+    """redis-server (appendonly) restarted under two workers: the crawl completes."""
+    redis = RedisServer("--appendonly", "yes").start()
+    try:
+        client = __import__("redis").Redis.from_url(redis.url)
+        client.lpush("mycrawler:start_urls", site.url)
+        workers = [
+            start_worker(SPIDER, redis.url, tmp_path / f"w{n}.log", SETTINGS, DOMAIN)
+            for n in (1, 2)
+        ]
+        wait_for_requests(site, 1000, workers[0], timeout=120)
+        redis.stop()
+        time.sleep(2)
+        redis.start()
+        wait_all(workers)
+        assert_every_page_crawled(client, site, max_extra=40)
+        logs = "".join(worker.log for worker in workers)
+        assert "Redis is unreachable" in logs and "Redis is reachable again" in logs
+        assert keys(client) == {f"{SPIDER}:items"}
+    finally:
+        redis.cleanup()
