@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 import redis
+from redis.retry import Retry
 
 from scrapy_redis import connection, defaults
 
@@ -55,7 +56,18 @@ def documented_value(value: Any) -> set[str]:
     if isinstance(value, type):
         aliases = {f"redis.{name}" for name, obj in vars(redis).items() if obj is value}
         return aliases | {f"{value.__module__}.{value.__qualname__}"}
-    return {repr(value).replace("'", '"')}
+    return {python_text(value)}
+
+
+def python_text(value: Any) -> str:
+    """``value`` as Python source, with double-quoted strings (objects as their constructor)."""
+    if isinstance(value, dict):
+        pairs = (f"{python_text(k)}: {python_text(v)}" for k, v in value.items())
+        return "{" + ", ".join(pairs) + "}"
+    if isinstance(value, Retry):  # its repr() is "<redis.retry.Retry object at 0x...>"
+        retries = value.get_retries() if hasattr(value, "get_retries") else value._retries
+        return f"Retry({type(value._backoff).__name__}(), {retries})"
+    return repr(value).replace("'", '"')
 
 
 def table_row(text: str, constant: str) -> str | None:

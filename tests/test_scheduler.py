@@ -15,7 +15,7 @@ from scrapy.utils.test import get_crawler
 
 from helpers import DemoSpider
 from scrapy_redis.dupefilter import RFPDupeFilter
-from scrapy_redis.queue import FifoQueue, PriorityQueue
+from scrapy_redis.queue import Base, FifoQueue, PriorityQueue
 from scrapy_redis.scheduler import Scheduler
 
 
@@ -173,8 +173,9 @@ def test_flush_on_start_only_when_alone(settings_dict, server, schedulers):
     assert server.scard("demo:dupefilter") == 1
 
 
-def test_requests_leased_by_another_worker_keep_scheduler_pending(settings_dict, server,
-                                                                    schedulers):
+def test_requests_leased_by_another_worker_keep_scheduler_pending(
+    settings_dict, server, schedulers
+):
     idle, busy = schedulers(settings_dict), schedulers(settings_dict)
     idle.enqueue_request(Request("http://example.com/a"))
     request = busy.next_request()
@@ -349,8 +350,11 @@ def test_leases_released_when_the_engine_is_done(settings_dict, server, schedule
 
 @pytest.mark.parametrize("queue_cls", ["FifoQueue", "LifoQueue", "PriorityQueue"])
 def test_returned_leases_keep_queue_order(settings_dict, server, schedulers, queue_cls):
-    settings = {**settings_dict, "SCHEDULER_QUEUE_CLASS": f"scrapy_redis.queue.{queue_cls}",
-                "SCHEDULER_PERSIST": True}
+    settings = {
+        **settings_dict,
+        "SCHEDULER_QUEUE_CLASS": f"scrapy_redis.queue.{queue_cls}",
+        "SCHEDULER_PERSIST": True,
+    }
     first = schedulers(settings)
     for name in "abcd":
         first.enqueue_request(Request(f"http://example.com/{name}"))
@@ -358,3 +362,38 @@ def test_returned_leases_keep_queue_order(settings_dict, server, schedulers, que
     first.close("shutdown")
     second = schedulers(settings)
     assert [second.next_request().url[-1] for _ in range(4)][:2] == taken
+
+
+class OwnListQueue(Base):
+    """A third-party queue class implementing the original's contract only."""
+
+    def __len__(self):
+        return self.server.llen(self.key)
+
+    def push(self, request):
+        self.server.lpush(self.key, self._encode_request(request))
+
+    def pop(self, timeout=0):
+        data = self.server.rpop(self.key)
+        return self._decode_request(data) if data else None
+
+
+class FifoWithOwnPop(FifoQueue):
+    popped = 0
+
+    def pop(self, timeout=0):
+        type(self).popped += 1
+        return super().pop(timeout)
+
+
+@pytest.mark.parametrize("queue_cls", [OwnListQueue, FifoWithOwnPop])
+def test_queue_classes_of_their_own_are_popped_with_their_pop(
+    settings_dict, server, schedulers, queue_cls
+):
+    scheduler = schedulers({**settings_dict, "SCHEDULER_QUEUE_CLASS": queue_cls})
+    scheduler.enqueue_request(Request("http://example.com/a"))
+    assert scheduler.next_request().url == "http://example.com/a"
+    assert scheduler.next_request() is None
+    assert not server.exists("demo:requests:leases")  # no leases: their pop is theirs
+    if queue_cls is FifoWithOwnPop:
+        assert FifoWithOwnPop.popped == 2

@@ -8,6 +8,7 @@ component of a crawler (scheduler, dupefilter, pipeline, stats, spider):
 
 from __future__ import annotations
 
+import copy
 from typing import TYPE_CHECKING, Any
 from weakref import WeakKeyDictionary
 
@@ -44,6 +45,7 @@ def redis_params_from_settings(settings: BaseSettings) -> dict[str, Any]:
     Unlike the original, an explicit ``0``/``False`` (``REDIS_DB = 0``) is honoured.
     """
     params = dict(defaults.REDIS_PARAMS)
+    params["retry"] = copy.deepcopy(params["retry"])  # redis-py may update it per client
     params.update(settings.getdict("REDIS_PARAMS"))
     for setting, param in SETTINGS_PARAMS_MAP.items():
         if settings.get(setting) is None:

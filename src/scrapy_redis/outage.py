@@ -44,6 +44,11 @@ class OutageGuard:
         self.since: float | None = None
         self._retry_at = 0.0
         self._backoff = self.FIRST_BACKOFF
+        self._on_recovery: list[Callable[[], None]] = []
+
+    def on_recovery(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` when an outage ends (to write what was kept in memory)."""
+        self._on_recovery.append(callback)
 
     @property
     def down(self) -> bool:
@@ -69,13 +74,15 @@ class OutageGuard:
 
     def succeeded(self) -> None:
         """Record a successful call; logs the end of an outage."""
-        if self.since is not None:
-            logger.warning(
-                "Redis is reachable again after %(seconds).1fs",
-                {"seconds": self.clock() - self.since},
-            )
+        if self.since is None:
+            return
+        logger.warning(
+            "Redis is reachable again after %(seconds).1fs", {"seconds": self.clock() - self.since}
+        )
         self.since = None
         self._backoff = self.FIRST_BACKOFF
+        for callback in self._on_recovery:
+            callback()
 
     def expired(self) -> bool:
         """Whether the current outage has lasted longer than REDIS_OUTAGE_TIMEOUT."""

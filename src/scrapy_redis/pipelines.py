@@ -54,6 +54,7 @@ class RedisPipeline:
         pipeline = cls(get_redis_from_crawler(crawler), **cls._kwargs(crawler.settings))
         pipeline.crawler = crawler
         pipeline.guard = outage_guard(crawler)
+        pipeline.guard.on_recovery(pipeline._push_pending)
         return pipeline
 
     @classmethod

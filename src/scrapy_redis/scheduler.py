@@ -104,6 +104,18 @@ def _dupefilter_class_path(settings: BaseSettings) -> Any:
     return settings.get("SCHEDULER_DUPEFILTER_CLASS") or defaults.SCHEDULER_DUPEFILTER_CLASS
 
 
+def _supports_leases(queue: Any) -> bool:
+    """Whether ``queue`` pops through our lease-aware ``pop_entries()``.
+
+    A queue class of its own (a ``Base`` subclass implementing ``pop()``, or one of
+    ours with ``pop()`` overridden) is popped with its ``pop()``, without leases.
+    """
+    cls = type(queue)
+    return (
+        isinstance(queue, Base) and cls.pop is Base.pop and cls.pop_entries is not Base.pop_entries
+    )
+
+
 class Scheduler:
     """Redis-based scheduler (``SCHEDULER = "scrapy_redis.scheduler.Scheduler"``).
 
@@ -205,7 +217,7 @@ class Scheduler:
         self.queue = self._build_queue(spider)
         if self.df is None:
             self.df = load_object(self.dupefilter_cls).from_spider(spider)
-        if isinstance(self.queue, Base):
+        if _supports_leases(self.queue):
             self._book = LeaseBook(self.server, self.queue.key, self.worker_id, self.worker_timeout)
         self._join()
         self._recover()
@@ -242,6 +254,7 @@ class Scheduler:
         self.queue.clear()
 
     def _closed_during_outage(self, exc: BaseException) -> None:
+        self._guard.failed(exc)
         logger.error(
             "Redis is unreachable while closing (%(error)s): %(unsent)d requests accepted "
             "during the outage are lost; the %(leased)d requests this worker leased go back "
@@ -288,7 +301,9 @@ class Scheduler:
             )
         self._heartbeat = task.LoopingCall(self._beat)
         self._heartbeat.start(self.worker_timeout / 3, now=False)
-        self._watcher = QueueWatcher(self._queue_is_empty, lambda: wake_engine(self.crawler))
+        self._watcher = QueueWatcher(
+            lambda: self._redis_call(self._queue_is_empty, True), lambda: wake_engine(self.crawler)
+        )
 
     def _leave(self) -> None:
         assert self._registry is not None
@@ -368,9 +383,14 @@ class Scheduler:
         return self.shared_work_pending() or self._waiting_before_close()
 
     def _next_shared(self) -> Request | None:
-        self._send_unsent()
-        self._ack_done()
+        self._send_unsent()  # ends an outage: the other components write what they kept
+        if not self._guard.down:
+            self._ack_done()
         return self._pop_shared()
+
+    def has_unsent_requests(self) -> bool:
+        """Whether requests accepted during a Redis outage still wait to be pushed."""
+        return bool(self._unsent)
 
     def _redis_call(self, call: Callable[[], T], during_outage: T) -> T:
         """``call()``, or ``during_outage`` while Redis is unreachable (see outage.py)."""

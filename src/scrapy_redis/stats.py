@@ -10,6 +10,7 @@ type), and anything else (bool, None, lists, dicts) as ``json:<JSON>``.
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import Callable
 from datetime import datetime, timezone
@@ -30,6 +31,8 @@ if TYPE_CHECKING:
     from scrapy import Spider
     from scrapy.crawler import Crawler
     from typing_extensions import Self
+
+logger = logging.getLogger(__name__)
 
 _JSON = "json:"
 _INT = re.compile(r"-?\d+")
@@ -137,6 +140,7 @@ class RedisStatsCollector(StatsCollector):
         self.stats_key = crawler.settings.get("STATS_KEY", defaults.STATS_KEY)
         self.persist = crawler.settings.getbool("SCHEDULER_PERSIST", defaults.SCHEDULER_PERSIST)
         self._guard = outage_guard(crawler)
+        self._guard.on_recovery(self._replay)
         self._backlog = _Backlog()
 
     @classmethod
@@ -238,9 +242,9 @@ class RedisStatsCollector(StatsCollector):
         remember()
         self._replay()
 
-    def _replay(self) -> None:
+    def _replay(self, force: bool = False) -> None:
         """Write the backlog, each update removed as soon as it is stored."""
-        if not self._backlog or not self._guard.may_try():
+        if not self._backlog or not (force or self._guard.may_try()):
             return
         name, backlog = self._get_key(), self._backlog
         try:
@@ -270,7 +274,12 @@ class RedisStatsCollector(StatsCollector):
             self.spider_name = spider.name
 
     def close_spider(self, spider: Spider | None = None, reason: str | None = None) -> None:
-        self._replay()
+        self._replay(force=True)
+        if self._backlog:
+            logger.error(
+                "Redis is unreachable: updates of %(count)d stats are lost",
+                {"count": len(self._backlog.applied_to({}))},
+            )
         self._stats = self.get_stats()
         super().close_spider(reason=reason)
         if not self.persist and self._last_worker():
@@ -278,5 +287,6 @@ class RedisStatsCollector(StatsCollector):
 
     def _last_worker(self) -> bool:
         scheduler = engine_scheduler(self._crawler)
-        cleared = getattr(scheduler, "cleared_shared_data", None)
-        return True if cleared is None else bool(cleared)
+        if not hasattr(scheduler, "cleared_shared_data"):
+            return True  # not the Redis scheduler: the original's behaviour
+        return bool(scheduler.cleared_shared_data)  # None: it could not tell (outage)
