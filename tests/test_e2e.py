@@ -294,3 +294,31 @@ def test_process_items(server, redis_url):
     assert result.stdout.splitlines() == [f"{item['name']}\t{item['url']}" for item in items]
     assert "Processed 2 items" in result.stderr
     assert server.llen("demo:items") == 0
+
+
+def test_start_urls_pushed_while_busy_are_picked_up_promptly(server, redis_url, tmp_path):
+    """Start messages pushed mid-crawl are read by the 1 s poll, not at the next idle.
+
+    The first new message goes to the end of the shared queue (same priority as
+    the crawl's requests); the second asks for a higher priority and is fetched
+    while the first crawl still runs.
+    """
+    with DemoSite(pages=400) as busy_site, DemoSite(pages=50) as new_site:
+        server.lpush("myspider:start_urls", busy_site.url)
+        settings = {"MAX_IDLE_TIME_BEFORE_CLOSE": IDLE, "DOWNLOAD_DELAY": 0.02}
+        worker = start_worker("myspider_redis", redis_url, tmp_path / "busy.log", settings, DOMAIN)
+        wait_for_requests(busy_site, 100, worker)
+        server.rpush("myspider:start_urls", new_site.url + "p/1.html")
+        pushed = time.monotonic()
+        while server.exists("myspider:start_urls", "myspider:start_urls:leases"):
+            assert time.monotonic() - pushed < 5, "the start message was not read while busy"
+            time.sleep(0.05)
+        server.rpush("myspider:start_urls", json.dumps({"url": new_site.url, "priority": 10}))
+        pushed = time.monotonic()
+        while "/" not in new_site.snapshot():
+            assert time.monotonic() - pushed < 5, "the priority start URL was not crawled"
+            time.sleep(0.05)
+        busy_hits = sum(busy_site.snapshot().values())
+        wait_all([worker])
+        assert busy_hits < sum(busy_site.snapshot().values()), "the crawl was not busy"
+        assert "/p/1.html" in new_site.snapshot()
