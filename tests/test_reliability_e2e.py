@@ -23,6 +23,7 @@ from test_e2e import (  # test_e2e puts example-project (demo_site) on sys.path
     expected_hits,
     expected_pages,
     keys,
+    parse_stats,
     start_worker,
     wait_all,
     wait_for_requests,
@@ -133,3 +134,58 @@ def test_redis_restarted_mid_crawl(site, tmp_path):
         assert keys(client) == {f"{SPIDER}:items"}
     finally:
         redis.cleanup()
+
+
+def test_no_lease_left_whatever_way_requests_leave(server, redis_url, tmp_path):
+    """Errbacks, callback exceptions, IgnoreRequest, offsite, retries: every lease is released."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    spider_file = Path(__file__).parent / "spiders" / "residue_spider.py"
+    with DemoSite(pages=300) as site:
+        server.lpush("residue:start_urls", site.url)
+        command = [
+            sys.executable,
+            "-m",
+            "scrapy",
+            "runspider",
+            str(spider_file),
+            "-s",
+            f"REDIS_URL={redis_url}",
+            "-s",
+            "LOG_LEVEL=INFO",
+        ]
+        logs = []
+        processes = []
+        for n in (1, 2):
+            logs.append(tmp_path / f"residue-{n}.log")
+            with logs[-1].open("wb") as log:
+                processes.append(subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT))
+        for process in processes:
+            process.wait(180)
+        text = "".join(path.read_text() for path in logs)
+        assert all(process.returncode == 0 for process in processes), text[-3000:]
+    assert "callback failure" in text
+    stats = [parse_stats(path.read_text()) for path in logs]
+    total = {
+        key: sum(s.get(key, 0) for s in stats)
+        for key in (
+            "scheduler/leases/leased",
+            "scheduler/leases/acked",
+            "scheduler/leases/returned",
+            "spider_exceptions/ValueError",
+            "residue/errbacks",
+            "offsite/filtered",
+            "downloader/exception_type_count/scrapy.exceptions.IgnoreRequest",
+        )
+    }
+    assert total["spider_exceptions/ValueError"] > 0, total
+    assert total["residue/errbacks"] > 0, total
+    assert total["offsite/filtered"] > 0, total
+    assert total["downloader/exception_type_count/scrapy.exceptions.IgnoreRequest"] > 0, total
+    assert total["scheduler/leases/leased"] == total["scheduler/leases/acked"] > 0, total
+    assert total["scheduler/leases/returned"] == 0, total
+    left = keys(server)
+    assert not {key for key in left if "lease" in key}, left
+    assert left == {"residue:dupefilter"}, left  # queue drained, nothing leased
