@@ -291,7 +291,7 @@ def test_queue_watcher_backs_off_and_wakes_the_engine():
     from scrapy_redis.scheduler import QueueWatcher
 
     clock, state, wakes = Clock(), {"empty": True}, []
-    watcher = QueueWatcher(lambda: state["empty"], lambda: wakes.append(clock.seconds()), clock)
+    watcher = QueueWatcher(lambda: not state["empty"], lambda: wakes.append(clock.seconds()), clock)
     watcher.watch()
     watcher.watch()  # already watching: no second timer
     assert len(clock.getDelayedCalls()) == 1
@@ -397,3 +397,20 @@ def test_queue_classes_of_their_own_are_popped_with_their_pop(
     assert not server.exists("demo:requests:leases")  # no leases: their pop is theirs
     if queue_cls is FifoWithOwnPop:
         assert FifoWithOwnPop.popped == 2
+
+
+def test_idle_worker_is_woken_when_the_other_workers_finish(settings_dict, server, schedulers):
+    from twisted.internet.task import Clock
+
+    idle, busy = schedulers(settings_dict), schedulers(settings_dict)
+    idle.enqueue_request(Request("http://example.com/a"))
+    assert busy.next_request() is not None  # leased by the busy worker
+    clock, wakes = Clock(), []
+    idle._watcher.clock = clock
+    idle._watcher.wake = lambda: wakes.append(clock.seconds())
+    assert idle.next_request() is None  # starts watching: others hold leases
+    clock.advance(0.1)
+    assert wakes == []
+    busy._book.ack(list(busy._book.held))  # its work is done
+    clock.advance(0.2)
+    assert wakes == [pytest.approx(0.3)]  # time to re-check idleness (and close)

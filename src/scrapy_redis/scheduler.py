@@ -11,6 +11,7 @@ import heapq
 import logging
 import time
 import warnings
+from collections import deque
 from collections.abc import Callable
 from itertools import count
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -170,11 +171,12 @@ class Scheduler:
         self._local = _LocalQueue()
         self._registry: WorkerRegistry | None = None
         self._heartbeat: task.LoopingCall | None = None
-        self._watcher = QueueWatcher(lambda: True, lambda: None)  # replaced in open()
+        self._watcher = QueueWatcher(lambda: False, lambda: None)  # replaced in open()
+        self._others_leased = False
         self._guard = outage_guard(crawler) if crawler else OutageGuard(300)
         # Requests accepted while Redis was unreachable, and whether their fingerprint
         # was recorded already; pushed when it is back.
-        self._unsent: list[tuple[Request, bool]] = []
+        self._unsent: deque[tuple[Request, bool]] = deque()
         self._book: LeaseBook | None = None
         self._leased: dict[Request, str] = {}  # handed to the engine, not done yet
         self._empty_since: float | None = None
@@ -302,7 +304,9 @@ class Scheduler:
         self._heartbeat = task.LoopingCall(self._beat)
         self._heartbeat.start(self.worker_timeout / 3, now=False)
         self._watcher = QueueWatcher(
-            lambda: self._redis_call(self._queue_is_empty, True), lambda: wake_engine(self.crawler)
+            lambda: self._redis_call(self._has_news, False),
+            lambda: wake_engine(self.crawler),
+            on_start=lambda: self._redis_call(self._take_baseline, None),
         )
 
     def _leave(self) -> None:
@@ -340,7 +344,7 @@ class Scheduler:
             if added:
                 self._unsent[0] = (request, True)
                 self._push(request)
-            self._unsent.pop(0)
+            self._unsent.popleft()
         self._guard.succeeded()
         return added
 
@@ -388,6 +392,18 @@ class Scheduler:
             self._ack_done()
         return self._pop_shared()
 
+    def _take_baseline(self) -> None:
+        self._others_leased = self._others_hold_leases()
+
+    def _has_news(self) -> bool:
+        """Requests to pop, or the other workers' leases all released (time to idle)."""
+        if not self._queue_is_empty():
+            return True
+        return self._others_leased and not self._others_hold_leases()
+
+    def _others_hold_leases(self) -> bool:
+        return self._book is not None and self._book.count_all() > len(self._book.held)
+
     def has_unsent_requests(self) -> bool:
         """Whether requests accepted during a Redis outage still wait to be pushed."""
         return bool(self._unsent)
@@ -434,7 +450,7 @@ class Scheduler:
         if self._book is None:
             return False
         self._ack_done()
-        return self._book.count_all() > len(self._book.held)
+        return self._others_hold_leases()
 
     # -- leases -------------------------------------------------------------------------
 

@@ -10,27 +10,35 @@ logger = logging.getLogger(__name__)
 
 
 class QueueWatcher:
-    """While the queue looks empty, checks it with a growing interval and wakes the engine.
+    """While this worker idles, checks for news with a growing interval and wakes the engine.
 
     Scrapy asks the scheduler for requests when a download ends or every 5 s;
-    requests another worker pushes meanwhile would wait for that. The watcher
-    checks (one ``EXISTS``) after 0.1 s, then doubling up to 2 s, and calls
-    ``wake`` as soon as the queue holds something.
+    requests another worker pushes meanwhile, or the end of the other workers'
+    work (time to close), would wait for that. The watcher calls ``has_news``
+    after 0.1 s, then doubling up to 2 s, and ``wake`` as soon as it says True.
+    ``on_start`` runs when watching starts (to take a baseline).
     """
 
     FIRST, LAST = 0.1, 2.0
 
     def __init__(
-        self, is_empty: Callable[[], bool], wake: Callable[[], None], clock: Any = None
+        self,
+        has_news: Callable[[], bool],
+        wake: Callable[[], None],
+        clock: Any = None,
+        on_start: Callable[[], None] | None = None,
     ) -> None:
-        self.is_empty = is_empty
+        self.has_news = has_news
         self.wake = wake
+        self.on_start = on_start
         self.clock = clock
         self.interval = self.FIRST
         self._call: Any = None
 
     def watch(self) -> None:
         if self._call is None:
+            if self.on_start is not None and self.interval == self.FIRST:
+                self.on_start()
             if self.clock is None:
                 from twisted.internet import reactor  # not at import: Scrapy installs it
 
@@ -46,11 +54,11 @@ class QueueWatcher:
     def _check(self) -> None:
         self._call = None
         try:
-            empty = self.is_empty()
-        except Exception:  # Redis unreachable: look again later
+            news = self.has_news()
+        except Exception:  # look again later
             logger.debug("Queue check failed", exc_info=True)
-            empty = True
-        if not empty:
+            news = False
+        if news:
             self.stop()
             self.wake()
             return
