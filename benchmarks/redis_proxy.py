@@ -1,0 +1,156 @@
+"""A counting TCP proxy between Redis clients and a redis-server (loopback only).
+
+It counts, over all client connections:
+
+* ``round_trips``: client-to-server request batches. A batch starts when the
+  client sends data while it has received every reply it asked for so far (a
+  reply from the server arrived since its previous batch, or nothing was sent
+  yet on that connection); everything the client sends before the next reply
+  belongs to the same batch. One command, one pipeline (with or without
+  MULTI/EXEC) or one EVALSHA script call is one round trip, whatever the script
+  runs inside Redis.
+* ``commands``: RESP arrays (commands) sent by clients, and ``by_command``, the
+  same per command name (EVALSHA counts once; the calls inside a script are not
+  seen by the proxy).
+* ``connections``: client connections accepted.
+
+``python benchmarks/redis_proxy.py --target-port 6390 --stats-file out.json``
+prints ``READY <port>``; on SIGTERM it writes the counts to ``--stats-file``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import signal
+from collections import Counter
+
+
+class Counts:
+    def __init__(self) -> None:
+        self.round_trips = 0
+        self.commands = 0
+        self.connections = 0
+        self.by_command: Counter[str] = Counter()
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "round_trips": self.round_trips,
+            "commands": self.commands,
+            "connections": self.connections,
+            "by_command": dict(self.by_command.most_common()),
+        }
+
+
+class RespCounter:
+    """Counts complete RESP arrays in a client's byte stream (fed in arbitrary chunks)."""
+
+    def __init__(self, counts: Counts) -> None:
+        self.counts = counts
+        self.buffer = bytearray()
+
+    def feed(self, data: bytes) -> None:
+        self.buffer += data
+        pos = 0
+        buf = self.buffer
+        while True:
+            parsed = self._parse_command(buf, pos)
+            if parsed is None:
+                break
+            pos, name = parsed
+            self.counts.commands += 1
+            self.counts.by_command[name] += 1
+        del buf[:pos]
+
+    @staticmethod
+    def _parse_command(buf: bytearray, pos: int) -> tuple[int, str] | None:
+        """(end position, command name) of the command at ``pos``, or None if incomplete."""
+        end = buf.find(b"\r\n", pos)
+        if end < 0:
+            return None
+        if buf[pos:pos + 1] != b"*":  # an inline command: one line
+            return end + 2, bytes(buf[pos:end]).split(b" ", 1)[0].decode(errors="replace").upper()
+        elements = int(buf[pos + 1:end])
+        pos = end + 2
+        name = ""
+        for index in range(elements):
+            end = buf.find(b"\r\n", pos)
+            if end < 0:
+                return None
+            length = int(buf[pos + 1:end])
+            start = end + 2
+            if len(buf) < start + length + 2:
+                return None
+            if index == 0:
+                name = bytes(buf[start:start + length]).decode(errors="replace").upper()
+            pos = start + length + 2
+        return pos, name
+
+
+async def pipe_server_to_client(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, state: dict[str, bool]
+) -> None:
+    try:
+        while data := await reader.read(65536):
+            state["awaiting_reply"] = False
+            writer.write(data)
+            await writer.drain()
+    except (ConnectionError, OSError):
+        pass
+    finally:
+        writer.close()
+
+
+async def handle(
+    client_reader: asyncio.StreamReader,
+    client_writer: asyncio.StreamWriter,
+    target_port: int,
+    counts: Counts,
+) -> None:
+    counts.connections += 1
+    server_reader, server_writer = await asyncio.open_connection("127.0.0.1", target_port)
+    state = {"awaiting_reply": False}
+    back = asyncio.create_task(pipe_server_to_client(server_reader, client_writer, state))
+    parser = RespCounter(counts)
+    try:
+        while data := await client_reader.read(65536):
+            if not state["awaiting_reply"]:
+                counts.round_trips += 1
+                state["awaiting_reply"] = True
+            parser.feed(data)
+            server_writer.write(data)
+            await server_writer.drain()
+    except (ConnectionError, OSError):
+        pass
+    finally:
+        server_writer.close()
+        await back
+
+
+async def serve(target_port: int, stats_file: str) -> None:
+    counts = Counts()
+    loop = asyncio.get_running_loop()
+    server = await asyncio.start_server(
+        lambda r, w: handle(r, w, target_port, counts), "127.0.0.1", 0
+    )
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    print(f"READY {server.sockets[0].getsockname()[1]}", flush=True)
+    await stop.wait()
+    server.close()
+    with open(stats_file, "w") as f:
+        json.dump(counts.as_dict(), f)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--target-port", type=int, required=True)
+    parser.add_argument("--stats-file", required=True)
+    args = parser.parse_args()
+    asyncio.run(serve(args.target_port, args.stats_file))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,605 @@
+# ruff: noqa: RUF001, C901
+"""Benchmark our scrapy_redis against the original scrapy-redis 0.9.1, side by side.
+
+    python benchmarks/run.py            # full run (~15-20 min on 2 cores)
+    python benchmarks/run.py --quick    # smoke check (< 2 min): small N, 1 run
+
+Sets up the original package in benchmarks/.venv-original if needed (``python -m
+venv`` + ``pip install scrapy-redis==0.9.1`` with the same Scrapy, redis-py,
+Twisted, w3lib, lxml and parsel versions as this interpreter), starts its own
+redis-server on a free loopback port and the benchmark site, then measures
+(see README.md for the method):
+
+* the scheduler micro-benchmark (sched_bench.py) for each queue class, each
+  package in a subprocess of its own interpreter;
+* Redis memory per queued request and per fingerprint;
+* end-to-end crawls (bench_spider.py) with 1 and 2 workers per package, and one
+  worker with Scrapy's in-memory scheduler (the ceiling);
+* Redis round trips per page, through redis_proxy.py, in separate crawls.
+
+Prints the table and writes it to benchmarks/results/latest.md (raw data in
+latest.json, worker logs in results/logs/).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _util import HERE, ROOT, Redis, Site, machine_busy_seconds, summary
+
+VENV = HERE / ".venv-original"
+RESULTS = HERE / "results"
+LOGS = RESULTS / "logs"
+ORIGINAL = "scrapy-redis==0.9.1"
+# Same versions as ours runs with, so only the scrapy_redis package differs.
+PINNED = ("scrapy", "redis", "twisted", "w3lib", "lxml", "parsel")
+QUEUES = ("FifoQueue", "LifoQueue", "PriorityQueue")
+WORKER_TIMEOUT = 600.0
+
+#: Where ours is imported from: a copy of src/scrapy_redis taken when the run starts
+#: (see snapshot_ours), so that edits made to src/ during a run do not mix versions.
+OURS_SRC: Path = ROOT / "src"
+
+TARGETS = {
+    "e2e1": 1.3, "e2e2": 1.3, "cpu": 0.85, "rtt": 2.0, "sched": 5.0, "memory": 0.5,
+}
+
+
+def log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+# -- interpreters -----------------------------------------------------------------------
+
+def original_python() -> Path:
+    """The venv's interpreter with scrapy-redis 0.9.1, created on first use."""
+    python = VENV / "bin" / "python"
+    check = [str(python), "-c", "import scrapy_redis; print(scrapy_redis.__version__)"]
+    if python.exists():
+        found = subprocess.run(check, capture_output=True, text=True, env=clean_env())
+        if found.stdout.strip() == "0.9.1":
+            return python
+    log(f"creating {VENV} with {ORIGINAL} (one-time, ~30 s)")
+    subprocess.run([sys.executable, "-m", "venv", "--clear", str(VENV)], check=True)
+    pins = [f"{name}=={version(name)}" for name in PINNED]
+    subprocess.run(
+        [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+         ORIGINAL, *pins],
+        check=True, env=clean_env(),
+    )
+    found = subprocess.run(check, capture_output=True, text=True, env=clean_env())
+    if found.stdout.strip() != "0.9.1":
+        raise SystemExit(f"the original package did not install: {found.stderr}")
+    return python
+
+
+def clean_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPATH", "SCRAPY_SETTINGS_MODULE", "SCRAPY_PROJECT")}
+    env["PYTHONHASHSEED"] = "0"
+    return env
+
+
+def package_env(package: str) -> dict[str, str]:
+    env = clean_env()
+    if package == "ours":
+        env["PYTHONPATH"] = str(OURS_SRC)
+    return env
+
+
+def snapshot_ours(src: Path) -> str:
+    """Copy ``src/scrapy_redis`` to a temporary folder and import ours from there.
+
+    Returns a description of the version: git commit, ``+dirty`` if src/ has
+    uncommitted changes.
+    """
+    global OURS_SRC
+    dest = Path(tempfile.mkdtemp(prefix="bench-ours-src-"))
+    shutil.copytree(src / "scrapy_redis", dest / "scrapy_redis",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    OURS_SRC = dest
+    git = ["git", "-C", str(src)]
+    rev = subprocess.run([*git, "rev-parse", "--short", "HEAD"],
+                         capture_output=True, text=True).stdout.strip() or "?"
+    dirty = subprocess.run([*git, "status", "--porcelain", "--", "."],
+                           capture_output=True, text=True).stdout.strip()
+    return f"{src} at {rev}{' + uncommitted changes' if dirty else ''}"
+
+
+def ours_marker() -> str:
+    return f"{OURS_SRC}/scrapy_redis/"
+
+
+def interpreter(package: str, original: Path) -> str:
+    return str(original) if package == "original" else sys.executable
+
+
+# -- scheduler micro-benchmark ------------------------------------------------------------
+
+def scheduler_benchmark(redis: Redis, original: Path, n: int, runs: int) -> dict[str, Any]:
+    results: dict[str, dict[str, list[dict[str, Any]]]] = {
+        pkg: {q: [] for q in QUEUES} for pkg in ("ours", "original")
+    }
+    for run in range(runs):
+        order = ("ours", "original") if run % 2 == 0 else ("original", "ours")
+        for queue in QUEUES:
+            for package in order:
+                log(f"scheduler run {run + 1}/{runs}: {package} {queue} n={n}")
+                proc = subprocess.run(
+                    [interpreter(package, original), str(HERE / "sched_bench.py"),
+                     "--redis-url", redis.url, "--queue", queue, "--n", str(n)],
+                    capture_output=True, text=True, env=package_env(package), cwd=HERE,
+                    timeout=WORKER_TIMEOUT,
+                )
+                if proc.returncode != 0:
+                    raise SystemExit(f"sched_bench failed ({package} {queue}):\n{proc.stderr}")
+                data = json.loads(proc.stdout)
+                expected = ours_marker() if package == "ours" else "/.venv-original/"
+                if expected not in data["module"]:
+                    raise SystemExit(f"{package} imported the wrong package: {data['module']}")
+                if not data["ok"]:
+                    log(f"WARNING: {package} {queue} failed its checks: {data['checks']}")
+                results[package][queue].append(data)
+    return results
+
+
+# -- end-to-end crawls --------------------------------------------------------------------
+
+def worker_command(
+    mode: str, original: Path, site: Site, redis_url: str, report: Path
+) -> list[str]:
+    python = interpreter(mode, original) if mode != "memory" else sys.executable
+    args = [python, "-m", "scrapy", "runspider", str(HERE / "bench_spider.py"),
+            "-a", f"start_url={site.start_url}", "-a", f"report={report}"]
+    if mode != "memory":
+        args += ["-s", "SCHEDULER=scrapy_redis.scheduler.Scheduler",
+                 "-s", "DUPEFILTER_CLASS=scrapy_redis.dupefilter.RFPDupeFilter",
+                 "-s", f"REDIS_URL={redis_url}",
+                 # The original's first worker to close deletes the shared queue and
+                 # fingerprints of the others unless the data persists (COMPAT 5.3).
+                 "-s", "SCHEDULER_PERSIST=True"]
+    return args
+
+
+def wait_all(procs: list[subprocess.Popen[bytes]], deadline: float) -> tuple[list[float], float]:
+    """Reap the workers; (CPU seconds of each, time the last one exited)."""
+    cpu = [0.0] * len(procs)
+    pending = dict(enumerate(procs))
+    last_exit = time.perf_counter()
+    while pending:
+        for index, proc in list(pending.items()):
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                proc.returncode = os.waitstatus_to_exitcode(status)
+                cpu[index] = usage.ru_utime + usage.ru_stime
+                last_exit = time.perf_counter()
+                del pending[index]
+        if pending and time.perf_counter() > deadline:
+            for proc in pending.values():
+                proc.kill()
+            raise RuntimeError("workers did not finish in time")
+        time.sleep(0.02)
+    return cpu, last_exit
+
+
+def crawl(
+    mode: str, workers: int, original: Path, site: Site, redis: Redis, label: str,
+    proxy: bool = False,
+) -> dict[str, Any]:
+    """One crawl of the whole site by ``workers`` processes of ``mode``."""
+    redis.flush()
+    site.reset()
+    proxy_proc = None
+    redis_url = redis.url
+    stats_file = LOGS / f"{label}-proxy.json"
+    if proxy:
+        proxy_proc = subprocess.Popen(
+            [sys.executable, str(HERE / "redis_proxy.py"), "--target-port", str(redis.port),
+             "--stats-file", str(stats_file)], stdout=subprocess.PIPE, text=True,
+        )
+        assert proxy_proc.stdout is not None
+        redis_url = f"redis://127.0.0.1:{proxy_proc.stdout.readline().split()[1]}/0"
+    redis_cpu0, site_cpu0 = redis.cpu_seconds(), site.cpu_seconds()
+    busy0 = machine_busy_seconds()
+    commands0 = redis.commands_processed()
+    reports = [LOGS / f"{label}-w{i + 1}.json" for i in range(workers)]
+    for report in reports:
+        report.unlink(missing_ok=True)
+    workdir = tempfile.mkdtemp(prefix="bench-worker-")
+    start = time.perf_counter()
+    procs = []
+    for i, report in enumerate(reports):
+        with open(LOGS / f"{label}-w{i + 1}.log", "wb") as logfile:
+            procs.append(subprocess.Popen(
+                worker_command(mode, original, site, redis_url, report),
+                stdout=logfile, stderr=subprocess.STDOUT, cwd=workdir,
+                env=package_env(mode),
+            ))
+    cpu, last_exit = wait_all(procs, start + WORKER_TIMEOUT)
+    wall = last_exit - start
+    busy = machine_busy_seconds() - busy0
+    pages = site.hits()
+    redis_cpu, site_cpu = redis.cpu_seconds() - redis_cpu0, site.cpu_seconds() - site_cpu0
+    result: dict[str, Any] = {
+        "mode": mode, "workers": workers, "pages": pages, "wall_s": wall,
+        "pages_per_s": pages / wall,
+        "worker_cpu_ms_per_page": sum(cpu) / pages * 1000,
+        "redis_cpu_ms_per_page": redis_cpu / pages * 1000,
+        "site_cpu_ms_per_page": site_cpu / pages * 1000,
+        # Cores used meanwhile by processes that are not part of the benchmark (other
+        # users of the machine; the proxy too in proxied runs): a noise indicator.
+        "foreign_cores": max(0.0, busy - sum(cpu) - redis_cpu - site_cpu) / wall,
+        "redis_commands_per_page": (redis.commands_processed() - commands0) / pages
+        if mode != "memory" else 0.0,
+        "exit_codes": [p.returncode for p in procs],
+    }
+    infos = [json.loads(r.read_text()) if r.exists() else None for r in reports]
+    if all(infos):
+        opened = min(i["opened_at"] for i in infos)
+        last = max(i["last_response"] or i["opened_at"] for i in infos)
+        result["crawl_pages_per_s"] = pages / (last - opened) if last > opened else 0.0
+        result["tail_s"] = max(i["closed_at"] for i in infos) - last
+        result["responses_per_worker"] = [
+            i["stats"].get("response_received_count", 0) for i in infos
+        ]
+        result["reasons"] = [i["reason"] for i in infos]
+        result["modules"] = [i["scrapy_redis"] for i in infos]
+        expected = {"ours": ours_marker(), "original": "/.venv-original/"}.get(mode)
+        if expected and not all(expected in (m or "") for m in result["modules"]):
+            raise SystemExit(f"{label}: workers imported the wrong package: {result['modules']}")
+    else:
+        result["error"] = "a worker wrote no report (see its log)"
+    if proxy_proc is not None:
+        proxy_proc.send_signal(signal.SIGTERM)
+        proxy_proc.wait(30)
+        counts = json.loads(stats_file.read_text())
+        result["round_trips_per_page"] = counts["round_trips"] / pages
+        result["client_commands_per_page"] = counts["commands"] / pages
+        result["proxy"] = counts
+    if result["exit_codes"] != [0] * workers or "error" in result:
+        log(f"WARNING: {label}: {result.get('error')} exit codes {result['exit_codes']}")
+    return result
+
+
+def site_throughput(site: Site, requests: int) -> dict[str, float]:
+    site.reset()
+    cpu0 = site.cpu_seconds()
+    proc = subprocess.run(
+        [sys.executable, str(HERE / "site_load.py"), "--port", str(site.port),
+         "--pages", str(site.pages), "--connections", "32", "--requests", str(requests)],
+        capture_output=True, text=True, check=True, cwd=HERE,
+    )
+    data: dict[str, float] = json.loads(proc.stdout)
+    data["site_cpu_us_per_request"] = (site.cpu_seconds() - cpu0) / data["requests"] * 1e6
+    site.reset()
+    return data
+
+
+def e2e_benchmark(
+    redis: Redis, original: Path, pages: int, runs: int, proxy_workers: tuple[int, ...]
+) -> dict[str, Any]:
+    site = Site(pages)
+    try:
+        log(f"site: {pages} pages on port {site.port}; measuring its raw throughput")
+        raw = site_throughput(site, 20000)
+        configs = [("ours", 1), ("original", 1), ("memory", 1), ("ours", 2), ("original", 2)]
+        timed: dict[str, list[dict[str, Any]]] = {f"{m}-{w}": [] for m, w in configs}
+        for run in range(runs):
+            # Alternate which package goes first, so drift of the machine is shared.
+            order = configs if run % 2 == 0 else [
+                ("original", 1), ("ours", 1), ("memory", 1), ("original", 2), ("ours", 2)]
+            for mode, workers in order:
+                label = f"{mode}-{workers}w-run{run + 1}"
+                log(f"crawl {label}")
+                timed[f"{mode}-{workers}"].append(
+                    crawl(mode, workers, original, site, redis, label))
+                last = timed[f"{mode}-{workers}"][-1]
+                log(f"  {last['pages']} pages in {last['wall_s']:.1f} s = "
+                    f"{last['pages_per_s']:.1f} pages/s, "
+                    f"{last['worker_cpu_ms_per_page']:.2f} CPU ms/page")
+        proxied: dict[str, dict[str, Any]] = {}
+        for workers in proxy_workers:
+            for mode in ("ours", "original"):
+                label = f"{mode}-{workers}w-proxied"
+                log(f"crawl {label} (counting round trips)")
+                proxied[f"{mode}-{workers}"] = crawl(
+                    mode, workers, original, site, redis, label, proxy=True)
+                log(f"  {proxied[f'{mode}-{workers}']['round_trips_per_page']:.2f} "
+                    "round trips/page")
+        return {"site": raw, "timed": timed, "proxied": proxied}
+    finally:
+        site.stop()
+
+
+# -- report -------------------------------------------------------------------------------
+
+def fmt(value: float) -> str:
+    if value >= 1000:
+        return f"{value:,.0f}"
+    if value >= 100:
+        return f"{value:.0f}"
+    if value >= 10:
+        return f"{value:.1f}"
+    return f"{value:.2f}"
+
+
+def cell(values: list[float]) -> str:
+    s = summary(values)
+    if len(values) == 1:
+        return fmt(s["median"])
+    return f"{fmt(s['median'])} ({fmt(s['min'])}–{fmt(s['max'])})"
+
+
+def median(values: list[float]) -> float:
+    return summary(values)["median"]
+
+
+def rx(value: float, target: float) -> str:
+    """A ratio for a target's line: a third decimal when two would look like the target."""
+    return f"{value:.3f}×" if f"{value:.2f}" == f"{target:.2f}" else f"{value:.2f}×"
+
+
+def ratio(ours: float, original: float) -> float:
+    return ours / original if original else float("nan")
+
+
+def machine() -> str:
+    model = "?"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return (f"{platform.node()}: {os.cpu_count()} CPUs ({model}), Linux {platform.release()}, "
+            f"Python {platform.python_version()}, Scrapy {version('scrapy')}, "
+            f"redis-py {version('redis')}")
+
+
+def report(data: dict[str, Any]) -> tuple[str, list[tuple[str, bool]]]:
+    lines: list[str] = []
+    targets: list[tuple[str, bool]] = []
+    cfg = data["config"]
+    lines += [
+        f"# scrapy_redis benchmark: ours ({data['ours_version']}) vs original "
+        f"(scrapy-redis {data['original_version']})",
+        "",
+        f"Date: {data['date']}  ",
+        f"Machine: {data['machine']}  ",
+        f"Redis: {data['redis_version']}; load average at start {data['load_start']}, "
+        f"at end {data['load_end']}; total time {data['elapsed_s'] / 60:.1f} min  ",
+        f"Ours: {data['ours_source']} (copied when the run started).  ",
+        f"Command: `{data['command'].strip()}` — median (min–max) of {cfg['runs']} run(s).",
+        "",
+    ]
+    if "scheduler" in data:
+        sched = data["scheduler"]
+        lines += [
+            f"## Scheduler (N = {cfg['n']:,} requests per phase; rates in requests/s)", "",
+            "| measure | queue | ours | original | ours/original | target |",
+            "|---|---|---|---|---|---|",
+        ]
+        for key, title in (("enqueue_rate", "enqueue, new requests"),
+                           ("dup_enqueue_rate", "enqueue, 50% duplicates"),
+                           ("dequeue_rate", "dequeue")):
+            for queue in QUEUES:
+                ours = [r[key] for r in sched["ours"][queue]]
+                orig = [r[key] for r in sched["original"][queue]]
+                r = ratio(median(ours), median(orig))
+                met = r >= TARGETS["sched"]
+                shown = rx(r, TARGETS["sched"])
+                targets.append((f"scheduler {title}, {queue}: {shown} (≥ 5×)", met))
+                lines.append(f"| {title} | {queue} | {cell(ours)} | {cell(orig)} | "
+                             f"{shown} | ≥ 5× {'✅' if met else '❌'} |")
+        lines += ["", "Client CPU per operation (µs, median; the rest of the wall time is "
+                  "waiting for Redis):", "",
+                  "| operation | queue | ours | original | ours/original |",
+                  "|---|---|---|---|---|"]
+        for key, title in (("enqueue_cpu_us", "enqueue, new"),
+                           ("dup_enqueue_cpu_us", "enqueue, 50% dup"),
+                           ("dequeue_cpu_us", "dequeue")):
+            for queue in QUEUES:
+                ours_v = median([r[key] for r in sched["ours"][queue]])
+                orig_v = median([r[key] for r in sched["original"][queue]])
+                lines.append(f"| {title} | {queue} | {fmt(ours_v)} | {fmt(orig_v)} | "
+                             f"{ratio(ours_v, orig_v):.2f}× |")
+        lines += ["", "## Redis memory (bytes; MEMORY USAGE … SAMPLES 0 of the keys / N)", "",
+                  "| measure | queue | ours | original | ours/original | target |",
+                  "|---|---|---|---|---|---|"]
+        for queue in QUEUES:
+            ours_v = median([r["queue_bytes_per_request"] for r in sched["ours"][queue]])
+            orig_v = median([r["queue_bytes_per_request"] for r in sched["original"][queue]])
+            r = ratio(ours_v, orig_v)
+            met = r <= TARGETS["memory"]
+            shown = rx(r, TARGETS["memory"])
+            targets.append((f"Redis bytes per queued request, {queue}: {shown} (≤ 0.5×)", met))
+            lines.append(f"| per queued request | {queue} | {fmt(ours_v)} | {fmt(orig_v)} | "
+                         f"{shown} | ≤ 0.5× {'✅' if met else '❌'} |")
+        for queue in QUEUES:
+            ours_v = median([r["used_memory_per_request"] for r in sched["ours"][queue]])
+            orig_v = median([r["used_memory_per_request"] for r in sched["original"][queue]])
+            lines.append(f"| INFO used_memory delta per request (queue + fingerprint) | {queue} | "
+                         f"{fmt(ours_v)} | {fmt(orig_v)} | {ratio(ours_v, orig_v):.2f}× | |")
+        ours_v = median([r["df_bytes_per_fingerprint"] for q in QUEUES
+                         for r in sched["ours"][q]])
+        orig_v = median([r["df_bytes_per_fingerprint"] for q in QUEUES
+                         for r in sched["original"][q]])
+        lines.append(f"| per fingerprint (dupefilter set) | all | {fmt(ours_v)} | {fmt(orig_v)} | "
+                     f"{ratio(ours_v, orig_v):.2f}× | |")
+        lines.append("")
+    if "e2e" in data:
+        e2e = data["e2e"]
+        timed = e2e["timed"]
+        site = e2e["site"]
+        lines += [
+            f"## End to end: crawl of a local site of {cfg['pages']:,} pages (~10 links each), "
+            "CONCURRENT_REQUESTS 16", "",
+            "| measure | ours | original | ours/original | target |",
+            "|---|---|---|---|---|",
+        ]
+
+        def vals(key: str, metric: str) -> list[float]:
+            return [r[metric] for r in timed[key] if metric in r]
+
+        for workers, tkey in ((1, "e2e1"), (2, "e2e2")):
+            ours = vals(f"ours-{workers}", "pages_per_s")
+            orig = vals(f"original-{workers}", "pages_per_s")
+            r = ratio(median(ours), median(orig))
+            met = r >= TARGETS[tkey]
+            shown = rx(r, TARGETS[tkey])
+            targets.append((f"end-to-end pages/s, {workers} worker(s): {shown} (≥ 1.3×)", met))
+            lines.append(f"| pages/s, {workers} worker{'s' if workers > 1 else ''} "
+                         f"(launch → last exit) | {cell(ours)} | {cell(orig)} | {shown} | "
+                         f"≥ 1.3× {'✅' if met else '❌'} |")
+        for workers in (1, 2):
+            ours = vals(f"ours-{workers}", "crawl_pages_per_s")
+            orig = vals(f"original-{workers}", "crawl_pages_per_s")
+            if ours and orig:
+                lines.append(f"| pages/s, {workers} worker{'s' if workers > 1 else ''} "
+                             f"(crawl phase: open → last response) | {cell(ours)} | "
+                             f"{cell(orig)} | {ratio(median(ours), median(orig)):.2f}× | |")
+        for workers in (1, 2):
+            ours = vals(f"ours-{workers}", "worker_cpu_ms_per_page")
+            orig = vals(f"original-{workers}", "worker_cpu_ms_per_page")
+            r = ratio(median(ours), median(orig))
+            met = r <= TARGETS["cpu"]
+            shown = rx(r, TARGETS["cpu"])
+            targets.append((f"worker CPU per page, {workers} worker(s): {shown} (≤ 0.85×)", met))
+            lines.append(f"| worker CPU ms/page, {workers} worker{'s' if workers > 1 else ''} | "
+                         f"{cell(ours)} | {cell(orig)} | {shown} | "
+                         f"≤ 0.85× {'✅' if met else '❌'} |")
+        for workers in sorted({int(k.split("-")[1]) for k in e2e["proxied"]}):
+            ours_r = e2e["proxied"][f"ours-{workers}"]
+            orig_r = e2e["proxied"][f"original-{workers}"]
+            rt, rt_orig = ours_r["round_trips_per_page"], orig_r["round_trips_per_page"]
+            met = rt <= TARGETS["rtt"]
+            targets.append((f"Redis round trips per page, {workers} worker(s): ours {rt:.2f} "
+                            "(≤ 2)", met))
+            lines.append(f"| Redis round trips/page, {workers} worker"
+                         f"{'s' if workers > 1 else ''} (proxy count, 1 run) | {fmt(rt)} | "
+                         f"{fmt(rt_orig)} | {ratio(rt, rt_orig):.2f}× | ours ≤ 2 "
+                         f"{'✅' if met else '❌'} |")
+            sent, sent_orig = (ours_r["client_commands_per_page"],
+                               orig_r["client_commands_per_page"])
+            lines.append(f"| commands sent/page, {workers} worker{'s' if workers > 1 else ''} "
+                         f"(a script call = 1) | {fmt(sent)} | {fmt(sent_orig)} | "
+                         f"{ratio(sent, sent_orig):.2f}× | |")
+        for workers in (1, 2):
+            for metric, title in (("redis_commands_per_page", "Redis commands executed/page "
+                                   "(INFO, incl. inside scripts)"),
+                                  ("redis_cpu_ms_per_page", "redis-server CPU ms/page"),
+                                  ("tail_s", "seconds from last response to last exit")):
+                ours = vals(f"ours-{workers}", metric)
+                orig = vals(f"original-{workers}", metric)
+                if ours and orig:
+                    lines.append(f"| {title}, {workers} worker{'s' if workers > 1 else ''} | "
+                                 f"{cell(ours)} | {cell(orig)} | "
+                                 f"{ratio(median(ours), median(orig)):.2f}× | |")
+        memory = vals("memory-1", "pages_per_s")
+        memory_cpu = vals("memory-1", "worker_cpu_ms_per_page")
+        lines += [
+            "",
+            f"Ceiling — Scrapy's own in-memory scheduler and dupefilter, 1 worker: "
+            f"**{cell(memory)} pages/s**, {cell(memory_cpu)} worker CPU ms/page "
+            f"(ours reaches {ratio(median(vals('ours-1', 'pages_per_s')), median(memory)):.2f}× "
+            f"of it, the original "
+            f"{ratio(median(vals('original-1', 'pages_per_s')), median(memory)):.2f}×).  ",
+            f"Site raw throughput (asyncio keep-alive client, 32 connections, "
+            f"{site['requests']:,} requests): **{fmt(site['rps'])} requests/s**, "
+            f"{site['site_cpu_us_per_request']:.0f} µs site CPU per request; during the "
+            f"crawls the site used "
+            f"{median([r['site_cpu_ms_per_page'] for v in timed.values() for r in v]):.3f} "
+            "CPU ms per page.",
+            "",
+            "Other processes on this shared machine used "
+            + cell([r.get("foreign_cores", 0.0) for v in timed.values() for r in v])
+            + " of the 2 cores during the timed crawls (median (min–max); a noise indicator).",
+            "",
+            "Pages per worker in the 2-worker crawls (ours / original): "
+            + "; ".join(
+                f"{'+'.join(map(str, a.get('responses_per_worker', [])))} / "
+                f"{'+'.join(map(str, b.get('responses_per_worker', [])))}"
+                for a, b in zip(timed["ours-2"], timed["original-2"], strict=False)
+            ),
+            "",
+        ]
+    lines += ["## Targets (ours / original)", ""]
+    lines += [f"- {'✅ met' if met else '❌ not met'}: {text}" for text, met in targets]
+    lines.append("")
+    return "\n".join(lines), targets
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true",
+                        help="smoke check: N=2000, 1000 pages, 1 run, round trips for 1 worker")
+    parser.add_argument("--runs", type=int, help="runs of each measurement (default 3)")
+    parser.add_argument("--n", type=int, help="requests per scheduler phase (default 10000)")
+    parser.add_argument("--pages", type=int, help="pages of the site (default 5000)")
+    parser.add_argument("--skip-scheduler", action="store_true")
+    parser.add_argument("--skip-e2e", action="store_true")
+    parser.add_argument("--output", type=Path, default=RESULTS / "latest.md")
+    parser.add_argument("--ours-src", type=Path, default=ROOT / "src",
+                        help="the src/ folder holding our scrapy_redis (default: this checkout)")
+    args = parser.parse_args()
+    runs = args.runs or (1 if args.quick else 3)
+    n = args.n or (2000 if args.quick else 10000)
+    pages = args.pages or (1000 if args.quick else 5000)
+    proxy_workers = (1,) if args.quick else (1, 2)
+
+    started = time.perf_counter()
+    LOGS.mkdir(parents=True, exist_ok=True)
+    original = original_python()
+    ours_source = snapshot_ours(args.ours_src.resolve())
+    data: dict[str, Any] = {
+        "ours_source": ours_source,
+        "date": datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z"),
+        "machine": machine(),
+        "command": "python benchmarks/run.py " + " ".join(sys.argv[1:]),
+        "config": {"runs": runs, "n": n, "pages": pages, "quick": args.quick},
+        "load_start": " ".join(f"{x:.2f}" for x in os.getloadavg()),
+        "ours_version": subprocess.run(
+            [sys.executable, "-c", "import scrapy_redis; print(scrapy_redis.__version__)"],
+            capture_output=True, text=True, env=package_env("ours")).stdout.strip(),
+        "original_version": "0.9.1",
+    }
+    redis = Redis()
+    try:
+        data["redis_version"] = redis.info("server")["redis_version"]
+        if not args.skip_scheduler:
+            data["scheduler"] = scheduler_benchmark(redis, original, n, runs)
+        if not args.skip_e2e:
+            data["e2e"] = e2e_benchmark(redis, original, pages, runs, proxy_workers)
+    finally:
+        redis.stop()
+        shutil.rmtree(OURS_SRC, ignore_errors=True)
+    data["load_end"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    data["elapsed_s"] = time.perf_counter() - started
+    text, targets = report(data)
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(text)
+    args.output.with_suffix(".json").write_text(json.dumps(data, indent=1, default=str))
+    print(text)
+    met = sum(1 for _, ok in targets if ok)
+    print(f"{met} of {len(targets)} targets met. Written to {args.output} "
+          f"({data['elapsed_s'] / 60:.1f} min).")
+
+
+if __name__ == "__main__":
+    main()
