@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import warnings
 from typing import TYPE_CHECKING, Any
 
 from scrapy.dupefilters import BaseDupeFilter
@@ -22,7 +21,7 @@ from w3lib.url import canonicalize_url
 
 from scrapy_redis import defaults
 from scrapy_redis.connection import get_redis_from_crawler, get_redis_from_settings
-from scrapy_redis.exceptions import ScrapyRedisDeprecationWarning
+from scrapy_redis.exceptions import warn_from_settings
 from scrapy_redis.keys import format_key, standalone_dupefilter_key
 
 if TYPE_CHECKING:
@@ -109,11 +108,7 @@ class RFPDupeFilter(BaseDupeFilter):
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> Self:
         """Deprecated: use :meth:`from_crawler` (Scrapy no longer calls from_settings)."""
-        warnings.warn(
-            "RFPDupeFilter.from_settings() is deprecated, use RFPDupeFilter.from_crawler()",
-            ScrapyRedisDeprecationWarning,
-            stacklevel=2,
-        )
+        warn_from_settings("RFPDupeFilter")
         key = standalone_dupefilter_key(defaults.DUPEFILTER_KEY)
         debug = settings.getbool("DUPEFILTER_DEBUG")
         return cls(get_redis_from_settings(settings), key=key, debug=debug, temporary=True)

@@ -7,6 +7,8 @@ ValueError`` blocks keep working.
 
 from __future__ import annotations
 
+import warnings
+
 
 class ScrapyRedisError(Exception):
     """Root of all scrapy-redis errors."""
@@ -38,3 +40,12 @@ class InvalidStartMessageError(ScrapyRedisError, ValueError):
 
 class ScrapyRedisDeprecationWarning(DeprecationWarning):
     """A deprecated scrapy-redis name, setting or signature was used."""
+
+
+def warn_from_settings(component: str) -> None:
+    """Warn that ``component.from_settings()`` (never called by Scrapy >= 2.14) is deprecated."""
+    warnings.warn(
+        f"{component}.from_settings() is deprecated, use {component}.from_crawler()",
+        ScrapyRedisDeprecationWarning,
+        stacklevel=3,
+    )

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -12,7 +11,7 @@ from scrapy.utils.serialize import ScrapyJSONEncoder
 
 from scrapy_redis import defaults
 from scrapy_redis.connection import get_redis_from_crawler, get_redis_from_settings
-from scrapy_redis.exceptions import ScrapyRedisDeprecationWarning
+from scrapy_redis.exceptions import warn_from_settings
 from scrapy_redis.keys import format_key
 from scrapy_redis.outage import OUTAGE_ERRORS, OutageGuard, outage_guard
 
@@ -60,11 +59,7 @@ class RedisPipeline:
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> Self:
         """Deprecated: use :meth:`from_crawler` (Scrapy no longer calls from_settings)."""
-        warnings.warn(
-            "RedisPipeline.from_settings() is deprecated, use RedisPipeline.from_crawler()",
-            ScrapyRedisDeprecationWarning,
-            stacklevel=2,
-        )
+        warn_from_settings("RedisPipeline")
         return cls(get_redis_from_settings(settings), **cls._kwargs(settings))
 
     @staticmethod

@@ -10,7 +10,6 @@ from __future__ import annotations
 import heapq
 import logging
 import time
-import warnings
 from collections import deque
 from collections.abc import Callable
 from itertools import count
@@ -28,9 +27,9 @@ from scrapy_redis.connection import (
     get_redis_from_settings,
 )
 from scrapy_redis.exceptions import (
-    ScrapyRedisDeprecationWarning,
     UndecodableRequestError,
     UnserializableRequestError,
+    warn_from_settings,
 )
 from scrapy_redis.keys import format_key, invalid_entries_key, workers_key
 from scrapy_redis.leases import LeaseBook
@@ -199,11 +198,7 @@ class Scheduler:
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> Self:
         """Deprecated: use :meth:`from_crawler` (Scrapy no longer calls from_settings)."""
-        warnings.warn(
-            "Scheduler.from_settings() is deprecated, use Scheduler.from_crawler()",
-            ScrapyRedisDeprecationWarning,
-            stacklevel=2,
-        )
+        warn_from_settings("Scheduler")
         kwargs = _scheduler_kwargs(settings)
         dupefilter_cls = load_object(kwargs["dupefilter_cls"])
         if not hasattr(dupefilter_cls, "from_spider"):

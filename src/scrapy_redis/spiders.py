@@ -116,6 +116,13 @@ class RedisMixin:
     name: str
     crawler: Crawler
 
+    @classmethod
+    def from_crawler(cls, crawler: Crawler, *args: Any, **kwargs: Any) -> Self:
+        """Build the spider (the next class in the MRO does), then :meth:`setup_redis`."""
+        spider = super().from_crawler(crawler, *args, **kwargs)  # type: ignore[misc]
+        spider.setup_redis(crawler)
+        return spider  # type: ignore[no-any-return]
+
     def start_requests(self) -> Iterable[Request]:
         """The first batch of requests (for Scrapy < 2.13, and called by :meth:`start`)."""
         return self.next_requests()
@@ -362,18 +369,6 @@ class RedisMixin:
 class RedisSpider(RedisMixin, Spider):
     """Spider that reads its start requests from ``redis_key``."""
 
-    @classmethod
-    def from_crawler(cls, crawler: Crawler, *args: Any, **kwargs: Any) -> Self:
-        spider = super().from_crawler(crawler, *args, **kwargs)
-        spider.setup_redis(crawler)
-        return spider
-
 
 class RedisCrawlSpider(RedisMixin, CrawlSpider):
     """CrawlSpider that reads its start requests from ``redis_key``."""
-
-    @classmethod
-    def from_crawler(cls, crawler: Crawler, *args: Any, **kwargs: Any) -> Self:
-        spider = super().from_crawler(crawler, *args, **kwargs)
-        spider.setup_redis(crawler)
-        return spider
