@@ -13,6 +13,20 @@ sys.path.insert(0, str(Path(__file__).parent))
 from redis_server import RedisServer, in_ci
 
 
+def pytest_configure(config):
+    from helpers import ensure_reactor
+
+    ensure_reactor()
+
+
+def pytest_unconfigure(config):
+    """Close the event loop of the asyncio reactor installed above."""
+    reactor = sys.modules.get("twisted.internet.reactor")
+    loop = getattr(reactor, "_asyncioEventloop", None)
+    if loop is not None and not loop.is_closed():
+        loop.close()
+
+
 @pytest.fixture(scope="session")
 def redis_server():
     """One redis-server for the whole session, on a free loopback port."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from scrapy import Spider
@@ -21,10 +22,19 @@ class DemoSpider(Spider):
         return None
 
 
+def ensure_reactor() -> None:
+    """Install the reactor ``scrapy crawl`` installs (Scrapy 2.13's test helpers need one)."""
+    if "twisted.internet.reactor" not in sys.modules:
+        from scrapy.utils.reactor import install_reactor
+
+        install_reactor("twisted.internet.asyncioreactor.AsyncioSelectorReactor")
+
+
 def make_spider(
     settings: dict[str, Any] | None = None, spidercls: type[Spider] = DemoSpider, **kwargs: Any
 ) -> Spider:
     """A spider bound to a fresh crawler configured by ``settings``."""
+    ensure_reactor()  # also in spawned worker processes
     crawler = get_crawler(spidercls, settings or {})
     spider = crawler._create_spider(**kwargs)
     crawler.spider = spider

@@ -91,6 +91,9 @@ def test_basic_operations(settings_dict, server):
 
 
 def _increment(url, times):
+    from helpers import ensure_reactor
+
+    ensure_reactor()
     stats = stats_collector({"REDIS_URL": url})
     for _ in range(times):
         stats.inc_value("hits")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import pprint
 import re
 from collections.abc import Callable
 from datetime import datetime, timezone
@@ -135,6 +136,7 @@ class RedisStatsCollector(StatsCollector):
 
     def __init__(self, crawler: Crawler, spider: Spider | None = None) -> None:
         super().__init__(crawler)
+        self._crawler = crawler  # set by Scrapy >= 2.14 too
         self.server = get_redis_from_crawler(crawler)
         self.spider_name = spider.name if spider else (crawler.spidercls.name or "scrapy")
         self.stats_key = crawler.settings.get("STATS_KEY", defaults.STATS_KEY)
@@ -281,7 +283,12 @@ class RedisStatsCollector(StatsCollector):
                 {"count": len(self._backlog.applied_to({}))},
             )
         self._stats = self.get_stats()
-        super().close_spider(reason=reason)
+        if self._dump:
+            logger.info(
+                "Dumping Scrapy stats:\n%(stats)s",
+                {"stats": pprint.pformat(self._stats)},
+                extra={"spider": spider or self._crawler.spider},
+            )
         if not self.persist and self._last_worker():
             self.clear_stats()
 
