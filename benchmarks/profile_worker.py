@@ -1,6 +1,6 @@
 """Profile one of OUR workers during the end-to-end crawl (py-spy, sampling).
 
-    python benchmarks/profile_worker.py [--pages 5000] [--package ours|original]
+    python benchmarks/profile_worker.py [--pages 5000] [--package ours|ours-unleased|original]
 
 Installs py-spy into benchmarks/.venv-tools if needed, starts a redis-server
 and the benchmark site, and runs one worker (bench_spider.py, our Scheduler,
@@ -133,7 +133,8 @@ def summarize(raw: Path, title: str) -> str:  # noqa: C901
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pages", type=int, default=5000)
-    parser.add_argument("--package", choices=["ours", "original"], default="ours")
+    parser.add_argument("--package", choices=["ours", "ours-unleased", "original"],
+                        default="ours")
     parser.add_argument("--rate", type=int, default=250, help="samples per second")
     args = parser.parse_args()
     LOGS.mkdir(parents=True, exist_ok=True)
@@ -157,7 +158,7 @@ def main() -> None:
         site.stop()
         redis.stop()
         shutil.rmtree(run.OURS_SRC, ignore_errors=True)
-    version = source if args.package == "ours" else "scrapy-redis 0.9.1"
+    version = source if args.package != "original" else "scrapy-redis 0.9.1"
     text = summarize(raw, f"py-spy profile of one {args.package} worker crawling "
                           f"{pages} pages (PriorityQueue); {version}")
     (RESULTS / f"profile-{args.package}.md").write_text(text)

@@ -1,8 +1,9 @@
 # ruff: noqa: RUF001, C901
 """Benchmark our scrapy_redis against the original scrapy-redis 0.9.1, side by side.
 
-    python benchmarks/run.py            # full run (~15-20 min on 2 cores)
-    python benchmarks/run.py --quick    # smoke check (< 2 min): small N, 1 run
+    python benchmarks/run.py                # full run (~20 min on 2 cores)
+    python benchmarks/run.py --quick        # smoke check (< 3 min): small N, 1 run
+    python benchmarks/run.py --leases-only  # cost of leases only (~5 min)
 
 Sets up the original package in benchmarks/.venv-original if needed (``python -m
 venv`` + ``pip install scrapy-redis==0.9.1`` with the same Scrapy, redis-py,
@@ -15,7 +16,10 @@ redis-server on a free loopback port and the benchmark site, then measures
 * Redis memory per queued request and per fingerprint;
 * end-to-end crawls (bench_spider.py) with 1 and 2 workers per package, and one
   worker with Scrapy's in-memory scheduler (the ceiling);
-* Redis round trips per page, through redis_proxy.py, in separate crawls.
+* Redis round trips per page, through redis_proxy.py, in separate crawls;
+* the cost of leases: ours as is against ours with SCHEDULER_QUEUE_CLASS =
+  unleased_queues.Unleased<queue> (benchmarks/unleased_queues.py: pop()
+  overridden, so our scheduler leases nothing), scheduler and end to end.
 
 Prints the table and writes it to benchmarks/results/latest.md (raw data in
 latest.json, worker logs in results/logs/).
@@ -50,6 +54,15 @@ ORIGINAL = "scrapy-redis==0.9.1"
 PINNED = ("scrapy", "redis", "twisted", "w3lib", "lxml", "parsel")
 QUEUES = ("FifoQueue", "LifoQueue", "PriorityQueue")
 WORKER_TIMEOUT = 600.0
+#: Ours as is (leases), and ours popping without leases (see unleased_queues.py).
+OURS_VARIANTS = ("ours", "ours-unleased")
+#: The crawl's queue without leases: our default queue class, PriorityQueue, unleased.
+UNLEASED_CRAWL_QUEUE = "unleased_queues.UnleasedPriorityQueue"
+#: --leases-only sizes: small enough for the whole comparison to take < 6 minutes.
+LEASES_N = 5000
+LEASES_PAGES = 1500
+#: ... and the proxied crawls (the proxy makes a crawl ~1.5 times slower) on a smaller site.
+LEASES_PROXY_PAGES = 1000
 
 #: Where ours is imported from: a copy of src/scrapy_redis taken when the run starts
 #: (see snapshot_ours), so that edits made to src/ during a run do not mix versions.
@@ -97,8 +110,9 @@ def clean_env() -> dict[str, str]:
 
 def package_env(package: str) -> dict[str, str]:
     env = clean_env()
-    if package == "ours":
-        env["PYTHONPATH"] = str(OURS_SRC)
+    if package in OURS_VARIANTS:
+        # benchmarks/ after ours, for unleased_queues; both variants get the same path.
+        env["PYTHONPATH"] = os.pathsep.join([str(OURS_SRC), str(HERE)])
     return env
 
 
@@ -125,11 +139,42 @@ def ours_marker() -> str:
     return f"{OURS_SRC}/scrapy_redis/"
 
 
-def interpreter(package: str, original: Path) -> str:
-    return str(original) if package == "original" else sys.executable
+def interpreter(package: str, original: Path | None) -> str:
+    if package == "original":
+        assert original is not None
+        return str(original)
+    return sys.executable
+
+
+def expected_module(package: str) -> str | None:
+    """A part of the path every process of ``package`` must import scrapy_redis from."""
+    if package in OURS_VARIANTS:
+        return ours_marker()
+    return "/.venv-original/" if package == "original" else None
 
 
 # -- scheduler micro-benchmark ------------------------------------------------------------
+
+def sched_run(
+    package: str, original: Path | None, redis: Redis, queue: str, n: int, extra: list[str]
+) -> dict[str, Any]:
+    """One sched_bench.py process; its JSON, checked."""
+    proc = subprocess.run(
+        [interpreter(package, original), str(HERE / "sched_bench.py"),
+         "--redis-url", redis.url, "--queue", queue, "--n", str(n), *extra],
+        capture_output=True, text=True, env=package_env(package), cwd=HERE,
+        timeout=WORKER_TIMEOUT,
+    )
+    if proc.returncode != 0:
+        raise SystemExit(f"sched_bench failed ({package} {queue}):\n{proc.stderr}")
+    data: dict[str, Any] = json.loads(proc.stdout)
+    expected = expected_module(package)
+    if expected and expected not in data["module"]:
+        raise SystemExit(f"{package} imported the wrong package: {data['module']}")
+    if not data["ok"]:
+        log(f"WARNING: {package} {queue} failed its checks: {data['checks']}")
+    return data
+
 
 def scheduler_benchmark(redis: Redis, original: Path, n: int, runs: int) -> dict[str, Any]:
     results: dict[str, dict[str, list[dict[str, Any]]]] = {
@@ -140,28 +185,33 @@ def scheduler_benchmark(redis: Redis, original: Path, n: int, runs: int) -> dict
         for queue in QUEUES:
             for package in order:
                 log(f"scheduler run {run + 1}/{runs}: {package} {queue} n={n}")
-                proc = subprocess.run(
-                    [interpreter(package, original), str(HERE / "sched_bench.py"),
-                     "--redis-url", redis.url, "--queue", queue, "--n", str(n)],
-                    capture_output=True, text=True, env=package_env(package), cwd=HERE,
-                    timeout=WORKER_TIMEOUT,
-                )
-                if proc.returncode != 0:
-                    raise SystemExit(f"sched_bench failed ({package} {queue}):\n{proc.stderr}")
-                data = json.loads(proc.stdout)
-                expected = ours_marker() if package == "ours" else "/.venv-original/"
-                if expected not in data["module"]:
-                    raise SystemExit(f"{package} imported the wrong package: {data['module']}")
-                if not data["ok"]:
-                    log(f"WARNING: {package} {queue} failed its checks: {data['checks']}")
-                results[package][queue].append(data)
+                results[package][queue].append(sched_run(package, original, redis, queue, n, []))
+    return results
+
+
+def lease_scheduler_benchmark(redis: Redis, n: int, runs: int) -> dict[str, Any]:
+    """Ours with and without leases, interleaved in one process (sched_bench.py --paired):
+    enqueue, then dequeue half acking each request, half not acking."""
+    results: dict[str, dict[str, list[dict[str, Any]]]] = {
+        v: {q: [] for q in QUEUES} for v in OURS_VARIANTS
+    }
+    for run in range(runs):
+        for queue in QUEUES:
+            log(f"lease scheduler run {run + 1}/{runs}: {queue}, with and without leases, n={n}")
+            data = sched_run("ours", None, redis, queue, n, ["--paired"])
+            for variant in OURS_VARIANTS:
+                got = data["variants"][variant]
+                if got["uses_leases"] != (variant == "ours"):
+                    raise SystemExit(f"{variant} {queue}: uses_leases = {got['uses_leases']} "
+                                     f"({got['queue_class']})")
+                results[variant][queue].append(got)
     return results
 
 
 # -- end-to-end crawls --------------------------------------------------------------------
 
 def worker_command(
-    mode: str, original: Path, site: Site, redis_url: str, report: Path
+    mode: str, original: Path | None, site: Site, redis_url: str, report: Path
 ) -> list[str]:
     python = interpreter(mode, original) if mode != "memory" else sys.executable
     args = [python, "-m", "scrapy", "runspider", str(HERE / "bench_spider.py"),
@@ -173,6 +223,8 @@ def worker_command(
                  # The original's first worker to close deletes the shared queue and
                  # fingerprints of the others unless the data persists (COMPAT 5.3).
                  "-s", "SCHEDULER_PERSIST=True"]
+    if mode == "ours-unleased":
+        args += ["-s", f"SCHEDULER_QUEUE_CLASS={UNLEASED_CRAWL_QUEUE}"]
     return args
 
 
@@ -198,7 +250,7 @@ def wait_all(procs: list[subprocess.Popen[bytes]], deadline: float) -> tuple[lis
 
 
 def crawl(
-    mode: str, workers: int, original: Path, site: Site, redis: Redis, label: str,
+    mode: str, workers: int, original: Path | None, site: Site, redis: Redis, label: str,
     proxy: bool = False,
 ) -> dict[str, Any]:
     """One crawl of the whole site by ``workers`` processes of ``mode``."""
@@ -259,9 +311,15 @@ def crawl(
         ]
         result["reasons"] = [i["reason"] for i in infos]
         result["modules"] = [i["scrapy_redis"] for i in infos]
-        expected = {"ours": ours_marker(), "original": "/.venv-original/"}.get(mode)
+        expected = expected_module(mode)
         if expected and not all(expected in (m or "") for m in result["modules"]):
             raise SystemExit(f"{label}: workers imported the wrong package: {result['modules']}")
+        # Requests leased per worker (our scheduler's stat): none without leases.
+        result["leased_per_worker"] = [
+            i["stats"].get("scheduler/leases/leased", 0) for i in infos
+        ]
+        if mode in OURS_VARIANTS and (mode == "ours") != any(result["leased_per_worker"]):
+            raise SystemExit(f"{label}: leased per worker {result['leased_per_worker']}")
     else:
         result["error"] = "a worker wrote no report (see its log)"
     if proxy_proc is not None:
@@ -291,36 +349,47 @@ def site_throughput(site: Site, requests: int) -> dict[str, float]:
 
 
 def e2e_benchmark(
-    redis: Redis, original: Path, pages: int, runs: int, proxy_workers: tuple[int, ...]
+    redis: Redis, original: Path | None, pages: int, runs: int,
+    proxy_workers: tuple[int, ...], modes: tuple[str, ...], ceiling: bool, proxy_runs: int,
+    proxy_pages: int,
 ) -> dict[str, Any]:
+    """Timed crawls of each mode (1 and 2 workers) and proxied crawls counting round trips.
+
+    ``modes``: "ours", "original", "ours-unleased"; ``ceiling``: also 1 worker of
+    Scrapy's in-memory scheduler; the proxied crawls crawl a site of ``proxy_pages``.
+    """
     site = Site(pages)
     try:
         log(f"site: {pages} pages on port {site.port}; measuring its raw throughput")
         raw = site_throughput(site, 20000)
-        configs = [("ours", 1), ("original", 1), ("memory", 1), ("ours", 2), ("original", 2)]
-        timed: dict[str, list[dict[str, Any]]] = {f"{m}-{w}": [] for m, w in configs}
+        timed: dict[str, list[dict[str, Any]]] = {}
         for run in range(runs):
-            # Alternate which package goes first, so drift of the machine is shared.
-            order = configs if run % 2 == 0 else [
-                ("original", 1), ("ours", 1), ("memory", 1), ("original", 2), ("ours", 2)]
-            for mode, workers in order:
+            # Alternate the order of the modes, so drift of the machine is shared.
+            order = modes if run % 2 == 0 else modes[::-1]
+            configs = [(m, 1) for m in order] + ([("memory", 1)] if ceiling else [])
+            configs += [(m, 2) for m in order]
+            for mode, workers in configs:
                 label = f"{mode}-{workers}w-run{run + 1}"
                 log(f"crawl {label}")
-                timed[f"{mode}-{workers}"].append(
-                    crawl(mode, workers, original, site, redis, label))
-                last = timed[f"{mode}-{workers}"][-1]
+                last = crawl(mode, workers, original, site, redis, label)
+                timed.setdefault(f"{mode}-{workers}", []).append(last)
                 log(f"  {last['pages']} pages in {last['wall_s']:.1f} s = "
                     f"{last['pages_per_s']:.1f} pages/s, "
                     f"{last['worker_cpu_ms_per_page']:.2f} CPU ms/page")
-        proxied: dict[str, dict[str, Any]] = {}
-        for workers in proxy_workers:
-            for mode in ("ours", "original"):
-                label = f"{mode}-{workers}w-proxied"
-                log(f"crawl {label} (counting round trips)")
-                proxied[f"{mode}-{workers}"] = crawl(
-                    mode, workers, original, site, redis, label, proxy=True)
-                log(f"  {proxied[f'{mode}-{workers}']['round_trips_per_page']:.2f} "
-                    "round trips/page")
+        proxied: dict[str, list[dict[str, Any]]] = {}
+        if proxy_pages != pages:
+            site.stop()
+            site = Site(proxy_pages)
+            log(f"site for the proxied crawls: {proxy_pages} pages on port {site.port}")
+        for run in range(proxy_runs):
+            order = modes if run % 2 == 0 else modes[::-1]
+            for workers in proxy_workers:
+                for mode in order:
+                    label = f"{mode}-{workers}w-proxied{run + 1}"
+                    log(f"crawl {label} (counting round trips)")
+                    last = crawl(mode, workers, original, site, redis, label, proxy=True)
+                    proxied.setdefault(f"{mode}-{workers}", []).append(last)
+                    log(f"  {last['round_trips_per_page']:.2f} round trips/page")
         return {"site": raw, "timed": timed, "proxied": proxied}
     finally:
         site.stop()
@@ -376,9 +445,11 @@ def report(data: dict[str, Any]) -> tuple[str, list[tuple[str, bool]]]:
     lines: list[str] = []
     targets: list[tuple[str, bool]] = []
     cfg = data["config"]
+    title = (f"cost of leases in ours ({data['ours_version']}): with vs without"
+             if cfg.get("leases_only") else
+             f"ours ({data['ours_version']}) vs original (scrapy-redis {data['original_version']})")
     lines += [
-        f"# scrapy_redis benchmark: ours ({data['ours_version']}) vs original "
-        f"(scrapy-redis {data['original_version']})",
+        f"# scrapy_redis benchmark: {title}",
         "",
         f"Date: {data['date']}  ",
         f"Machine: {data['machine']}  ",
@@ -443,7 +514,7 @@ def report(data: dict[str, Any]) -> tuple[str, list[tuple[str, bool]]]:
         lines.append(f"| per fingerprint (dupefilter set) | all | {fmt(ours_v)} | {fmt(orig_v)} | "
                      f"{ratio(ours_v, orig_v):.2f}× | |")
         lines.append("")
-    if "e2e" in data:
+    if "e2e" in data and "original-1" in data["e2e"]["timed"]:
         e2e = data["e2e"]
         timed = e2e["timed"]
         site = e2e["site"]
@@ -484,19 +555,23 @@ def report(data: dict[str, Any]) -> tuple[str, list[tuple[str, bool]]]:
             lines.append(f"| worker CPU ms/page, {workers} worker{'s' if workers > 1 else ''} | "
                          f"{cell(ours)} | {cell(orig)} | {shown} | "
                          f"≤ 0.85× {'✅' if met else '❌'} |")
-        for workers in sorted({int(k.split("-")[1]) for k in e2e["proxied"]}):
-            ours_r = e2e["proxied"][f"ours-{workers}"]
-            orig_r = e2e["proxied"][f"original-{workers}"]
-            rt, rt_orig = ours_r["round_trips_per_page"], orig_r["round_trips_per_page"]
+        proxied = e2e["proxied"]
+        for workers in sorted({int(k.rsplit("-", 1)[1]) for k in proxied}):
+            ours_r = proxied[f"ours-{workers}"]
+            orig_r = proxied[f"original-{workers}"]
+            rt = median([r["round_trips_per_page"] for r in ours_r])
+            rt_orig = median([r["round_trips_per_page"] for r in orig_r])
             met = rt <= TARGETS["rtt"]
             targets.append((f"Redis round trips per page, {workers} worker(s): ours {rt:.2f} "
                             "(≤ 2)", met))
             lines.append(f"| Redis round trips/page, {workers} worker"
-                         f"{'s' if workers > 1 else ''} (proxy count, 1 run) | {fmt(rt)} | "
-                         f"{fmt(rt_orig)} | {ratio(rt, rt_orig):.2f}× | ours ≤ 2 "
-                         f"{'✅' if met else '❌'} |")
-            sent, sent_orig = (ours_r["client_commands_per_page"],
-                               orig_r["client_commands_per_page"])
+                         f"{'s' if workers > 1 else ''} (proxy count, {len(ours_r)} run"
+                         f"{'s' if len(ours_r) > 1 else ''}) | "
+                         f"{cell([r['round_trips_per_page'] for r in ours_r])} | "
+                         f"{cell([r['round_trips_per_page'] for r in orig_r])} | "
+                         f"{ratio(rt, rt_orig):.2f}× | ours ≤ 2 {'✅' if met else '❌'} |")
+            sent = median([r["client_commands_per_page"] for r in ours_r])
+            sent_orig = median([r["client_commands_per_page"] for r in orig_r])
             lines.append(f"| commands sent/page, {workers} worker{'s' if workers > 1 else ''} "
                          f"(a script call = 1) | {fmt(sent)} | {fmt(sent_orig)} | "
                          f"{ratio(sent, sent_orig):.2f}× | |")
@@ -539,40 +614,191 @@ def report(data: dict[str, Any]) -> tuple[str, list[tuple[str, bool]]]:
             ),
             "",
         ]
-    lines += ["## Targets (ours / original)", ""]
-    lines += [f"- {'✅ met' if met else '❌ not met'}: {text}" for text, met in targets]
-    lines.append("")
+    lines += leases_report(data)
+    if targets:
+        lines += ["## Targets (ours / original)", ""]
+        lines += [f"- {'✅ met' if met else '❌ not met'}: {text}" for text, met in targets]
+        lines.append("")
     return "\n".join(lines), targets
+
+
+def leases_report(data: dict[str, Any]) -> list[str]:
+    """The "Cost of leases" section: ours with leases vs ours without."""
+    sched = data.get("leases_scheduler")
+    e2e = data.get("e2e")
+    timed = e2e["timed"] if e2e else {}
+    proxied = e2e["proxied"] if e2e else {}
+    if not sched and "ours-unleased-1" not in timed:
+        return []
+    cfg = data["config"]
+    lines = [
+        "## Cost of leases: ours with leases vs ours without",
+        "",
+        "Without leases = the same code with `SCHEDULER_QUEUE_CLASS = "
+        "unleased_queues.Unleased<queue>` (benchmarks/unleased_queues.py: `pop()` overridden, "
+        "so the scheduler pops with a plain pop and records, acknowledges and renews no "
+        "lease). Median (min–max) of the runs; ratio = with / without (< 1 for a rate: "
+        "slower with leases; > 1 for a cost: more with leases).",
+        "",
+        "| measure | with leases | without leases | with / without |",
+        "|---|---|---|---|",
+    ]
+
+    def row(title: str, with_: list[float], without: list[float]) -> None:
+        if with_ and without:
+            lines.append(f"| {title} | {cell(with_)} | {cell(without)} | "
+                         f"{ratio(median(with_), median(without)):.2f}× |")
+
+    if sched:
+        for queue in QUEUES:
+            for key, title in (
+                ("enqueue_rate", "enqueue, new requests"),
+                ("dequeue_ack_rate", "dequeue + ack (engine done with each request)"),
+                ("dequeue_noack_rate", "dequeue, pop only (nothing acknowledged)"),
+            ):
+                row(f"scheduler {title}, {queue}, requests/s",
+                    [r[key] for r in sched["ours"][queue]],
+                    [r[key] for r in sched["ours-unleased"][queue]])
+
+    def vals(key: str, metric: str) -> list[float]:
+        return [r[metric] for r in timed.get(key, []) if metric in r]
+
+    def pvals(key: str, metric: str) -> list[float]:
+        return [r[metric] for r in proxied.get(key, []) if metric in r]
+
+    proxy_pages = cfg.get("proxy_pages", cfg["pages"])
+    proxy_site = f", {proxy_pages:,}-page site" if proxy_pages != cfg["pages"] else ""
+
+    def plural(workers: int) -> str:
+        return f"{workers} worker{'s' if workers > 1 else ''}"
+
+    for workers in (1, 2):
+        row(f"pages/s, {plural(workers)} (launch → last exit)",
+            vals(f"ours-{workers}", "pages_per_s"), vals(f"ours-unleased-{workers}", "pages_per_s"))
+    for workers in (1, 2):
+        row(f"worker CPU ms/page, {plural(workers)}",
+            vals(f"ours-{workers}", "worker_cpu_ms_per_page"),
+            vals(f"ours-unleased-{workers}", "worker_cpu_ms_per_page"))
+    for workers in (1, 2):
+        rt = pvals(f"ours-{workers}", "round_trips_per_page")
+        row(f"Redis round trips/page, {plural(workers)} (proxy count, {len(rt)} run"
+            f"{'s' if len(rt) > 1 else ''}{proxy_site})",
+            rt, pvals(f"ours-unleased-{workers}", "round_trips_per_page"))
+    lines.append("")
+
+    details_start = len(lines)
+    lines += ["Details:", "", "| measure | with leases | without leases | with / without |",
+              "|---|---|---|---|"]
+    if sched:
+        for queue in QUEUES:
+            for key, title in (("enqueue_cpu_us", "enqueue"),
+                               ("dequeue_ack_cpu_us", "dequeue + ack"),
+                               ("dequeue_noack_cpu_us", "dequeue, pop only")):
+                row(f"scheduler client CPU µs/request, {title}, {queue}",
+                    [r[key] for r in sched["ours"][queue]],
+                    [r[key] for r in sched["ours-unleased"][queue]])
+    for workers in (1, 2):
+        row(f"pages/s, {plural(workers)} (crawl phase: open → last response)",
+            vals(f"ours-{workers}", "crawl_pages_per_s"),
+            vals(f"ours-unleased-{workers}", "crawl_pages_per_s"))
+    for workers in (1, 2):
+        for metric, title in (("client_commands_per_page", "commands sent/page (a script call "
+                               "= 1, proxy count)"),):
+            row(f"{title}, {plural(workers)}", pvals(f"ours-{workers}", metric),
+                pvals(f"ours-unleased-{workers}", metric))
+        for metric, title in (("redis_commands_per_page", "Redis commands executed/page (INFO, "
+                               "incl. inside scripts)"),
+                              ("redis_cpu_ms_per_page", "redis-server CPU ms/page"),
+                              ("tail_s", "seconds from last response to last exit")):
+            row(f"{title}, {plural(workers)}", vals(f"ours-{workers}", metric),
+                vals(f"ours-unleased-{workers}", metric))
+    if len(lines) == details_start + 4:
+        del lines[details_start:]
+    else:
+        lines.append("")
+    if timed.get("ours-2") and timed.get("ours-unleased-2"):
+        lines += [
+            "Pages per worker in the 2-worker crawls (with / without leases): "
+            + "; ".join(
+                f"{'+'.join(map(str, a.get('responses_per_worker', [])))} / "
+                f"{'+'.join(map(str, b.get('responses_per_worker', [])))}"
+                for a, b in zip(timed["ours-2"], timed["ours-unleased-2"], strict=False)
+            ),
+            "",
+        ]
+    if cfg.get("leases_only") and timed:
+        lines += [
+            "Other processes on this shared machine used "
+            + cell([r.get("foreign_cores", 0.0) for v in timed.values() for r in v])
+            + " of the 2 cores during the timed crawls (median (min–max); a noise indicator). "
+            f"Site: {cfg['pages']:,} pages; scheduler: N = {cfg['n']:,}.",
+            "",
+        ]
+    return lines
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true",
                         help="smoke check: N=2000, 1000 pages, 1 run, round trips for 1 worker")
+    parser.add_argument("--leases-only", action="store_true",
+                        help="only the cost of leases (ours with vs without; no original, no "
+                        f"ceiling): N={LEASES_N}, {LEASES_PAGES} pages, 3 runs, 3 proxied runs on "
+                        f"{LEASES_PROXY_PAGES} pages; "
+                        "writes results/leases.md")
+    parser.add_argument("--skip-leases", action="store_true",
+                        help="full run without ours-without-leases")
     parser.add_argument("--runs", type=int, help="runs of each measurement (default 3)")
+    parser.add_argument("--proxy-runs", type=int,
+                        help="proxied crawls per package and worker count (default 1; "
+                        "--leases-only: as --runs)")
+    parser.add_argument("--proxy-pages", type=int,
+                        help="site size of the proxied crawls (default: --pages; --leases-only: "
+                        f"{LEASES_PROXY_PAGES})")
     parser.add_argument("--n", type=int, help="requests per scheduler phase (default 10000)")
     parser.add_argument("--pages", type=int, help="pages of the site (default 5000)")
     parser.add_argument("--skip-scheduler", action="store_true")
     parser.add_argument("--skip-e2e", action="store_true")
-    parser.add_argument("--output", type=Path, default=RESULTS / "latest.md")
+    parser.add_argument("--output", type=Path,
+                        help="default results/latest.md (--leases-only: results/leases.md)")
     parser.add_argument("--ours-src", type=Path, default=ROOT / "src",
                         help="the src/ folder holding our scrapy_redis (default: this checkout)")
     args = parser.parse_args()
+    if args.leases_only and args.skip_leases:
+        parser.error("--leases-only and --skip-leases exclude each other")
     runs = args.runs or (1 if args.quick else 3)
-    n = args.n or (2000 if args.quick else 10000)
-    pages = args.pages or (1000 if args.quick else 5000)
+    if args.leases_only:
+        n = args.n or (2000 if args.quick else LEASES_N)
+        pages = args.pages or (1000 if args.quick else LEASES_PAGES)
+        proxy_runs = args.proxy_runs or runs
+        proxy_pages = args.proxy_pages or min(pages, LEASES_PROXY_PAGES)
+    else:
+        n = args.n or (2000 if args.quick else 10000)
+        pages = args.pages or (1000 if args.quick else 5000)
+        proxy_runs = args.proxy_runs or 1
+        proxy_pages = args.proxy_pages or pages
     proxy_workers = (1,) if args.quick else (1, 2)
+    output = args.output or RESULTS / ("leases.md" if args.leases_only else "latest.md")
+    if args.leases_only:
+        modes: tuple[str, ...] = OURS_VARIANTS
+    elif args.skip_leases:
+        modes = ("ours", "original")
+    else:
+        modes = ("ours", "original", "ours-unleased")
 
     started = time.perf_counter()
     LOGS.mkdir(parents=True, exist_ok=True)
-    original = original_python()
+    original = None if args.leases_only else original_python()
     ours_source = snapshot_ours(args.ours_src.resolve())
     data: dict[str, Any] = {
         "ours_source": ours_source,
         "date": datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z"),
         "machine": machine(),
         "command": "python benchmarks/run.py " + " ".join(sys.argv[1:]),
-        "config": {"runs": runs, "n": n, "pages": pages, "quick": args.quick},
+        "config": {"runs": runs, "n": n, "pages": pages, "quick": args.quick,
+                   "leases_only": args.leases_only, "proxy_runs": proxy_runs,
+                   "proxy_pages": proxy_pages,
+                   "modes": modes},
         "load_start": " ".join(f"{x:.2f}" for x in os.getloadavg()),
         "ours_version": subprocess.run(
             [sys.executable, "-c", "import scrapy_redis; print(scrapy_redis.__version__)"],
@@ -583,22 +809,28 @@ def main() -> None:
     try:
         data["redis_version"] = redis.info("server")["redis_version"]
         if not args.skip_scheduler:
-            data["scheduler"] = scheduler_benchmark(redis, original, n, runs)
+            if original is not None:
+                data["scheduler"] = scheduler_benchmark(redis, original, n, runs)
+            if "ours-unleased" in modes:
+                data["leases_scheduler"] = lease_scheduler_benchmark(redis, n, runs)
         if not args.skip_e2e:
-            data["e2e"] = e2e_benchmark(redis, original, pages, runs, proxy_workers)
+            data["e2e"] = e2e_benchmark(
+                redis, original, pages, runs, proxy_workers, modes,
+                ceiling=original is not None, proxy_runs=proxy_runs, proxy_pages=proxy_pages)
     finally:
         redis.stop()
         shutil.rmtree(OURS_SRC, ignore_errors=True)
     data["load_end"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
     data["elapsed_s"] = time.perf_counter() - started
     text, targets = report(data)
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(text)
-    args.output.with_suffix(".json").write_text(json.dumps(data, indent=1, default=str))
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(text)
+    output.with_suffix(".json").write_text(json.dumps(data, indent=1, default=str))
     print(text)
-    met = sum(1 for _, ok in targets if ok)
-    print(f"{met} of {len(targets)} targets met. Written to {args.output} "
-          f"({data['elapsed_s'] / 60:.1f} min).")
+    if targets:
+        met = sum(1 for _, ok in targets if ok)
+        print(f"{met} of {len(targets)} targets met.")
+    print(f"Written to {output} ({data['elapsed_s'] / 60:.1f} min).")
 
 
 if __name__ == "__main__":
