@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 from weakref import WeakKeyDictionary
 
 import redis
@@ -26,6 +26,8 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 #: The errors that mean "Redis cannot be reached now", as opposed to a bad command.
 OUTAGE_ERRORS = (redis.ConnectionError, redis.TimeoutError, ConnectionError, TimeoutError)
@@ -83,6 +85,18 @@ class OutageGuard:
         self._backoff = self.FIRST_BACKOFF
         for callback in self._on_recovery:
             callback()
+
+    def attempt(self, call: Callable[[], T], during_outage: T) -> T:
+        """``call()``, or ``during_outage`` while backing off or when it fails to reach Redis."""
+        if not self.may_try():
+            return during_outage
+        try:
+            result = call()
+        except OUTAGE_ERRORS as exc:
+            self.failed(exc)
+            return during_outage
+        self.succeeded()
+        return result
 
     def expired(self) -> bool:
         """Whether the current outage has lasted longer than REDIS_OUTAGE_TIMEOUT."""

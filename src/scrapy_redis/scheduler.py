@@ -320,10 +320,9 @@ class Scheduler:
     # -- the engine's interface --------------------------------------------------------
 
     def enqueue_request(self, request: Request) -> bool:
-        if self._unsent or not self._guard.may_try():
-            self._unsent.append((request, False))
-            return True
         self._unsent.append((request, False))
+        if len(self._unsent) > 1 or not self._guard.may_try():
+            return True  # pushed when Redis is back (next request or heartbeat)
         try:
             return self._send_unsent()
         except OUTAGE_ERRORS as exc:
@@ -405,16 +404,9 @@ class Scheduler:
 
     def _redis_call(self, call: Callable[[], T], during_outage: T) -> T:
         """``call()``, or ``during_outage`` while Redis is unreachable (see outage.py)."""
-        if not self._guard.may_try():
+        result = self._guard.attempt(call, during_outage)
+        if self._guard.down:
             self._check_outage()
-            return during_outage
-        try:
-            result = call()
-        except OUTAGE_ERRORS as exc:
-            self._guard.failed(exc)
-            self._check_outage()
-            return during_outage
-        self._guard.succeeded()
         return result
 
     def _check_outage(self) -> None:

@@ -157,12 +157,14 @@ class RedisStatsCollector(StatsCollector):
         return format_key(self.stats_key, spider.name if spider else self.spider_name)
 
     def get_value(self, key: str, default: Any = None, spider: Spider | None = None) -> Any:
-        raw = self._read(lambda: self.server.hget(self._get_key(spider), key), None)
+        raw = self._guard.attempt(lambda: self.server.hget(self._get_key(spider), key), None)
         stats = {} if raw is None else {key: decode_value(raw)}
         return self._backlog.applied_to(stats).get(key, default)
 
     def get_stats(self, spider: Spider | None = None) -> dict[str, Any]:
-        raw = self._read(lambda: self.server.hgetall(self._get_key(spider)), {})
+        raw: dict[Any, Any] = self._guard.attempt(
+            lambda: self.server.hgetall(self._get_key(spider)), {}
+        )
         stats = {bytes_to_str(name): decode_value(value) for name, value in raw.items()}
         return self._backlog.applied_to(stats)
 
@@ -225,15 +227,6 @@ class RedisStatsCollector(StatsCollector):
 
     # -- outages ------------------------------------------------------------------------
 
-    def _read(self, read: Callable[[], Any], during_outage: Any) -> Any:
-        if not self._guard.may_try():
-            return during_outage
-        try:
-            return read()
-        except OUTAGE_ERRORS as exc:
-            self._guard.failed(exc)
-            return during_outage
-
     def _write(self, write: Callable[[], Any], remember: Callable[[], None]) -> None:
         if not self._backlog and self._guard.may_try():
             try:
@@ -269,7 +262,7 @@ class RedisStatsCollector(StatsCollector):
 
     def clear_stats(self, spider: Spider | None = None) -> None:
         self._backlog = _Backlog()
-        self._read(lambda: self.server.unlink(self._get_key(spider)), None)
+        self._guard.attempt(lambda: self.server.unlink(self._get_key(spider)), None)
 
     def open_spider(self, spider: Spider | None = None) -> None:
         if spider is not None:
