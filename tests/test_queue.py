@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import multiprocessing
 import pickle
+import zlib
 
+import msgpack
 import pytest
 import redis
 from scrapy import Request
@@ -21,6 +23,7 @@ from scrapy_redis.queue import (
     SpiderQueue,
     SpiderStack,
 )
+from scrapy_redis.reqser import request_to_dict
 
 
 class QueueTestMixin:
@@ -312,3 +315,103 @@ def test_request_class_from_unimported_module_is_refused(server):
         queue.pop()
     assert "antigravity" not in __import__("sys").modules
     assert server.llen("q:invalid") == 1
+
+
+def zlib_raw(data: bytes) -> bytes:
+    deflater = zlib.compressobj(9, zlib.DEFLATED, -15)
+    return deflater.compress(data) + deflater.flush()
+
+
+def msgpack_serializer_plain(obj: dict) -> bytes:
+    """An entry as written before deflate was used: the tag and the msgpack map."""
+    from scrapy_redis.serializers import _CODE_OF, _is_default
+
+    packed = {_CODE_OF.get(k, k): v for k, v in obj.items() if not _is_default(k, v)}
+    return b"\xc1" + msgpack.packb(packed, use_bin_type=True)
+
+
+def bad_deflated(kind: str) -> bytes:
+    if kind == "bomb":  # 65 MiB of zeros once inflated
+        return zlib_raw(b"\x81\x00\xa1x" + bytes(65 * 1024 * 1024))
+    if kind == "truncated":
+        return zlib_raw(msgpack.packb({0: "https://example.com/" * 20}))[:-3]
+    return b"not deflate data"
+
+
+class TestCompactEntries:
+    """The default serializer deflates long entries and reads every form it wrote."""
+
+    @pytest.fixture
+    def spider(self):
+        return make_spider()
+
+    def long_request(self, spider) -> Request:
+        url = "https://www.example.com/catalog/garden/item-0001234-stainless-steel.html?page=3"
+        return Request(
+            url,
+            callback=spider.parse,
+            headers={"Referer": url.replace("0001234", "0000123")},
+            meta={"depth": 3, "category": "garden"},
+        )
+
+    def test_long_entries_are_deflated_and_read_back(self, server, spider):
+        queue = FifoQueue(server, spider, "q")
+        request = self.long_request(spider)
+        queue.push(request)
+        [stored] = server.lrange("q", 0, -1)
+        plain = msgpack_serializer_plain(request_to_dict(request, spider))
+        assert stored.startswith(b"\xc1\xc1") and len(stored) < 0.8 * len(plain)
+        assert queue.pop().to_dict(spider=spider) == request.to_dict(spider=spider)
+
+    def test_entries_written_without_deflate_are_read(self, server, spider):
+        queue = FifoQueue(server, spider, "q")
+        request = self.long_request(spider)
+        server.lpush("q", msgpack_serializer_plain(request_to_dict(request, spider)))
+        assert queue.pop().to_dict(spider=spider) == request.to_dict(spider=spider)
+
+    def test_short_entries_are_not_deflated(self, server, spider):
+        queue = FifoQueue(server, spider, "q")
+        queue.push(Request("https://example.com/"))
+        assert server.lrange("q", 0, -1) == [b"\xc1\x81\x00\xb4https://example.com/"]
+
+    @pytest.mark.parametrize("kind", ["bomb", "truncated", "garbage"])
+    def test_bad_deflated_entries_are_set_aside(self, server, spider, kind):
+        queue = FifoQueue(server, spider, "q")
+        server.lpush("q", b"\xc1\xc1" + bad_deflated(kind))
+        with pytest.raises(UndecodableRequestError):
+            queue.pop()
+        assert server.llen("q:invalid") == 1
+
+
+class TestRequestToDict:
+    """Our request_to_dict() gives what Request.to_dict(spider=...) gives, faster."""
+
+    @pytest.fixture
+    def spider(self):
+        return make_spider()
+
+    def requests(self, spider) -> list[Request]:
+        return [
+            Request("https://example.com/a"),
+            Request("https://example.com/b", callback=spider.parse, errback=spider.on_error),
+            Request("https://example.com/c", errback=spider.on_error, priority=3),
+            FormRequest("https://example.com/d", formdata={"q": "x"}, callback=spider.parse_item),
+            JsonRequest("https://example.com/e", data={"q": 1}, meta={"depth": 2}),
+        ]
+
+    def test_same_dict_as_scrapy(self, spider):
+        for request in self.requests(spider):
+            assert request_to_dict(request, spider) == request.to_dict(spider=spider)
+
+    def test_method_of_another_spider_instance_is_named_as_scrapy_does(self, spider):
+        other = make_spider()
+        request = Request("https://example.com/", callback=other.parse)
+        assert request_to_dict(request, spider) == request.to_dict(spider=spider)
+
+    def test_callback_that_is_not_a_spider_method_is_refused(self, spider):
+        def parse(response):  # a function of the same name, not the spider's method
+            return None
+
+        for callback in (parse, lambda response: None):
+            with pytest.raises(ValueError, match="not an instance method"):
+                request_to_dict(Request("https://example.com/", callback=callback), spider)

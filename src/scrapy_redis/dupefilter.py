@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from scrapy.dupefilters import BaseDupeFilter
@@ -35,12 +36,19 @@ if TYPE_CHECKING:
 
 def request_fingerprint(request: Request) -> str:
     """The original scrapy-redis (>= 0.8) fingerprint: SHA1 of a JSON of method, URL and body."""
-    data = {
-        "method": to_unicode(request.method),
-        "url": canonicalize_url(request.url),
-        "body": (request.body or b"").hex(),
-    }
+    if not request.body:  # the usual case; the same links recur from page to page
+        return _bodiless_fingerprint(to_unicode(request.method), request.url)
+    return _fingerprint(to_unicode(request.method), request.url, request.body)
+
+
+def _fingerprint(method: str, url: str, body: bytes) -> str:
+    data = {"method": method, "url": canonicalize_url(url), "body": body.hex()}
     return hashlib.sha1(json.dumps(data, sort_keys=True).encode()).hexdigest()
+
+
+@lru_cache(maxsize=4096)
+def _bodiless_fingerprint(method: str, url: str) -> str:
+    return _fingerprint(method, url, b"")
 
 
 def configured_fingerprinter(crawler: Crawler) -> RequestFingerprinterProtocol | None:

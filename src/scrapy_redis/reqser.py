@@ -18,8 +18,41 @@ if TYPE_CHECKING:
 
 
 def request_to_dict(request: Request, spider: Spider | None) -> dict[str, Any]:
-    """``request.to_dict()`` (raises ValueError for callbacks that are not spider methods)."""
-    return request.to_dict(spider=spider)
+    """``request.to_dict(spider=spider)``: the same dict (ValueError for callbacks that
+    are not spider methods).
+
+    Scrapy finds a callback's name by listing every method of the spider; when
+    the callback is the spider's method of the same name (the usual case) the
+    name is taken directly and the dict built here, with the same content.
+    """
+    callback = _method_name(spider, request.callback)
+    errback = _method_name(spider, request.errback)
+    if callback is None or errback is None:
+        return request.to_dict(spider=spider)
+    data: dict[str, Any] = {
+        "url": request.url,
+        "callback": callback or None,
+        "errback": errback or None,
+        "headers": dict(request.headers),
+    }
+    for attr in request.attributes:
+        if attr not in data:
+            data[attr] = getattr(request, attr)
+    if type(request) is not Request:
+        data["_class"] = f"{type(request).__module__}.{type(request).__name__}"
+    return data
+
+
+def _method_name(spider: Spider | None, func: Any) -> str | None:
+    """``""`` for no function, its name if it is ``spider``'s method of that name, else None."""
+    if func is None:
+        return ""
+    name = getattr(func, "__name__", None)
+    own = getattr(func, "__func__", None)
+    if spider is None or not isinstance(name, str) or own is None:
+        return None
+    found = getattr(spider, name, None)
+    return name if getattr(found, "__func__", None) is own else None
 
 
 def dict_to_request(data: Any, spider: Spider | None) -> Request:

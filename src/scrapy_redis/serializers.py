@@ -6,20 +6,28 @@ A serializer is any object (or module) with ``dumps(obj) -> bytes`` and
 
 The default, :data:`msgpack_serializer`, never runs code while decoding, keeps
 ``bytes`` and ``str`` apart (bodies and headers are bytes), and is compact: it
-leaves out every field that has Scrapy's default value and names the standard
-fields by a one-byte code.
+leaves out every field that has Scrapy's default value, names the standard
+fields by a one-byte code, and deflates entries long enough to gain from it (a
+URL and its ``Referer`` header share most of their bytes).
 """
 
 from __future__ import annotations
 
 import importlib
+import zlib
 from typing import Any, Protocol, runtime_checkable
 
 import msgpack  # type: ignore[import-untyped]
 from scrapy.utils.misc import load_object
 
-# The byte 0xC1 is never used by msgpack, so it marks our format unambiguously.
+# The byte 0xC1 is never used by msgpack, so it marks our format unambiguously:
+# 0xC1 + msgpack map, or 0xC1 0xC1 + the raw-deflated msgpack map.
 _TAG = b"\xc1"
+_DEFLATED_TAG = b"\xc1\xc1"
+# Entries shorter than this are stored as is: deflate would not make them smaller.
+_DEFLATE_FROM = 128
+# Decoding stops past this size: a crafted entry cannot exhaust a worker's memory.
+_MAX_INFLATED = 64 * 1024 * 1024
 
 _DEFAULTS: dict[str, Any] = {
     "callback": None,
@@ -67,16 +75,21 @@ class MsgpackSerializer:
         }
         try:
             packed_bytes: bytes = msgpack.packb(packed, use_bin_type=True)
-            return _TAG + packed_bytes
         except (TypeError, ValueError, OverflowError) as exc:
             raise ValueError(f"msgpack cannot encode it: {exc}") from exc
+        if len(packed_bytes) >= _DEFLATE_FROM:
+            deflater = zlib.compressobj(1, zlib.DEFLATED, -15)
+            deflated = deflater.compress(packed_bytes) + deflater.flush()
+            if len(deflated) + 1 < len(packed_bytes):
+                return _DEFLATED_TAG + deflated
+        return _TAG + packed_bytes
 
     def loads(self, s: bytes) -> dict[str, Any]:
         if not s.startswith(_TAG):
             raise ValueError("not written by scrapy-redis' msgpack serializer")
         try:
-            packed = msgpack.unpackb(s[1:], raw=False, strict_map_key=False)
-        except (ValueError, msgpack.UnpackException) as exc:
+            packed = msgpack.unpackb(_inflate(s), raw=False, strict_map_key=False)
+        except (ValueError, zlib.error, msgpack.UnpackException) as exc:
             raise ValueError(f"corrupt msgpack data: {exc}") from exc
         if not isinstance(packed, dict):
             raise ValueError("msgpack data is not a map")
@@ -87,6 +100,17 @@ class MsgpackSerializer:
 
     def __repr__(self) -> str:
         return "scrapy_redis.serializers.msgpack_serializer"
+
+
+def _inflate(s: bytes) -> bytes:
+    """The msgpack bytes of an entry (``s`` starts with the tag)."""
+    if not s.startswith(_DEFLATED_TAG):
+        return s[1:]
+    inflater = zlib.decompressobj(wbits=-15)
+    data = inflater.decompress(s[2:], _MAX_INFLATED)
+    if inflater.unconsumed_tail or not inflater.eof:
+        raise ValueError("truncated deflate data, or larger than 64 MiB once inflated")
+    return data
 
 
 def _copy(value: Any) -> Any:
