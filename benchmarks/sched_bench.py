@@ -121,8 +121,23 @@ def timed(func: Any, *args: Any) -> tuple[Any, float, float]:
 
 
 def enqueue_all(scheduler: Any, requests: list[Request]) -> int:
+    """Enqueue ``requests``; how many were new.
+
+    Ours buffers enqueued requests (SCHEDULER_ENQUEUE_DELAY): the timed phase
+    ends with ``send_enqueued()``, so that everything is in Redis when it ends,
+    and duplicates are counted from ``dupefilter/filtered`` (ours reports them
+    when the batch is sent; the original returns False from enqueue_request and
+    counts nothing).
+    """
     enqueue = scheduler.enqueue_request
-    return sum(1 for request in requests if enqueue(request))
+    send = getattr(scheduler, "send_enqueued", None)
+    if send is None:
+        return sum(1 for request in requests if enqueue(request))
+    filtered = scheduler.stats.get_value("dupefilter/filtered", 0)
+    for request in requests:
+        enqueue(request)
+    send()
+    return len(requests) - (scheduler.stats.get_value("dupefilter/filtered", 0) - filtered)
 
 
 def dequeue_all(scheduler: Any) -> int:

@@ -7,7 +7,7 @@ import pickle
 import time
 
 import pytest
-from scrapy import Request
+from scrapy import Request, signals
 from scrapy.dupefilters import BaseDupeFilter
 from scrapy.dupefilters import RFPDupeFilter as ScrapyRFPDupeFilter
 from scrapy.utils.misc import build_from_crawler, load_object
@@ -26,6 +26,17 @@ def open_scheduler(settings: dict, cls=Scheduler) -> Scheduler:
     crawler.spider = spider
     scheduler.open(spider)
     return scheduler
+
+
+def record_dropped(scheduler: Scheduler) -> list[Request]:
+    """The requests reported with the request_dropped signal, as they come."""
+    dropped: list[Request] = []
+
+    def handler(request: Request, spider: object) -> None:
+        dropped.append(request)
+
+    scheduler.crawler.signals.connect(handler, signal=signals.request_dropped, weak=False)
+    return dropped
 
 
 @pytest.fixture
@@ -78,10 +89,15 @@ def test_defaults(settings_dict, server, schedulers):
 def test_enqueue_dedup_dequeue_and_stats(settings_dict, server, schedulers):
     scheduler = schedulers(settings_dict)
     stats = scheduler.stats
+    dropped = record_dropped(scheduler)
+    duplicate = Request("http://example.com/a")
+    # Buffered: the duplicate is found when the batch is sent, and reported then.
     assert scheduler.enqueue_request(Request("http://example.com/a")) is True
-    assert scheduler.enqueue_request(Request("http://example.com/a")) is False
+    assert scheduler.enqueue_request(duplicate) is True
     assert scheduler.enqueue_request(Request("http://example.com/a", dont_filter=True)) is True
+    assert not server.exists("demo:dupefilter")  # nothing sent yet
     assert len(scheduler) == 2
+    assert dropped == [duplicate]
     assert scheduler.has_pending_requests()
     assert scheduler.next_request().url == "http://example.com/a"
     assert scheduler.next_request().url == "http://example.com/a"
@@ -107,9 +123,23 @@ def test_base_dupefilter_disables_dedup(settings_dict, server, schedulers):
     assert len(scheduler) == 2
 
 
+def test_enqueue_without_delay_answers_false_for_duplicates(settings_dict, server, schedulers):
+    scheduler = schedulers({**settings_dict, "SCHEDULER_ENQUEUE_DELAY": 0})
+    dropped = record_dropped(scheduler)
+    assert scheduler.enqueue_request(Request("http://example.com/a")) is True
+    assert server.scard("demo:dupefilter") == 1  # sent at once
+    assert scheduler.enqueue_request(Request("http://example.com/a")) is False
+    assert dropped == []  # the engine sends request_dropped itself when told False
+    assert scheduler.stats.get_value("dupefilter/filtered") == 1
+
+
 def test_scrapys_own_dupefilter(settings_dict, server, schedulers):
     scheduler = schedulers(
-        {**settings_dict, "DUPEFILTER_CLASS": "scrapy.dupefilters.RFPDupeFilter"}
+        {
+            **settings_dict,
+            "DUPEFILTER_CLASS": "scrapy.dupefilters.RFPDupeFilter",
+            "SCHEDULER_ENQUEUE_DELAY": 0,
+        }
     )
     assert type(scheduler.df) is ScrapyRFPDupeFilter
     assert scheduler.enqueue_request(Request("http://example.com/a")) is True
@@ -168,6 +198,7 @@ def test_flush_on_start_only_when_alone(settings_dict, server, schedulers):
     first = schedulers(settings)
     assert not server.exists("demo:dupefilter")
     first.enqueue_request(Request("http://example.com/a"))
+    assert first.send_enqueued()
     schedulers(settings)  # a late joiner must not wipe the running crawl
     assert len(first.queue) == 1
     assert server.scard("demo:dupefilter") == 1
@@ -178,6 +209,7 @@ def test_requests_leased_by_another_worker_keep_scheduler_pending(
 ):
     idle, busy = schedulers(settings_dict), schedulers(settings_dict)
     idle.enqueue_request(Request("http://example.com/a"))
+    idle.send_enqueued()
     request = busy.next_request()
     assert request.url == "http://example.com/a"
     assert server.hlen("demo:requests:leases") == 1
@@ -197,6 +229,7 @@ def test_unserializable_request_kept_in_memory(settings_dict, server, schedulers
             scheduler.enqueue_request(Request("http://example.com/obj", meta={"o": object()}))
             is True
         )
+        scheduler.send_enqueued()
     assert caplog.text.count("Unable to serialize request") == 1
     assert scheduler.stats.get_value("scheduler/unserializable") == 2
     assert len(scheduler.queue) == 0
@@ -404,6 +437,7 @@ def test_idle_worker_is_woken_when_the_other_workers_finish(settings_dict, serve
 
     idle, busy = schedulers(settings_dict), schedulers(settings_dict)
     idle.enqueue_request(Request("http://example.com/a"))
+    idle.send_enqueued()
     assert busy.next_request() is not None  # leased by the busy worker
     clock, wakes = Clock(), []
     idle._watcher.clock = clock

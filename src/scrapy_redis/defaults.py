@@ -54,6 +54,13 @@ SCHEDULER_DUPEFILTER_CLASS = "scrapy_redis.dupefilter.RFPDupeFilter"
 #: SCHEDULER_DUPEFILTER_KEY: set of request fingerprints shared by the workers.
 SCHEDULER_DUPEFILTER_KEY = "%(spider)s:dupefilter"
 
+#: SCHEDULER_ENQUEUE_BATCH_SIZE: most requests deduplicated and pushed by one script call.
+SCHEDULER_ENQUEUE_BATCH_SIZE = 100
+
+#: SCHEDULER_ENQUEUE_DELAY: seconds an enqueued request may wait in the worker before it is
+#: pushed with others (0: at once, and enqueue_request() returns False for duplicates).
+SCHEDULER_ENQUEUE_DELAY = 0.1
+
 #: SCHEDULER_FLUSH_ON_START: clear queue and fingerprints on open if no other worker is alive.
 SCHEDULER_FLUSH_ON_START = False
 
@@ -62,6 +69,9 @@ SCHEDULER_IDLE_BEFORE_CLOSE = 0
 
 #: SCHEDULER_PERSIST: keep queue, fingerprints and stats when the last worker closes.
 SCHEDULER_PERSIST = False
+
+#: SCHEDULER_PREFETCH: most requests one pop leases to the worker (1: one at a time).
+SCHEDULER_PREFETCH = 16
 
 #: SCHEDULER_QUEUE_CLASS: the shared request queue.
 SCHEDULER_QUEUE_CLASS = "scrapy_redis.queue.PriorityQueue"

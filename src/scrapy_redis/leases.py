@@ -36,6 +36,8 @@ class Ticket:
     timeout_ms: int
     prefix: str
     first: int
+    #: Ids of leases whose work is done, released by the same pop script.
+    release: tuple[str, ...] = ()
 
     def ids(self, count: int) -> list[str]:
         return [f"{self.prefix}{self.first + n}" for n in range(count)]
@@ -70,17 +72,23 @@ class LeaseBook:
     def keys(self) -> list[str]:
         return [self.leases_key, self.deadlines_key]
 
-    def ticket(self, count: int) -> Ticket:
-        """Reserve ``count`` lease ids for one pop."""
+    def ticket(self, count: int, release: Iterable[str] = ()) -> Ticket:
+        """Reserve ``count`` lease ids for one pop, which also releases ``release``."""
         ticket = Ticket(
-            self.leases_key, self.deadlines_key, self.timeout_ms, self.prefix, self._next
+            self.leases_key,
+            self.deadlines_key,
+            self.timeout_ms,
+            self.prefix,
+            self._next,
+            tuple(release),
         )
         self._next += count
         return ticket
 
     def taken(self, ticket: Ticket, count: int) -> list[str]:
-        """Record that the pop of ``ticket`` leased ``count`` entries; their ids."""
+        """Record that the pop of ``ticket`` ran and leased ``count`` entries; their ids."""
         ids = ticket.ids(count)
+        self.held.difference_update(ticket.release)
         self.held.update(ids)
         return ids
 

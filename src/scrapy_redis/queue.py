@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import groupby
 from typing import TYPE_CHECKING, Any
 
 from redis.client import NEVER_DECODE
+from redis.cluster import RedisCluster
+from redis.crc import key_slot
 
 from scrapy_redis import defaults
 from scrapy_redis.exceptions import (
@@ -51,6 +53,16 @@ class Entry:
     priority: int = 0
     #: The sorted-set score of an entry written by the original PriorityQueue.
     legacy_score: bytes | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A request offered to :meth:`Base.push_new`."""
+
+    #: Its fingerprint; None for a ``dont_filter`` request (neither checked nor recorded).
+    fingerprint: str | None
+    #: What to store; None to record the fingerprint only (the caller keeps the request).
+    entry: Entry | None
 
 
 def _raw(server: Any, *args: Any) -> Any:
@@ -113,7 +125,11 @@ class Base:
 
     def push(self, request: Request) -> None:
         """Add ``request``; UnserializableRequestError if it cannot be stored."""
-        self.push_entries([Entry(self._encode_request(request), request.priority)])
+        self.push_entries([self.encode(request)])
+
+    def encode(self, request: Request) -> Entry:
+        """The entry stored for ``request``, or UnserializableRequestError (nothing is sent)."""
+        return Entry(self._encode_request(request), request.priority)
 
     def pop(self, timeout: int = 0) -> Request | None:
         """Take the next request, or ``None``.
@@ -159,6 +175,34 @@ class Base:
     def push_entries(self, entries: Sequence[Entry]) -> None:
         raise NotImplementedError
 
+    def push_new(self, candidates: Sequence[Candidate], seen_key: str) -> list[bool]:
+        """Record the fingerprints in the set ``seen_key`` and push the new requests.
+
+        Returns, per candidate, whether it was new (a duplicate is not pushed).
+        Our queues do it atomically in one script call per batch when the set and
+        the queue may be used by one script (always, except on a Redis Cluster
+        without a shared hash tag); otherwise this one pipeline of ``SADD`` then
+        one push: a worker dying in between loses the batch's new requests.
+        """
+        checked = [c for c in candidates if c.fingerprint is not None]
+        added: list[int] = []
+        if checked:
+            pipe = self.server.pipeline(transaction=False)
+            for candidate in checked:
+                pipe.sadd(seen_key, candidate.fingerprint)
+            added = pipe.execute()
+        replies = iter(added)
+        new = [c.fingerprint is None or next(replies) == 1 for c in candidates]
+        entries = [c.entry for c, is_new in zip(candidates, new, strict=True) if is_new]
+        self.push_entries([entry for entry in entries if entry is not None])
+        return new
+
+    def _scripts_may_use(self, *keys: str) -> bool:
+        """Whether one script may touch ``keys`` (on a Redis Cluster: one hash slot)."""
+        if not isinstance(self.server, RedisCluster):
+            return True
+        return len({key_slot(key.encode()) for key in keys}) == 1
+
     def pop_entries(
         self, count: int, timeout: int = 0, ticket: Ticket | None = None
     ) -> list[Entry]:
@@ -185,12 +229,32 @@ class _ListQueue(Base):
             chunk = entries[start : start + _PUSH_CHUNK]
             self.server.lpush(self.key, *(entry.data for entry in chunk))
 
+    def push_new(self, candidates: Sequence[Candidate], seen_key: str) -> list[bool]:
+        if not self._scripts_may_use(seen_key, self.key):
+            return super().push_new(candidates, seen_key)
+        new: list[bool] = []
+        for start in range(0, len(candidates), _PUSH_CHUNK // 2):
+            args: list[Any] = []
+            for candidate in candidates[start : start + _PUSH_CHUNK // 2]:
+                data = candidate.entry.data if candidate.entry else ""
+                args += [candidate.fingerprint or "", data]
+            reply = script("dedup_push_list")(self.server, [seen_key, self.key], args)
+            new += [flag == 1 for flag in reply]
+        return new
+
     def pop_entries(
         self, count: int, timeout: int = 0, ticket: Ticket | None = None
     ) -> list[Entry]:
         if ticket is not None:
             keys = [self.key, ticket.leases_key, ticket.deadlines_key]
-            args = [self._pop_command, count, ticket.timeout_ms, ticket.prefix, ticket.first]
+            args = [
+                self._pop_command,
+                count,
+                ticket.timeout_ms,
+                ticket.prefix,
+                ticket.first,
+                *ticket.release,
+            ]
             return [Entry(data) for data in script("lease_list")(self.server, keys, args)]
         if timeout > 0:
             reply = _raw(self.server, self._blocking_pop_command, self.key, timeout)
@@ -253,6 +317,30 @@ class PriorityQueue(Base):
         for priority, group in groupby(entries, key=lambda entry: entry.priority):
             self._push_group(priority, [entry.data for entry in group], "back")
 
+    def push_new(self, candidates: Sequence[Candidate], seen_key: str) -> list[bool]:
+        new: list[bool] = []
+        for start in range(0, len(candidates), _PUSH_CHUNK // 3):
+            new += self._push_new_chunk(candidates[start : start + _PUSH_CHUNK // 3], seen_key)
+        return new
+
+    def _push_new_chunk(self, candidates: Sequence[Candidate], seen_key: str) -> list[bool]:
+        number: dict[int, int] = {}  # priority -> its list's number in the script call
+        args: list[Any] = []
+        for candidate in candidates:
+            priority = candidate.entry.priority if candidate.entry else 0
+            list_number = number.setdefault(priority, len(number) + 1)
+            args += [
+                candidate.fingerprint or "",
+                list_number,
+                candidate.entry.data if candidate.entry else "",
+            ]
+        lists = [priority_list_key(self.key, priority) for priority in number]
+        if not self._scripts_may_use(seen_key, self.key, *lists):
+            return super().push_new(candidates, seen_key)
+        keys = [seen_key, self.key, *lists]
+        reply = script("dedup_push_priority")(self.server, keys, [len(number), *number, *args])
+        return [flag == 1 for flag in reply]
+
     def _push_group(self, priority: int, datas: list[bytes], where: str) -> None:
         keys = [self.key, priority_list_key(self.key, priority)]
         for start in range(0, len(datas), _PUSH_CHUNK):
@@ -265,8 +353,10 @@ class PriorityQueue(Base):
         lease_keys, lease_args = [], []
         if ticket is not None:
             lease_keys = [ticket.leases_key, ticket.deadlines_key]
-            lease_args = [ticket.timeout_ms, ticket.prefix, ticket.first]
         for _ in range(self._POP_ATTEMPTS):
+            if ticket is not None:
+                lease_args = [ticket.timeout_ms, ticket.prefix, ticket.first, *ticket.release]
+                ticket = replace(ticket, release=())  # released by this call
             keys = [self.key, priority_list_key(self.key, self._top), *lease_keys]
             reply = script("pop_priority")(self.server, keys, [self._top, count, *lease_args])
             kind = reply[0]
@@ -318,6 +408,7 @@ SpiderPriorityQueue = _deprecated_alias("SpiderPriorityQueue", PriorityQueue)
 
 __all__ = [
     "Base",
+    "Candidate",
     "Entry",
     "FifoQueue",
     "LifoQueue",

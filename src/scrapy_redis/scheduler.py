@@ -3,6 +3,11 @@
 Every Redis call it makes on the reactor thread is a single round trip; it
 never blocks waiting for requests (SCHEDULER_IDLE_BEFORE_CLOSE is a grace
 period during which the worker keeps polling, not a blocking pop).
+
+Round trips are batched: enqueued requests wait in the worker for at most
+SCHEDULER_ENQUEUE_DELAY, then one script call records their fingerprints and
+pushes the new ones; one pop script call leases up to SCHEDULER_PREFETCH
+requests and releases the leases of the requests the engine is done with.
 """
 
 from __future__ import annotations
@@ -12,9 +17,10 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable
-from itertools import count
+from itertools import count, islice
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from scrapy import signals
 from scrapy.settings import SETTINGS_PRIORITIES
 from scrapy.utils.misc import build_from_crawler, load_object
 from twisted.internet import task
@@ -26,6 +32,7 @@ from scrapy_redis.connection import (
     get_redis_from_crawler,
     get_redis_from_settings,
 )
+from scrapy_redis.dupefilter import RFPDupeFilter
 from scrapy_redis.exceptions import (
     UndecodableRequestError,
     UnserializableRequestError,
@@ -34,7 +41,7 @@ from scrapy_redis.exceptions import (
 from scrapy_redis.keys import format_key, invalid_entries_key, workers_key
 from scrapy_redis.leases import LeaseBook
 from scrapy_redis.outage import OUTAGE_ERRORS, OutageGuard, outage_guard
-from scrapy_redis.queue import Base
+from scrapy_redis.queue import Base, Candidate, Entry
 from scrapy_redis.serializers import resolve_serializer
 from scrapy_redis.wakeup import QueueWatcher
 from scrapy_redis.workers import WorkerRegistry, new_worker_id
@@ -43,6 +50,7 @@ if TYPE_CHECKING:
     from scrapy import Request, Spider
     from scrapy.crawler import Crawler
     from scrapy.settings import BaseSettings
+    from twisted.internet.base import DelayedCall
     from twisted.internet.defer import Deferred
     from typing_extensions import Self
 
@@ -90,6 +98,13 @@ def _scheduler_kwargs(settings: BaseSettings) -> dict[str, Any]:
         "worker_timeout": settings.getfloat(
             "SCHEDULER_WORKER_TIMEOUT", defaults.SCHEDULER_WORKER_TIMEOUT
         ),
+        "enqueue_delay": settings.getfloat(
+            "SCHEDULER_ENQUEUE_DELAY", defaults.SCHEDULER_ENQUEUE_DELAY
+        ),
+        "enqueue_batch_size": settings.getint(
+            "SCHEDULER_ENQUEUE_BATCH_SIZE", defaults.SCHEDULER_ENQUEUE_BATCH_SIZE
+        ),
+        "prefetch": settings.getint("SCHEDULER_PREFETCH", defaults.SCHEDULER_PREFETCH),
     }
 
 
@@ -102,6 +117,21 @@ def _dupefilter_class_path(settings: BaseSettings) -> Any:
     if (settings.getpriority("DUPEFILTER_CLASS") or 0) > SETTINGS_PRIORITIES["default"]:
         return settings.get("DUPEFILTER_CLASS")
     return settings.get("SCHEDULER_DUPEFILTER_CLASS") or defaults.SCHEDULER_DUPEFILTER_CLASS
+
+
+def _dedups_in_script(dupefilter: Any, queue: Any) -> bool:
+    """Whether fingerprints can be checked and recorded by the queue's push script.
+
+    So it is for our RFPDupeFilter (``request_fingerprint()`` may be overridden, not
+    ``request_seen()``) with a queue pushed through ``push_entries()``; any other
+    filter's ``request_seen()`` is called, and any other queue's ``push()``.
+    """
+    return (
+        isinstance(dupefilter, RFPDupeFilter)
+        and type(dupefilter).request_seen is RFPDupeFilter.request_seen
+        and isinstance(queue, Base)
+        and type(queue).push is Base.push
+    )
 
 
 def _supports_leases(queue: Any) -> bool:
@@ -122,7 +152,8 @@ class Scheduler:
     Settings: SCHEDULER_PERSIST, SCHEDULER_FLUSH_ON_START,
     SCHEDULER_IDLE_BEFORE_CLOSE, SCHEDULER_QUEUE_KEY, SCHEDULER_QUEUE_CLASS,
     SCHEDULER_DUPEFILTER_KEY, DUPEFILTER_CLASS, SCHEDULER_SERIALIZER,
-    SCHEDULER_WORKER_TIMEOUT.
+    SCHEDULER_WORKER_TIMEOUT, SCHEDULER_ENQUEUE_DELAY, SCHEDULER_ENQUEUE_BATCH_SIZE,
+    SCHEDULER_PREFETCH.
     """
 
     def __init__(
@@ -139,6 +170,9 @@ class Scheduler:
         serializer: Any = None,
         *,
         worker_timeout: float = defaults.SCHEDULER_WORKER_TIMEOUT,
+        enqueue_delay: float = defaults.SCHEDULER_ENQUEUE_DELAY,
+        enqueue_batch_size: int = defaults.SCHEDULER_ENQUEUE_BATCH_SIZE,
+        prefetch: int = defaults.SCHEDULER_PREFETCH,
         crawler: Crawler | None = None,
     ) -> None:
         if idle_before_close < 0:
@@ -148,6 +182,16 @@ class Scheduler:
             )
         if worker_timeout <= 0:
             raise ValueError(f"SCHEDULER_WORKER_TIMEOUT = {worker_timeout!r} must be positive.")
+        if enqueue_delay < 0:
+            raise ValueError(
+                f"SCHEDULER_ENQUEUE_DELAY = {enqueue_delay!r} cannot be negative; use 0 to "
+                "push every request to Redis as soon as it is enqueued."
+            )
+        if enqueue_batch_size < 1 or prefetch < 1:
+            raise ValueError(
+                f"SCHEDULER_ENQUEUE_BATCH_SIZE = {enqueue_batch_size!r} and SCHEDULER_PREFETCH = "
+                f"{prefetch!r} must be at least 1."
+            )
         self.server = server
         self.persist = persist
         self.flush_on_start = flush_on_start
@@ -161,6 +205,9 @@ class Scheduler:
             defaults.SCHEDULER_SERIALIZER if serializer is None else serializer
         )
         self.worker_timeout = worker_timeout
+        self.enqueue_delay = enqueue_delay
+        self.enqueue_batch_size = enqueue_batch_size
+        self.prefetch = prefetch
         self.crawler = crawler
         self.stats = crawler.stats if crawler is not None else None
         self.spider: Spider | None = None
@@ -173,10 +220,13 @@ class Scheduler:
         self._watcher = QueueWatcher(lambda: False, lambda: None)  # replaced in open()
         self._others_leased = False
         self._guard = outage_guard(crawler) if crawler else OutageGuard(300)
-        # Requests accepted while Redis was unreachable, and whether their fingerprint
-        # was recorded already; pushed when it is back.
+        # Requests accepted and not pushed yet (buffered, or Redis unreachable), and
+        # whether their fingerprint was recorded already.
         self._unsent: deque[tuple[Request, bool]] = deque()
+        self._send_call: DelayedCall | None = None
+        self._in_script = False  # whether the push script checks fingerprints
         self._book: LeaseBook | None = None
+        self._prefetched: deque[tuple[Entry, str]] = deque()  # leased, not handed out yet
         self._leased: dict[Request, str] = {}  # handed to the engine, not done yet
         self._empty_since: float | None = None
         self._unserializable_logged = False
@@ -185,7 +235,8 @@ class Scheduler:
         self.cleared_shared_data: bool | None = None
 
     def __len__(self) -> int:
-        return len(self.queue) + len(self._local)
+        self.send_enqueued()
+        return len(self.queue) + len(self._local) + len(self._prefetched) + len(self._unsent)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -216,6 +267,7 @@ class Scheduler:
             self.df = load_object(self.dupefilter_cls).from_spider(spider)
         if _supports_leases(self.queue):
             self._book = LeaseBook(self.server, self.queue.key, self.worker_id, self.worker_timeout)
+        self._in_script = _dedups_in_script(self.df, self.queue)
         self._join()
         self._recover()
         if pending := len(self.queue):
@@ -230,6 +282,8 @@ class Scheduler:
         if self._heartbeat is not None and self._heartbeat.running:
             self._heartbeat.stop()
         self._watcher.stop()
+        if self._send_call is not None and self._send_call.active():
+            self._send_call.cancel()
         try:
             self._send_unsent()
             self._give_back_leases()
@@ -256,7 +310,11 @@ class Scheduler:
             "Redis is unreachable while closing (%(error)s): %(unsent)d requests accepted "
             "during the outage are lost; the %(leased)d requests this worker leased go back "
             "to the queue when their lease expires (SCHEDULER_WORKER_TIMEOUT).",
-            {"error": exc, "unsent": len(self._unsent), "leased": len(self._leased)},
+            {
+                "error": exc,
+                "unsent": len(self._unsent),
+                "leased": len(self._leased) + len(self._prefetched),
+            },
             extra={"spider": self.spider},
         )
 
@@ -320,32 +378,95 @@ class Scheduler:
     # -- the engine's interface --------------------------------------------------------
 
     def enqueue_request(self, request: Request) -> bool:
+        """Accept ``request``; it reaches Redis within SCHEDULER_ENQUEUE_DELAY.
+
+        Buffered requests are checked against the dupefilter when they are sent:
+        a duplicate is then logged, counted (``dupefilter/filtered``) and reported
+        with Scrapy's ``request_dropped`` signal, and this returns True. With
+        SCHEDULER_ENQUEUE_DELAY = 0 each request is sent at once and this returns
+        False for a duplicate, as Scrapy's own scheduler does.
+        """
         self._unsent.append((request, False))
-        if len(self._unsent) > 1 or not self._guard.may_try():
+        if self.enqueue_delay > 0 and len(self._unsent) < self.enqueue_batch_size:
+            self._schedule_send()
+            return True
+        if not self._guard.may_try():
             return True  # pushed when Redis is back (next request or heartbeat)
         try:
-            return self._send_unsent()
+            return self._send_unsent(answer_for=request)
         except OUTAGE_ERRORS as exc:
             self._guard.failed(exc)
             return True
 
-    def _send_unsent(self) -> bool:
-        """Dedup and push the requests accepted so far; whether the last one was new."""
-        added = True
-        while self._unsent:
-            request, seen_checked = self._unsent[0]
-            added = seen_checked or self._check_new(request)
-            if added:
-                self._unsent[0] = (request, True)
-                self._push(request)
-            self._unsent.popleft()
-        self._guard.succeeded()
-        return added
+    def send_enqueued(self) -> bool:
+        """Send the requests waiting in this worker now; whether none is left waiting."""
+        if self._unsent:
+            self._redis_call(self._send_unsent, False)
+        return not self._unsent
 
-    def _check_new(self, request: Request) -> bool:
-        if not request.dont_filter and self.df.request_seen(request):
-            self.df.log(request, self.spider)
+    def _schedule_send(self) -> None:
+        if self._send_call is None or not self._send_call.active():
+            from twisted.internet import reactor
+
+            call_later: Any = reactor.callLater
+            self._send_call = call_later(self.enqueue_delay, self.send_enqueued)
+
+    def _send_unsent(self, answer_for: Request | None = None) -> bool:
+        """Dedup and push the requests accepted so far, in batches.
+
+        Returns whether ``answer_for`` was new; the others' duplicates are
+        reported with the ``request_dropped`` signal (the engine was told True).
+        """
+        answer = True
+        while self._unsent:
+            batch = list(islice(self._unsent, self.enqueue_batch_size))
+            if self._in_script:
+                new = self._send_in_script([request for request, _ in batch])
+            else:
+                new = [self._send_checked(index) for index in range(len(batch))]
+            for (request, _), is_new in zip(batch, new, strict=True):
+                if is_new:
+                    continue
+                self.df.log(request, self.spider)
+                if request is answer_for:
+                    answer = False
+                elif self.crawler is not None:
+                    self.crawler.signals.send_catch_log(
+                        signals.request_dropped, request=request, spider=self.spider
+                    )
+            for _ in batch:
+                self._unsent.popleft()
+        self._guard.succeeded()
+        return answer
+
+    def _send_in_script(self, requests: list[Request]) -> list[bool]:
+        """One script call: record the fingerprints, push the new requests."""
+        candidates: list[Candidate] = []
+        refused: dict[int, UnserializableRequestError] = {}
+        for index, request in enumerate(requests):
+            fingerprint = None if request.dont_filter else self.df.request_fingerprint(request)
+            entry: Entry | None = None
+            try:
+                entry = self.queue.encode(request)
+            except UnserializableRequestError as exc:
+                refused[index] = exc
+            candidates.append(Candidate(fingerprint, entry))
+        new: list[bool] = self.queue.push_new(candidates, self.df.key)
+        pushed = sum(new) - sum(new[index] for index in refused)
+        self._inc("scheduler/enqueued/redis", pushed)
+        self._inc("scheduler/enqueued", pushed)
+        for index, error in refused.items():
+            if new[index]:
+                self._keep_locally(requests[index], error)
+        return new
+
+    def _send_checked(self, index: int) -> bool:
+        """``request_seen()`` then ``push()`` of the index-th unsent request."""
+        request, seen_checked = self._unsent[index]
+        if not (seen_checked or request.dont_filter) and self.df.request_seen(request):
             return False
+        self._unsent[index] = (request, True)
+        self._push(request)
         return True
 
     def _push(self, request: Request) -> None:
@@ -363,7 +484,9 @@ class Scheduler:
             self._inc("scheduler/dequeued/memory")
             self._inc("scheduler/dequeued")
             return request
-        request = self._redis_call(self._next_shared, None)
+        request = self._hand_out() if self._prefetched else None
+        if request is None:
+            request = self._redis_call(self._next_shared, None)
         if request is None:
             if self._empty_since is None:
                 self._empty_since = time.monotonic()
@@ -381,10 +504,21 @@ class Scheduler:
         return self.shared_work_pending() or self._waiting_before_close()
 
     def _next_shared(self) -> Request | None:
-        self._send_unsent()  # ends an outage: the other components write what they kept
-        if not self._guard.down:
-            self._ack_done()
-        return self._pop_shared()
+        # Before popping and acknowledging: the requests of done requests reach Redis
+        # before the leases of their parents are released. Ends an outage too: the
+        # other components write what they kept.
+        self._send_unsent()
+        if self._book is None:
+            return self._pop_plain()
+        if self._guard.down or self._halted:
+            return None
+        for _ in range(_MAX_SKIPS):
+            if not self._prefetched and not self._refill():
+                return None
+            request = self._hand_out()
+            if request is not None or self._halted:
+                return request
+        return None
 
     def _take_baseline(self) -> None:
         self._others_leased = self._others_hold_leases()
@@ -427,7 +561,7 @@ class Scheduler:
         """
         if self._halted:
             return False
-        if len(self._local) or self._unsent:
+        if len(self._local) or self._unsent or self._prefetched:
             return True
         return self._redis_call(self._shared_pending, True)
 
@@ -441,12 +575,68 @@ class Scheduler:
 
     # -- leases -------------------------------------------------------------------------
 
-    def _pop_shared(self) -> Request | None:
+    def _refill(self) -> bool:
+        """Lease the next requests (up to SCHEDULER_PREFETCH) and release the done ones.
+
+        One script call; whether it leased any.
+        """
+        assert self._book is not None
+        done = self._done_requests()
+        ticket = self._book.ticket(self.prefetch, release=[self._leased[r] for r in done])
+        entries = self.queue.pop_entries(self.prefetch, ticket=ticket)
+        lease_ids = self._book.taken(ticket, len(entries))
+        for request in done:
+            del self._leased[request]
+        self._inc("scheduler/leases/acked", len(done))
+        self._inc("scheduler/leases/leased", len(entries))
+        self._prefetched.extend(zip(entries, lease_ids, strict=True))
+        return bool(entries)
+
+    def _hand_out(self) -> Request | None:
+        """The next prefetched request; undecodable entries are set aside (or halt)."""
+        while self._prefetched and not self._halted:
+            entry, lease_id = self._prefetched.popleft()
+            try:
+                request: Request = self.queue.decode(entry)
+            except UndecodableRequestError as exc:
+                self._undecodable(entry, lease_id, exc)
+                continue
+            self._leased[request] = lease_id
+            return request
+        return None
+
+    def _undecodable(self, entry: Entry, lease_id: str, exc: UndecodableRequestError) -> None:
+        assert self._book is not None
+        book = self._book
+        if exc.looks_like_pickle:  # wrong SCHEDULER_SERIALIZER: leave the queue as it is
+            back = [lease_id, *(other for _, other in self._prefetched)]
+            self._prefetched.clear()
+            self._redis_call(lambda: book.give_back(back), 0)
+            self._halt(exc)
+            return
+        # Set aside; if Redis is unreachable the lease expires and the entry comes back.
+        book.held.discard(lease_id)
+        key = invalid_entries_key(self.queue.key)
+
+        def set_aside() -> None:
+            self.server.rpush(key, entry.data)
+            book.ack([lease_id])
+
+        self._redis_call(set_aside, None)
+        self._inc("scheduler/invalid/redis")
+        logger.error(
+            "%(error)s Moved it to %(key)s.",
+            {"error": exc, "key": key},
+            extra={"spider": self.spider},
+        )
+
+    def _pop_plain(self) -> Request | None:
+        """A queue class of its own: its pop(), no leases."""
         if self._halted:
             return None
         for _ in range(_MAX_SKIPS):
             try:
-                request = self._pop_one()
+                return self.queue.pop()  # type: ignore[no-any-return]
             except UndecodableRequestError as exc:
                 if exc.looks_like_pickle:
                     self._halt(exc)
@@ -457,41 +647,22 @@ class Scheduler:
                     {"error": exc, "key": invalid_entries_key(self.queue.key)},
                     extra={"spider": self.spider},
                 )
-                continue
-            return request
         return None
 
-    def _pop_one(self) -> Request | None:
-        """Pop and lease one request; an undecodable entry is put back or set aside."""
-        if self._book is None:  # a queue class of its own: plain pops
-            return self.queue.pop()  # type: ignore[no-any-return]
-        ticket = self._book.ticket(1)
-        entries = self.queue.pop_entries(1, ticket=ticket)
-        if not entries:
-            return None
-        [lease_id] = self._book.taken(ticket, len(entries))
-        try:
-            request: Request = self.queue.decode(entries[0])
-        except UndecodableRequestError as exc:
-            if exc.looks_like_pickle:
-                self._book.give_back([lease_id])
-            else:
-                self.server.rpush(invalid_entries_key(self.queue.key), entries[0].data)
-                self._book.ack([lease_id])
-            raise
-        self._leased[request] = lease_id
-        self._inc("scheduler/leases/leased")
-        return request
+    def _done_requests(self) -> list[Request]:
+        """The handed-out requests the engine is done with."""
+        if not self._leased:
+            return []
+        in_progress = engine_in_progress(self.crawler)
+        if in_progress is None:
+            return []
+        return [request for request in self._leased if request not in in_progress]
 
     def _ack_done(self) -> None:
         """Release the leases of requests the engine is done with."""
-        if not self._leased or self._book is None:
+        if self._book is None:
             return
-        in_progress = engine_in_progress(self.crawler)
-        if in_progress is None:
-            return
-        done = [request for request in self._leased if request not in in_progress]
-        if done:
+        if done := self._done_requests():
             self._book.ack([self._leased[request] for request in done])
             for request in done:
                 del self._leased[request]
@@ -502,9 +673,11 @@ class Scheduler:
         if self._book is None:
             return
         self._ack_done()
-        if self._leased:
-            returned = self._book.give_back(self._leased.values())
+        if self._leased or self._prefetched:
+            back = [*self._leased.values(), *(lease_id for _, lease_id in self._prefetched)]
+            returned = self._book.give_back(back)
             self._leased.clear()
+            self._prefetched.clear()
             self._inc("scheduler/leases/returned", returned)
 
     def _recover(self) -> None:

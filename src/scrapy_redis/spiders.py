@@ -265,8 +265,10 @@ class RedisMixin:
 
     def _ack_start_messages(self) -> None:
         """Release the leases of start messages whose requests are scheduled."""
+        if not self._unacked:
+            return
         scheduler = engine_scheduler(self.crawler)
-        if getattr(scheduler, "has_unsent_requests", lambda: False)():
+        if not getattr(scheduler, "send_enqueued", lambda: True)():
             return  # their requests wait in memory for Redis: keep the leases
         if self._unacked:
             self._leases.ack(self._unacked)

@@ -7,7 +7,12 @@
 -- ARGV[3] = lease timeout in ms
 -- ARGV[4] = lease id prefix (the worker id and ":")
 -- ARGV[5] = sequence number of the first lease
+-- ARGV[6..n] = ids of this worker's leases whose work is done: released first
 -- returns the popped entries; the n-th is leased as ARGV[4] .. (ARGV[5] + n - 1)
+for i = 6, #ARGV do
+  redis.call('HDEL', KEYS[2], ARGV[i])
+  redis.call('ZREM', KEYS[3], ARGV[i])
+end
 local items = redis.call(ARGV[1], KEYS[1], ARGV[2])
 if not items then
   return {}

@@ -7,6 +7,7 @@
 -- ARGV[1] = that priority, as text
 -- ARGV[2] = how many requests to pop at most
 -- ARGV[3], ARGV[4], ARGV[5] = (to lease) timeout in ms, lease id prefix, first sequence number
+-- ARGV[6..n] = (to lease) ids of this worker's leases whose work is done: released first
 -- returns {0} when the queue is empty;
 --         {1, priority, entry...} after popping from KEYS[2] (the list may have been emptied
 --         by another worker: then no entry follows);
@@ -22,6 +23,13 @@ local function lease(n, record)
   local id = ARGV[4] .. (tonumber(ARGV[5]) + n - 1)
   redis.call('HSET', KEYS[3], id, cmsgpack.pack(record))
   redis.call('ZADD', KEYS[4], deadline + tonumber(ARGV[3]), id)
+end
+
+if #KEYS >= 4 then
+  for i = 6, #ARGV do
+    redis.call('HDEL', KEYS[3], ARGV[i])
+    redis.call('ZREM', KEYS[4], ARGV[i])
+  end
 end
 
 local top = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')

@@ -1,0 +1,315 @@
+"""The batched paths of the scheduler: buffered enqueues, prefetched leased pops.
+
+Round trips are counted with the server's own ``INFO commandstats``: every
+batched operation is one ``EVALSHA`` (the commands a script runs are counted
+under their own names, never as client calls).
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+from scrapy import Request, signals
+from scrapy.utils.misc import build_from_crawler
+from scrapy.utils.test import get_crawler
+
+from helpers import DemoSpider
+from scrapy_redis.dupefilter import RFPDupeFilter
+from scrapy_redis.queue import Base, PriorityQueue
+from scrapy_redis.scheduler import Scheduler
+
+
+def command_calls(server, name: str) -> int:
+    return int(server.info("commandstats").get(f"cmdstat_{name}", {}).get("calls", 0))
+
+
+class Calls:
+    """How many times the client sent ``names`` since the last check."""
+
+    def __init__(self, server, *names: str) -> None:
+        self.server, self.names = server, names
+        self.since = self._now()
+
+    def _now(self) -> dict[str, int]:
+        return {name: command_calls(self.server, name) for name in self.names}
+
+    def __call__(self) -> dict[str, int]:
+        now = self._now()
+        delta = {name: now[name] - self.since[name] for name in self.names}
+        self.since = self._now()  # INFO itself is not among the names
+        return delta
+
+
+@pytest.fixture
+def schedulers():
+    opened: list[Scheduler] = []
+
+    def make(settings: dict) -> Scheduler:
+        crawler = get_crawler(DemoSpider, settings)
+        scheduler = build_from_crawler(Scheduler, crawler)
+        spider = crawler._create_spider()
+        crawler.spider = spider
+        scheduler.open(spider)
+        opened.append(scheduler)
+        return scheduler
+
+    yield make
+    for scheduler in opened:
+        if scheduler._heartbeat is not None and scheduler._heartbeat.running:
+            scheduler._heartbeat.stop()
+        if scheduler._send_call is not None and scheduler._send_call.active():
+            scheduler._send_call.cancel()
+
+
+def stand_in_engine(scheduler: Scheduler) -> set[Request]:
+    """The engine's set of requests in progress (what leases are acknowledged against)."""
+    slot = SimpleNamespace(inprogress=set(), closing=None, nextcall=None)
+    scheduler.crawler.engine = SimpleNamespace(_slot=slot, running=True)
+    return slot.inprogress
+
+
+def dropped_requests(scheduler: Scheduler) -> list[Request]:
+    dropped: list[Request] = []
+
+    def handler(request: Request, spider: object) -> None:
+        dropped.append(request)
+
+    scheduler.crawler.signals.connect(handler, signal=signals.request_dropped, weak=False)
+    return dropped
+
+
+@pytest.mark.parametrize("queue_cls", ["FifoQueue", "LifoQueue", "PriorityQueue"])
+def test_enqueued_requests_are_sent_after_the_delay_in_one_call(
+    settings_dict, server, schedulers, queue_cls
+):
+    scheduler = schedulers(
+        {**settings_dict, "SCHEDULER_QUEUE_CLASS": f"scrapy_redis.queue.{queue_cls}"}
+    )
+    dropped = dropped_requests(scheduler)
+    calls = Calls(server, "evalsha", "sadd", "lpush", "rpush")
+    duplicates = [Request("http://example.com/3"), Request("http://example.com/5")]
+    from twisted.internet import reactor
+
+    before = reactor.seconds()
+    for i in range(10):
+        scheduler.enqueue_request(Request(f"http://example.com/{i}", priority=i % 3))
+    for request in duplicates:
+        assert scheduler.enqueue_request(request) is True
+    assert server.exists("demo:requests", "demo:requests:prio:0", "demo:dupefilter") == 0
+    send = scheduler._send_call
+    assert send is not None and send.active()
+    assert send.getTime() - before == pytest.approx(0.1, abs=0.05)  # SCHEDULER_ENQUEUE_DELAY
+    assert calls() == {"evalsha": 0, "sadd": 0, "lpush": 0, "rpush": 0}
+    send.func(*send.args)  # the reactor's turn
+    assert calls()["evalsha"] == 1  # 12 fingerprints and 10 pushes: one script call
+    assert len(scheduler.queue) == 10 and server.scard("demo:dupefilter") == 10
+    assert dropped == duplicates
+    assert scheduler.stats.get_value("scheduler/enqueued/redis") == 10
+    assert scheduler.stats.get_value("dupefilter/filtered") == 2
+
+
+def test_a_full_batch_is_sent_at_once(settings_dict, server, schedulers):
+    scheduler = schedulers({**settings_dict, "SCHEDULER_ENQUEUE_BATCH_SIZE": 4})
+    for i in range(3):
+        scheduler.enqueue_request(Request(f"http://example.com/{i}"))
+    assert not server.exists("demo:dupefilter")
+    scheduler.enqueue_request(Request("http://example.com/3"))
+    assert server.scard("demo:dupefilter") == 4
+    assert len(scheduler.queue) == 4
+
+
+def test_requests_are_sent_before_popping(settings_dict, server, schedulers):
+    scheduler = schedulers(settings_dict)
+    scheduler.enqueue_request(Request("http://example.com/a", priority=1))
+    scheduler.enqueue_request(Request("http://example.com/b", priority=2))
+    assert [scheduler.next_request().url for _ in range(2)] == [
+        "http://example.com/b",
+        "http://example.com/a",
+    ]
+
+
+def test_duplicates_within_a_batch_and_dont_filter(settings_dict, server, schedulers):
+    scheduler = schedulers(settings_dict)
+    dropped = dropped_requests(scheduler)
+    urls = ["http://example.com/a"] * 3
+    for url in urls:
+        scheduler.enqueue_request(Request(url))
+    scheduler.enqueue_request(Request(urls[0], dont_filter=True))
+    assert scheduler.send_enqueued()
+    assert len(dropped) == 2
+    assert [scheduler.next_request().url for _ in range(2)] == urls[:2]
+    assert scheduler.next_request() is None
+
+
+def test_a_dupefilter_of_its_own_is_asked_for_each_request(settings_dict, server, schedulers):
+    class OddOnly(RFPDupeFilter):
+        def request_seen(self, request):
+            return int(request.url.rsplit("/", 1)[1]) % 2 == 0
+
+    scheduler = schedulers({**settings_dict, "DUPEFILTER_CLASS": OddOnly})
+    dropped = dropped_requests(scheduler)
+    for i in range(4):
+        scheduler.enqueue_request(Request(f"http://example.com/{i}"))
+    scheduler.send_enqueued()
+    assert [request.url[-1] for request in dropped] == ["0", "2"]
+    assert len(scheduler.queue) == 2
+
+
+def test_without_one_script_for_both_keys_the_filter_still_holds(
+    settings_dict, server, schedulers, monkeypatch
+):
+    # A Redis Cluster whose dupefilter and queue keys hash to different slots.
+    monkeypatch.setattr(Base, "_scripts_may_use", lambda self, *keys: False)
+    scheduler = schedulers(settings_dict)
+    for url in ["http://example.com/a", "http://example.com/b", "http://example.com/a"]:
+        scheduler.enqueue_request(Request(url, priority=len(url)))
+    scheduler.enqueue_request(Request("http://example.com/a", dont_filter=True))
+    assert scheduler.send_enqueued()
+    assert sorted(request.url for request in iter(scheduler.next_request, None)) == [
+        "http://example.com/a",
+        "http://example.com/a",
+        "http://example.com/b",
+    ]
+
+
+def test_one_pop_leases_a_prefetch_batch(settings_dict, server, schedulers):
+    settings = {**settings_dict, "SCHEDULER_PREFETCH": 4}
+    first, second = schedulers(settings), schedulers(settings)
+    for i in range(10):
+        first.enqueue_request(Request(f"http://example.com/{i}"))
+    first.send_enqueued()
+    calls = Calls(server, "evalsha")
+    assert first.next_request().url == "http://example.com/0"
+    assert calls() == {"evalsha": 1}
+    assert server.hlen("demo:requests:leases") == 4
+    assert [first.next_request().url[-1] for _ in range(3)] == ["1", "2", "3"]
+    assert calls() == {"evalsha": 0}  # handed out from memory
+    assert second.next_request().url == "http://example.com/4"
+    assert first.has_pending_requests()
+    assert len(first) == 2  # left in Redis (the second worker prefetched 5, 6 and 7)
+    assert len(second) == 2 + 3
+
+
+def test_acks_ride_on_the_next_pop(settings_dict, server, schedulers):
+    scheduler = schedulers({**settings_dict, "SCHEDULER_PREFETCH": 2})
+    in_progress = stand_in_engine(scheduler)
+    for i in range(4):
+        scheduler.enqueue_request(Request(f"http://example.com/{i}"))
+    taken = [scheduler.next_request(), scheduler.next_request()]
+    in_progress.update(taken)
+    assert server.hlen("demo:requests:leases") == 2
+    in_progress.clear()  # both done: their output scheduled
+    calls = Calls(server, "evalsha")
+    assert scheduler.next_request().url == "http://example.com/2"
+    assert calls() == {"evalsha": 1}  # one call released two leases and took two
+    assert server.hlen("demo:requests:leases") == 2
+    assert scheduler.stats.get_value("scheduler/leases/acked") == 2
+    assert scheduler.stats.get_value("scheduler/leases/leased") == 4
+
+
+def test_parent_lease_released_only_after_its_requests_are_in_redis(
+    settings_dict, server, schedulers
+):
+    scheduler = schedulers({**settings_dict, "SCHEDULER_PREFETCH": 1})
+    in_progress = stand_in_engine(scheduler)
+    scheduler.enqueue_request(Request("http://example.com/parent"))
+    parent = scheduler.next_request()
+    scheduler.enqueue_request(Request("http://example.com/child"))  # its callback's output
+    assert server.hlen("demo:requests:leases") == 1
+    assert not in_progress  # the parent is done
+    child = scheduler.next_request()  # sends the child, then releases the parent
+    assert (parent.url, child.url) == ("http://example.com/parent", "http://example.com/child")
+    assert server.hlen("demo:requests:leases") == 1  # the child's
+
+
+def test_heartbeat_renews_prefetched_leases(settings_dict, server, schedulers):
+    scheduler = schedulers(
+        {**settings_dict, "SCHEDULER_PREFETCH": 3, "SCHEDULER_WORKER_TIMEOUT": 10}
+    )
+    for i in range(3):
+        scheduler.enqueue_request(Request(f"http://example.com/{i}"))
+    scheduler.next_request()
+    server.zadd("demo:requests:lease_deadlines", {m: 0 for m in scheduler._book.held}, xx=True)
+    scheduler._beat()
+    deadlines = server.zrange("demo:requests:lease_deadlines", 0, -1, withscores=True)
+    assert len(deadlines) == 3 and all(score > 0 for _, score in deadlines)
+
+
+def test_priorities_across_prefetch_batches(settings_dict, server, schedulers):
+    scheduler = schedulers({**settings_dict, "SCHEDULER_PREFETCH": 2})
+    for i, priority in enumerate([0, 3, 0, 3, 1, 3, 0]):
+        scheduler.enqueue_request(Request(f"http://example.com/{i}", priority=priority))
+    order = [request.url[-1] for request in iter(scheduler.next_request, None)]
+    assert order == ["1", "3", "5", "4", "0", "2", "6"]
+
+
+def test_prefetch_of_one_serves_a_later_higher_priority_next(settings_dict, server, schedulers):
+    scheduler = schedulers({**settings_dict, "SCHEDULER_PREFETCH": 1})
+    for i in range(3):
+        scheduler.enqueue_request(Request(f"http://example.com/{i}"))
+    assert scheduler.next_request().url == "http://example.com/0"
+    scheduler.enqueue_request(Request("http://example.com/urgent", priority=10))
+    assert scheduler.next_request().url == "http://example.com/urgent"
+
+
+def test_close_sends_buffered_requests(settings_dict, server, schedulers):
+    scheduler = schedulers({**settings_dict, "SCHEDULER_PERSIST": True})
+    scheduler.enqueue_request(Request("http://example.com/a"))
+    send = scheduler._send_call
+    scheduler.close("finished")
+    assert not send.active()
+    assert len(PriorityQueue(server, scheduler.spider, "demo:requests")) == 1
+
+
+@pytest.mark.parametrize(
+    ("setting", "value"),
+    [
+        ("SCHEDULER_ENQUEUE_DELAY", -1),
+        ("SCHEDULER_ENQUEUE_BATCH_SIZE", 0),
+        ("SCHEDULER_PREFETCH", 0),
+    ],
+)
+def test_invalid_batch_settings_name_the_setting(settings_dict, setting, value):
+    crawler = get_crawler(DemoSpider, {**settings_dict, setting: value})
+    with pytest.raises(ValueError, match=setting):
+        build_from_crawler(Scheduler, crawler)
+
+
+def _enqueue_all(redis_url: str, seed: int, results) -> None:
+    import random
+
+    crawler = get_crawler(
+        DemoSpider,
+        {"REDIS_URL": redis_url, "SCHEDULER_ENQUEUE_BATCH_SIZE": 7, "SCHEDULER_PERSIST": True},
+    )
+    scheduler = build_from_crawler(Scheduler, crawler)
+    spider = crawler._create_spider()
+    crawler.spider = spider
+    scheduler.open(spider)
+    urls = [f"https://example.com/{i}" for i in range(400)]
+    random.Random(seed).shuffle(urls)
+    for url in urls:
+        scheduler.enqueue_request(Request(url, priority=len(url) % 3))
+    scheduler.close("finished")
+    results.put(scheduler.stats.get_value("dupefilter/filtered", 0))
+
+
+def test_concurrent_batches_push_each_request_once(server, redis_url):
+    """Three processes enqueue the same 400 URLs in batches: each is queued exactly once."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    results = ctx.Queue()
+    workers = [ctx.Process(target=_enqueue_all, args=(redis_url, s, results)) for s in range(3)]
+    for process in workers:
+        process.start()
+    filtered = [results.get(timeout=60) for _ in workers]
+    for process in workers:
+        process.join(30)
+    assert sum(filtered) == 800
+    queue = PriorityQueue(server, DemoSpider(), "demo:requests")
+    urls = []
+    while (request := queue.pop()) is not None:
+        urls.append(request.url)
+    assert sorted(urls) == sorted(f"https://example.com/{i}" for i in range(400))
