@@ -142,6 +142,35 @@ def test_duplicates_within_a_batch_and_dont_filter(settings_dict, server, schedu
     assert scheduler.next_request() is None
 
 
+def test_links_met_before_are_dropped_without_a_round_trip(settings_dict, server, schedulers):
+    scheduler = schedulers({**settings_dict, "SCHEDULER_SEEN_CACHE_SIZE": 2})
+    dropped = dropped_requests(scheduler)
+    for name in "abc":
+        scheduler.enqueue_request(Request(f"http://example.com/{name}"))
+    scheduler.send_enqueued()  # the cache keeps the two most recent: b and c
+    calls = Calls(server, "evalsha", "sismember", "sadd")
+    assert scheduler.enqueue_request(Request("http://example.com/c")) is False
+    assert scheduler.enqueue_request(Request("http://example.com/b")) is False
+    assert calls() == {"evalsha": 0, "sismember": 0, "sadd": 0}
+    assert scheduler.stats.get_value("dupefilter/filtered") == 2
+    assert dropped == []  # told False: the engine reports them itself
+    assert scheduler.enqueue_request(Request("http://example.com/a")) is True  # forgotten...
+    scheduler.send_enqueued()
+    assert [request.url for request in dropped] == ["http://example.com/a"]  # ...Redis knows
+    assert scheduler.enqueue_request(Request("http://example.com/c", dont_filter=True))
+    scheduler.flush()  # deletes the shared fingerprints: the cache goes too
+    assert scheduler.enqueue_request(Request("http://example.com/b")) is True
+
+
+def test_seen_cache_can_be_disabled(settings_dict, server, schedulers):
+    scheduler = schedulers({**settings_dict, "SCHEDULER_SEEN_CACHE_SIZE": 0})
+    scheduler.enqueue_request(Request("http://example.com/a"))
+    scheduler.send_enqueued()
+    assert scheduler.enqueue_request(Request("http://example.com/a")) is True
+    assert scheduler.send_enqueued()
+    assert scheduler.stats.get_value("dupefilter/filtered") == 1
+
+
 def test_a_dupefilter_of_its_own_is_asked_for_each_request(settings_dict, server, schedulers):
     class OddOnly(RFPDupeFilter):
         def request_seen(self, request):

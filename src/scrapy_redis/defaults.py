@@ -79,6 +79,10 @@ SCHEDULER_QUEUE_CLASS = "scrapy_redis.queue.PriorityQueue"
 #: SCHEDULER_QUEUE_KEY: key of the shared request queue.
 SCHEDULER_QUEUE_KEY = "%(spider)s:requests"
 
+#: SCHEDULER_SEEN_CACHE_SIZE: fingerprints a worker remembers as recorded, to drop repeated
+#: links without a round trip (0: none).
+SCHEDULER_SEEN_CACHE_SIZE = 100_000
+
 #: SCHEDULER_SERIALIZER: how requests are stored (safe msgpack; pickle is opt-in).
 SCHEDULER_SERIALIZER = "scrapy_redis.serializers.msgpack_serializer"
 

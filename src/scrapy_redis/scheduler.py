@@ -16,7 +16,8 @@ import heapq
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from itertools import count, islice
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -62,6 +63,44 @@ T = TypeVar("T")
 _MAX_SKIPS = 100
 
 
+@dataclass(slots=True)
+class _Unsent:
+    """A request accepted by enqueue_request() and not pushed yet."""
+
+    request: Request
+    #: Script path: its fingerprint, computed when enqueued (None: dont_filter).
+    fingerprint: str | None = None
+    #: request_seen() path: whether request_seen() has recorded it already.
+    seen_checked: bool = False
+
+
+class _SeenCache:
+    """Fingerprints this worker knows are in the shared set (bounded, oldest out).
+
+    The set only grows while a crawl runs, so a fingerprint found there once is
+    a duplicate for good: repeated links are dropped without a round trip.
+    """
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._fingerprints: dict[str, None] = {}
+
+    def __contains__(self, fingerprint: str) -> bool:
+        return fingerprint in self._fingerprints
+
+    def add(self, fingerprints: Iterable[str]) -> None:
+        if self.size <= 0:
+            return
+        known = self._fingerprints
+        for fingerprint in fingerprints:
+            known[fingerprint] = None
+        while len(known) > self.size:
+            del known[next(iter(known))]
+
+    def clear(self) -> None:
+        self._fingerprints.clear()
+
+
 class _LocalQueue:
     """Requests kept in this worker's memory: those the serializer refused."""
 
@@ -105,6 +144,9 @@ def _scheduler_kwargs(settings: BaseSettings) -> dict[str, Any]:
             "SCHEDULER_ENQUEUE_BATCH_SIZE", defaults.SCHEDULER_ENQUEUE_BATCH_SIZE
         ),
         "prefetch": settings.getint("SCHEDULER_PREFETCH", defaults.SCHEDULER_PREFETCH),
+        "seen_cache_size": settings.getint(
+            "SCHEDULER_SEEN_CACHE_SIZE", defaults.SCHEDULER_SEEN_CACHE_SIZE
+        ),
     }
 
 
@@ -153,7 +195,7 @@ class Scheduler:
     SCHEDULER_IDLE_BEFORE_CLOSE, SCHEDULER_QUEUE_KEY, SCHEDULER_QUEUE_CLASS,
     SCHEDULER_DUPEFILTER_KEY, DUPEFILTER_CLASS, SCHEDULER_SERIALIZER,
     SCHEDULER_WORKER_TIMEOUT, SCHEDULER_ENQUEUE_DELAY, SCHEDULER_ENQUEUE_BATCH_SIZE,
-    SCHEDULER_PREFETCH.
+    SCHEDULER_PREFETCH, SCHEDULER_SEEN_CACHE_SIZE.
     """
 
     def __init__(
@@ -173,6 +215,7 @@ class Scheduler:
         enqueue_delay: float = defaults.SCHEDULER_ENQUEUE_DELAY,
         enqueue_batch_size: int = defaults.SCHEDULER_ENQUEUE_BATCH_SIZE,
         prefetch: int = defaults.SCHEDULER_PREFETCH,
+        seen_cache_size: int = defaults.SCHEDULER_SEEN_CACHE_SIZE,
         crawler: Crawler | None = None,
     ) -> None:
         if idle_before_close < 0:
@@ -220,9 +263,9 @@ class Scheduler:
         self._watcher = QueueWatcher(lambda: False, lambda: None)  # replaced in open()
         self._others_leased = False
         self._guard = outage_guard(crawler) if crawler else OutageGuard(300)
-        # Requests accepted and not pushed yet (buffered, or Redis unreachable), and
-        # whether their fingerprint was recorded already.
-        self._unsent: deque[tuple[Request, bool]] = deque()
+        # Requests accepted and not pushed yet (buffered, or Redis unreachable).
+        self._unsent: deque[_Unsent] = deque()
+        self._seen = _SeenCache(seen_cache_size)
         self._send_call: DelayedCall | None = None
         self._in_script = False  # whether the push script checks fingerprints
         self._book: LeaseBook | None = None
@@ -300,6 +343,7 @@ class Scheduler:
 
     def flush(self) -> None:
         """Delete the shared queue and fingerprints now, whoever else uses them."""
+        self._seen.clear()
         if hasattr(self.df, "clear"):
             self.df.clear()
         self.queue.clear()
@@ -386,7 +430,13 @@ class Scheduler:
         SCHEDULER_ENQUEUE_DELAY = 0 each request is sent at once and this returns
         False for a duplicate, as Scrapy's own scheduler does.
         """
-        self._unsent.append((request, False))
+        fingerprint = None
+        if self._in_script and not request.dont_filter:
+            fingerprint = self.df.request_fingerprint(request)
+            if fingerprint in self._seen:  # a link this worker has met before
+                self.df.log(request, self.spider)
+                return False
+        self._unsent.append(_Unsent(request, fingerprint))
         if self.enqueue_delay > 0 and len(self._unsent) < self.enqueue_batch_size:
             self._schedule_send()
             return True
@@ -421,12 +471,13 @@ class Scheduler:
         while self._unsent:
             batch = list(islice(self._unsent, self.enqueue_batch_size))
             if self._in_script:
-                new = self._send_in_script([request for request, _ in batch])
+                new = self._send_in_script(batch)
             else:
                 new = [self._send_checked(index) for index in range(len(batch))]
-            for (request, _), is_new in zip(batch, new, strict=True):
+            for unsent, is_new in zip(batch, new, strict=True):
                 if is_new:
                     continue
+                request = unsent.request
                 self.df.log(request, self.spider)
                 if request is answer_for:
                     answer = False
@@ -439,19 +490,20 @@ class Scheduler:
         self._guard.succeeded()
         return answer
 
-    def _send_in_script(self, requests: list[Request]) -> list[bool]:
+    def _send_in_script(self, batch: list[_Unsent]) -> list[bool]:
         """One script call: record the fingerprints, push the new requests."""
         candidates: list[Candidate] = []
         refused: dict[int, UnserializableRequestError] = {}
-        for index, request in enumerate(requests):
-            fingerprint = None if request.dont_filter else self.df.request_fingerprint(request)
+        requests = [unsent.request for unsent in batch]
+        for index, (request, unsent) in enumerate(zip(requests, batch, strict=True)):
             entry: Entry | None = None
             try:
                 entry = self.queue.encode(request)
             except UnserializableRequestError as exc:
                 refused[index] = exc
-            candidates.append(Candidate(fingerprint, entry))
+            candidates.append(Candidate(unsent.fingerprint, entry))
         new: list[bool] = self.queue.push_new(candidates, self.df.key)
+        self._seen.add(unsent.fingerprint for unsent in batch if unsent.fingerprint)
         pushed = sum(new) - sum(new[index] for index in refused)
         self._inc("scheduler/enqueued/redis", pushed)
         self._inc("scheduler/enqueued", pushed)
@@ -462,10 +514,11 @@ class Scheduler:
 
     def _send_checked(self, index: int) -> bool:
         """``request_seen()`` then ``push()`` of the index-th unsent request."""
-        request, seen_checked = self._unsent[index]
-        if not (seen_checked or request.dont_filter) and self.df.request_seen(request):
+        unsent = self._unsent[index]
+        request = unsent.request
+        if not (unsent.seen_checked or request.dont_filter) and self.df.request_seen(request):
             return False
-        self._unsent[index] = (request, True)
+        unsent.seen_checked = True
         self._push(request)
         return True
 
