@@ -39,3 +39,24 @@ def make_spider(
     spider = crawler._create_spider(**kwargs)
     crawler.spider = spider
     return spider
+
+
+def command_calls(server, name: str) -> int:
+    return int(server.info("commandstats").get(f"cmdstat_{name}", {}).get("calls", 0))
+
+
+class Calls:
+    """How many times the client sent ``names`` since the last check."""
+
+    def __init__(self, server, *names: str) -> None:
+        self.server, self.names = server, names
+        self.since = self._now()
+
+    def _now(self) -> dict[str, int]:
+        return {name: command_calls(self.server, name) for name in self.names}
+
+    def __call__(self) -> dict[str, int]:
+        now = self._now()
+        delta = {name: now[name] - self.since[name] for name in self.names}
+        self.since = self._now()  # INFO itself is not among the names
+        return delta

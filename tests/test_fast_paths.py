@@ -14,31 +14,10 @@ from scrapy import Request, signals
 from scrapy.utils.misc import build_from_crawler
 from scrapy.utils.test import get_crawler
 
-from helpers import DemoSpider
+from helpers import Calls, DemoSpider
 from scrapy_redis.dupefilter import RFPDupeFilter
 from scrapy_redis.queue import Base, PriorityQueue
 from scrapy_redis.scheduler import Scheduler
-
-
-def command_calls(server, name: str) -> int:
-    return int(server.info("commandstats").get(f"cmdstat_{name}", {}).get("calls", 0))
-
-
-class Calls:
-    """How many times the client sent ``names`` since the last check."""
-
-    def __init__(self, server, *names: str) -> None:
-        self.server, self.names = server, names
-        self.since = self._now()
-
-    def _now(self) -> dict[str, int]:
-        return {name: command_calls(self.server, name) for name in self.names}
-
-    def __call__(self) -> dict[str, int]:
-        now = self._now()
-        delta = {name: now[name] - self.since[name] for name in self.names}
-        self.since = self._now()  # INFO itself is not among the names
-        return delta
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import pytest
 from scrapy.extensions.logstats import LogStats
 from scrapy.utils.test import get_crawler
 
-from helpers import DemoSpider
+from helpers import Calls, DemoSpider
 from scrapy_redis.pipelines import RedisPipeline
 from scrapy_redis.stats import RedisStatsCollector, decode_value, encode_value
 
@@ -90,20 +90,22 @@ def test_basic_operations(settings_dict, server):
     assert not server.exists("demo:stats")
 
 
-def _increment(url, times):
+def _increment(url, times, flush):
     from helpers import ensure_reactor
 
     ensure_reactor()
-    stats = stats_collector({"REDIS_URL": url})
+    stats = stats_collector({"REDIS_URL": url, "SCHEDULER_PERSIST": True}, **flush)
     for _ in range(times):
         stats.inc_value("hits")
         stats.inc_value("started", start=100)
         stats.max_value("max", times)
+    stats.close_spider(reason="finished")  # writes what is still buffered
 
 
-def test_concurrent_increments_are_not_lost(server, redis_url):
+@pytest.mark.parametrize("flush", [{}, {"STATS_FLUSH_INTERVAL": 0}], ids=["buffered", "unbuffered"])
+def test_concurrent_increments_are_not_lost(server, redis_url, flush):
     ctx = multiprocessing.get_context("spawn")
-    workers = [ctx.Process(target=_increment, args=(redis_url, 300)) for _ in range(4)]
+    workers = [ctx.Process(target=_increment, args=(redis_url, 300, flush)) for _ in range(4)]
     for process in workers:
         process.start()
     for process in workers:
@@ -112,6 +114,40 @@ def test_concurrent_increments_are_not_lost(server, redis_url):
     assert int(server.hget("demo:stats", "hits")) == 1200
     assert int(server.hget("demo:stats", "started")) == 1300
     assert int(server.hget("demo:stats", "max")) == 300
+
+
+def test_updates_are_merged_and_written_in_one_round_trip(settings_dict, server):
+    stats = stats_collector(settings_dict)
+    server.hset("demo:stats", "ratio", "0.5")  # a float: HINCRBY fails, HINCRBYFLOAT then
+    calls = Calls(server, "multi", "exec")
+    for _ in range(50):
+        stats.inc_value("pages")
+        stats.inc_value("ratio")
+        stats.max_value("max", 3)
+    stats.set_value("reason", "x")
+    stats.inc_value("started", start=10)
+    assert calls()["exec"] == 0 and not server.hexists("demo:stats", "pages")
+    assert stats.get_value("pages") == 50 and stats.get_value("ratio") == 50.5
+    flush = stats._flush_call
+    assert flush.active()
+    flush.func(*flush.args)  # STATS_FLUSH_INTERVAL later
+    sent = calls()
+    assert (sent["multi"], sent["exec"]) == (1, 1)
+    assert stats.get_stats() == {
+        "pages": 50,
+        "ratio": 50.5,
+        "max": 3,
+        "reason": "x",
+        "started": 11,
+    }
+    assert decode_value(server.hget("demo:stats", "pages")) == 50
+
+
+def test_updates_written_at_once_without_a_flush_interval(settings_dict, server):
+    stats = stats_collector(settings_dict, STATS_FLUSH_INTERVAL=0)
+    stats.inc_value("pages", 2)
+    assert server.hget("demo:stats", "pages") == b"2"
+    assert stats._flush_call is None
 
 
 def test_logstats_and_dump_work(settings_dict, server, caplog):

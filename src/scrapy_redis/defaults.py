@@ -107,5 +107,8 @@ START_URLS_KEY = "%(name)s:start_urls"
 #: REDIS_START_URLS_POLL_INTERVAL: seconds between reads of new start messages while busy.
 START_URLS_POLL_INTERVAL = 1.0
 
+#: STATS_FLUSH_INTERVAL: seconds stat updates are kept, merged, before being written (0: at once).
+STATS_FLUSH_INTERVAL = 1.0
+
 #: STATS_KEY: hash holding the stats shared by the workers.
 STATS_KEY = "%(spider)s:stats"

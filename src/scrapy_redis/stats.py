@@ -1,10 +1,13 @@
 """A stats collector whose stats live in a Redis hash shared by every worker.
 
-Every update is one atomic command or Lua script, so concurrent workers never
-lose increments. Values keep their type: integers and floats are stored as
-decimal text (``HINCRBY``/``HINCRBYFLOAT`` work on them), datetimes as ISO-8601
-text in UTC, strings as they are (unless they would read back as another
-type), and anything else (bool, None, lists, dicts) as ``json:<JSON>``.
+Updates are kept in the worker, merged per stat, for at most
+STATS_FLUSH_INTERVAL seconds, then written in one MULTI/EXEC round trip of atomic
+commands and Lua scripts (increments are sent as increments), so concurrent
+workers never lose increments; reads add what is not written yet. Values keep
+their type: integers and floats are stored as decimal text (``HINCRBY`` and
+``HINCRBYFLOAT`` work on them), datetimes as ISO-8601 text in UTC, strings as
+they are (unless they would read back as another type), and anything else
+(bool, None, lists, dicts) as ``json:<JSON>``.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import pprint
 import re
 from collections.abc import Callable
 from datetime import datetime, timezone
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import ResponseError
@@ -77,7 +81,7 @@ def decode_value(raw: Any) -> Any:
 
 
 class _Backlog:
-    """Stat updates made while Redis was unreachable, merged per stat, replayed when back."""
+    """Stat updates not written yet (buffered, or Redis unreachable), merged per stat."""
 
     def __init__(self) -> None:
         self.values: dict[str, Any] = {}
@@ -130,8 +134,9 @@ class RedisStatsCollector(StatsCollector):
     """Stats in the hash STATS_KEY (default ``<spider>:stats``), shared by all workers.
 
     At close the hash is deleted only when SCHEDULER_PERSIST is off and, when the
-    Redis scheduler is used, this was the last worker of the crawl. While Redis
-    is unreachable, updates are kept (merged) in memory and written when it is back.
+    Redis scheduler is used, this was the last worker of the crawl. Updates are
+    written every STATS_FLUSH_INTERVAL seconds (0: at once); while Redis is
+    unreachable they are kept (merged) in memory and written when it is back.
     """
 
     def __init__(self, crawler: Crawler, spider: Spider | None = None) -> None:
@@ -141,6 +146,10 @@ class RedisStatsCollector(StatsCollector):
         self.spider_name = spider.name if spider else (crawler.spidercls.name or "scrapy")
         self.stats_key = crawler.settings.get("STATS_KEY", defaults.STATS_KEY)
         self.persist = crawler.settings.getbool("SCHEDULER_PERSIST", defaults.SCHEDULER_PERSIST)
+        self.flush_interval = crawler.settings.getfloat(
+            "STATS_FLUSH_INTERVAL", defaults.STATS_FLUSH_INTERVAL
+        )
+        self._flush_call: Any = None
         self._guard = outage_guard(crawler)
         self._guard.on_recovery(self._replay)
         self._backlog = _Backlog()
@@ -176,6 +185,7 @@ class RedisStatsCollector(StatsCollector):
         )
 
     def set_stats(self, stats: dict[str, Any], spider: Spider | None = None) -> None:
+        self._backlog = _Backlog()  # replaced, not written
         pipe = self.server.pipeline(transaction=True)
         pipe.delete(self._get_key(spider))
         if stats:
@@ -192,20 +202,21 @@ class RedisStatsCollector(StatsCollector):
     ) -> None:
         name = self._get_key(spider)
         self._write(
-            lambda: self._increment(name, key, count, start),
+            lambda: self._increment(self.server, name, key, count, start),
             lambda: self._backlog.inc(key, count, start),
         )
 
-    def _increment(self, name: str, key: str, count: float, start: float) -> None:
+    def _increment(self, client: Any, name: str, key: str, count: float, start: float) -> None:
+        """One command on ``client`` (a pipeline queues it; its error shows in the results)."""
         if start:
-            script("stats_inc")(self.server, [name], [key, repr(count), repr(start)])
+            script("stats_inc")(client, [name], [key, repr(count), repr(start)])
         elif isinstance(count, int):
             try:
-                self.server.hincrby(name, key, count)
+                client.hincrby(name, key, count)
             except ResponseError:  # the stat holds a float
-                self.server.hincrbyfloat(name, key, count)
+                client.hincrbyfloat(name, key, count)
         else:
-            self.server.hincrbyfloat(name, key, count)
+            client.hincrbyfloat(name, key, count)
 
     def max_value(self, key: str, value: Any, spider: Spider | None = None) -> None:
         self._bound(key, value, "max", spider)
@@ -216,49 +227,73 @@ class RedisStatsCollector(StatsCollector):
     def _bound(self, key: str, value: Any, mode: str, spider: Spider | None) -> None:
         name = self._get_key(spider)
         self._write(
-            lambda: self._store_bound(name, key, value, mode),
+            lambda: self._store_bound(self.server, name, key, value, mode),
             lambda: self._backlog.bound(key, value, mode),
         )
 
-    def _store_bound(self, name: str, key: str, value: Any, mode: str) -> None:
+    def _store_bound(self, client: Any, name: str, key: str, value: Any, mode: str) -> None:
         numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
         args = [key, encode_value(value), mode, "n" if numeric else "s"]
-        script("stats_bound")(self.server, [name], args)
+        script("stats_bound")(client, [name], args)
 
-    # -- outages ------------------------------------------------------------------------
+    # -- buffering and outages ----------------------------------------------------------
 
     def _write(self, write: Callable[[], Any], remember: Callable[[], None]) -> None:
-        if not self._backlog and self._guard.may_try():
+        if self.flush_interval <= 0 and not self._backlog and self._guard.may_try():
             try:
                 write()
                 return
             except OUTAGE_ERRORS as exc:
                 self._guard.failed(exc)
         remember()
+        if self.flush_interval <= 0:
+            self._replay()
+        elif self._flush_call is None or not self._flush_call.active():
+            from twisted.internet import reactor
+
+            call_later: Any = reactor.callLater
+            self._flush_call = call_later(self.flush_interval, self._flush_due)
+
+    def _flush_due(self) -> None:
+        self._flush_call = None
         self._replay()
+        if self._backlog:  # Redis unreachable: try again later
+            self._write(lambda: None, lambda: None)
 
     def _replay(self, force: bool = False) -> None:
-        """Write the backlog, each update removed as soon as it is stored."""
+        """Write the backlog in one MULTI/EXEC round trip."""
         if not self._backlog or not (force or self._guard.may_try()):
             return
-        name, backlog = self._get_key(), self._backlog
         try:
-            while backlog.values:
-                key, value = next(iter(backlog.values.items()))
-                self.server.hset(name, key, encode_value(value))
-                del backlog.values[key]
-            while backlog.increments:
-                key, (count, start) = next(iter(backlog.increments.items()))
-                self._increment(name, key, count, start)
-                del backlog.increments[key]
-            while backlog.bounds:
-                key, (mode, value) = next(iter(backlog.bounds.items()))
-                self._store_bound(name, key, value, mode)
-                del backlog.bounds[key]
+            self._store(self._backlog)
         except OUTAGE_ERRORS as exc:
             self._guard.failed(exc)
             return
+        self._backlog = _Backlog()
         self._guard.succeeded()
+
+    def _store(self, backlog: _Backlog) -> None:
+        name = self._get_key()
+        pipe = self.server.pipeline(transaction=True)
+        again: list[Callable[[], Any]] = []  # each queued command, to run alone on an error
+        if backlog.values:
+            mapping: dict[str | bytes, str] = {
+                key: encode_value(value) for key, value in backlog.values.items()
+            }
+            pipe.hset(name, mapping=mapping)
+            again.append(partial(self.server.hset, name, mapping=mapping))
+        for key, (count, start) in backlog.increments.items():
+            self._increment(pipe, name, key, count, start)
+            again.append(partial(self._increment, self.server, name, key, count, start))
+        for key, (mode, value) in backlog.bounds.items():
+            self._store_bound(pipe, name, key, value, mode)
+            again.append(partial(self._store_bound, self.server, name, key, value, mode))
+        results = pipe.execute(raise_on_error=False)
+        for result, run_alone in zip(results, again, strict=True):
+            if isinstance(result, OUTAGE_ERRORS):
+                raise result
+            if isinstance(result, Exception):  # a float stat, a script not cached yet
+                run_alone()
 
     def clear_stats(self, spider: Spider | None = None) -> None:
         self._backlog = _Backlog()
@@ -269,6 +304,8 @@ class RedisStatsCollector(StatsCollector):
             self.spider_name = spider.name
 
     def close_spider(self, spider: Spider | None = None, reason: str | None = None) -> None:
+        if self._flush_call is not None and self._flush_call.active():
+            self._flush_call.cancel()
         self._replay(force=True)
         if self._backlog:
             logger.error(
