@@ -64,3 +64,23 @@ def settings_dict(redis_url):
         "SCHEDULER": "scrapy_redis.scheduler.Scheduler",
         "DUPEFILTER_CLASS": "scrapy_redis.dupefilter.RFPDupeFilter",
     }
+
+
+@pytest.fixture
+def schedulers():
+    """Opens Redis schedulers (``schedulers(settings, cls=Scheduler)``); stops their timers."""
+    from helpers import open_scheduler
+
+    opened = []
+
+    def make(settings, cls=None):
+        scheduler = open_scheduler(settings, cls)
+        opened.append(scheduler)
+        return scheduler
+
+    yield make
+    for scheduler in opened:
+        if scheduler._heartbeat is not None and scheduler._heartbeat.running:
+            scheduler._heartbeat.stop()
+        if scheduler._send_call is not None and scheduler._send_call.active():
+            scheduler._send_call.cancel()

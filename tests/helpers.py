@@ -60,3 +60,30 @@ class Calls:
         delta = {name: now[name] - self.since[name] for name in self.names}
         self.since = self._now()  # INFO itself is not among the names
         return delta
+
+
+def open_scheduler(settings: dict[str, Any], cls: Any = None) -> Any:
+    """A Redis scheduler built and opened as Scrapy's engine does it."""
+    from scrapy.utils.misc import build_from_crawler
+
+    from scrapy_redis.scheduler import Scheduler
+
+    crawler = get_crawler(DemoSpider, settings)
+    scheduler = build_from_crawler(cls or Scheduler, crawler)
+    spider = crawler._create_spider()
+    crawler.spider = spider
+    scheduler.open(spider)
+    return scheduler
+
+
+def record_dropped(scheduler: Any) -> list[Any]:
+    """The requests reported with the request_dropped signal, as they come."""
+    from scrapy import signals
+
+    dropped: list[Any] = []
+
+    def handler(request: Any, spider: object) -> None:
+        dropped.append(request)
+
+    scheduler.crawler.signals.connect(handler, signal=signals.request_dropped, weak=False)
+    return dropped

@@ -10,35 +10,14 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
-from scrapy import Request, signals
+from scrapy import Request
 from scrapy.utils.misc import build_from_crawler
 from scrapy.utils.test import get_crawler
 
-from helpers import Calls, DemoSpider
+from helpers import Calls, DemoSpider, record_dropped
 from scrapy_redis.dupefilter import RFPDupeFilter
 from scrapy_redis.queue import Base, PriorityQueue
 from scrapy_redis.scheduler import Scheduler
-
-
-@pytest.fixture
-def schedulers():
-    opened: list[Scheduler] = []
-
-    def make(settings: dict) -> Scheduler:
-        crawler = get_crawler(DemoSpider, settings)
-        scheduler = build_from_crawler(Scheduler, crawler)
-        spider = crawler._create_spider()
-        crawler.spider = spider
-        scheduler.open(spider)
-        opened.append(scheduler)
-        return scheduler
-
-    yield make
-    for scheduler in opened:
-        if scheduler._heartbeat is not None and scheduler._heartbeat.running:
-            scheduler._heartbeat.stop()
-        if scheduler._send_call is not None and scheduler._send_call.active():
-            scheduler._send_call.cancel()
 
 
 def stand_in_engine(scheduler: Scheduler) -> set[Request]:
@@ -48,16 +27,6 @@ def stand_in_engine(scheduler: Scheduler) -> set[Request]:
     return slot.inprogress
 
 
-def dropped_requests(scheduler: Scheduler) -> list[Request]:
-    dropped: list[Request] = []
-
-    def handler(request: Request, spider: object) -> None:
-        dropped.append(request)
-
-    scheduler.crawler.signals.connect(handler, signal=signals.request_dropped, weak=False)
-    return dropped
-
-
 @pytest.mark.parametrize("queue_cls", ["FifoQueue", "LifoQueue", "PriorityQueue"])
 def test_enqueued_requests_are_sent_after_the_delay_in_one_call(
     settings_dict, server, schedulers, queue_cls
@@ -65,7 +34,7 @@ def test_enqueued_requests_are_sent_after_the_delay_in_one_call(
     scheduler = schedulers(
         {**settings_dict, "SCHEDULER_QUEUE_CLASS": f"scrapy_redis.queue.{queue_cls}"}
     )
-    dropped = dropped_requests(scheduler)
+    dropped = record_dropped(scheduler)
     calls = Calls(server, "evalsha", "sadd", "lpush", "rpush")
     duplicates = [Request("http://example.com/3"), Request("http://example.com/5")]
     from twisted.internet import reactor
@@ -110,7 +79,7 @@ def test_requests_are_sent_before_popping(settings_dict, server, schedulers):
 
 def test_duplicates_within_a_batch_and_dont_filter(settings_dict, server, schedulers):
     scheduler = schedulers(settings_dict)
-    dropped = dropped_requests(scheduler)
+    dropped = record_dropped(scheduler)
     urls = ["http://example.com/a"] * 3
     for url in urls:
         scheduler.enqueue_request(Request(url))
@@ -123,7 +92,7 @@ def test_duplicates_within_a_batch_and_dont_filter(settings_dict, server, schedu
 
 def test_links_met_before_are_dropped_without_a_round_trip(settings_dict, server, schedulers):
     scheduler = schedulers({**settings_dict, "SCHEDULER_SEEN_CACHE_SIZE": 2})
-    dropped = dropped_requests(scheduler)
+    dropped = record_dropped(scheduler)
     for name in "abc":
         scheduler.enqueue_request(Request(f"http://example.com/{name}"))
     scheduler.send_enqueued()  # the cache keeps the two most recent: b and c
@@ -156,7 +125,7 @@ def test_a_dupefilter_of_its_own_is_asked_for_each_request(settings_dict, server
             return int(request.url.rsplit("/", 1)[1]) % 2 == 0
 
     scheduler = schedulers({**settings_dict, "DUPEFILTER_CLASS": OddOnly})
-    dropped = dropped_requests(scheduler)
+    dropped = record_dropped(scheduler)
     for i in range(4):
         scheduler.enqueue_request(Request(f"http://example.com/{i}"))
     scheduler.send_enqueued()

@@ -7,51 +7,15 @@ import pickle
 import time
 
 import pytest
-from scrapy import Request, signals
+from scrapy import Request
 from scrapy.dupefilters import BaseDupeFilter
 from scrapy.dupefilters import RFPDupeFilter as ScrapyRFPDupeFilter
-from scrapy.utils.misc import build_from_crawler, load_object
-from scrapy.utils.test import get_crawler
+from scrapy.utils.misc import load_object
 
-from helpers import DemoSpider
+from helpers import open_scheduler, record_dropped
 from scrapy_redis.dupefilter import RFPDupeFilter
 from scrapy_redis.queue import Base, FifoQueue, PriorityQueue
 from scrapy_redis.scheduler import Scheduler
-
-
-def open_scheduler(settings: dict, cls=Scheduler) -> Scheduler:
-    crawler = get_crawler(DemoSpider, settings)
-    scheduler = build_from_crawler(cls, crawler)
-    spider = crawler._create_spider()
-    crawler.spider = spider
-    scheduler.open(spider)
-    return scheduler
-
-
-def record_dropped(scheduler: Scheduler) -> list[Request]:
-    """The requests reported with the request_dropped signal, as they come."""
-    dropped: list[Request] = []
-
-    def handler(request: Request, spider: object) -> None:
-        dropped.append(request)
-
-    scheduler.crawler.signals.connect(handler, signal=signals.request_dropped, weak=False)
-    return dropped
-
-
-@pytest.fixture
-def schedulers():
-    opened: list[Scheduler] = []
-
-    def make(settings: dict, cls=Scheduler) -> Scheduler:
-        scheduler = open_scheduler(settings, cls)
-        opened.append(scheduler)
-        return scheduler
-
-    yield make
-    for scheduler in opened:
-        if scheduler._heartbeat is not None and scheduler._heartbeat.running:
-            scheduler._heartbeat.stop()
 
 
 def test_reads_settings(settings_dict, server, schedulers):
