@@ -10,6 +10,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
+import redis
 from scrapy import Request
 from scrapy.utils.misc import build_from_crawler
 from scrapy.utils.test import get_crawler
@@ -131,6 +132,28 @@ def test_a_dupefilter_of_its_own_is_asked_for_each_request(settings_dict, server
     scheduler.send_enqueued()
     assert [request.url[-1] for request in dropped] == ["0", "2"]
     assert len(scheduler.queue) == 2
+
+
+def test_a_failure_half_way_through_a_batch_pushes_nothing_twice(settings_dict, server, schedulers):
+    class FailsOnce(RFPDupeFilter):
+        calls = 0
+
+        def request_seen(self, request):
+            type(self).calls += 1
+            if type(self).calls == 2:
+                raise redis.ConnectionError("connection lost")
+            return super().request_seen(request)
+
+    scheduler = schedulers({**settings_dict, "DUPEFILTER_CLASS": FailsOnce})
+    for i in range(3):
+        scheduler.enqueue_request(Request(f"http://example.com/{i}"))
+    assert not scheduler.send_enqueued()  # the first was pushed, the second failed
+    scheduler._guard._retry_at = 0  # skip the back-off
+    assert scheduler.send_enqueued()
+    assert len(scheduler.queue) == 3
+    assert sorted(request.url for request in iter(scheduler.next_request, None)) == [
+        f"http://example.com/{i}" for i in range(3)
+    ]
 
 
 def test_without_one_script_for_both_keys_the_filter_still_holds(

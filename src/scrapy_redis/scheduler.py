@@ -469,11 +469,14 @@ class Scheduler:
         """
         answer = True
         while self._unsent:
-            batch = list(islice(self._unsent, self.enqueue_batch_size))
+            # One script call per batch; otherwise one request at a time, so that a
+            # failure half-way never pushes again what was already pushed.
             if self._in_script:
+                batch = list(islice(self._unsent, self.enqueue_batch_size))
                 new = self._send_in_script(batch)
             else:
-                new = [self._send_checked(index) for index in range(len(batch))]
+                batch = [self._unsent[0]]
+                new = [self._send_checked(batch[0])]
             for unsent, is_new in zip(batch, new, strict=True):
                 if is_new:
                     continue
@@ -494,11 +497,10 @@ class Scheduler:
         """One script call: record the fingerprints, push the new requests."""
         candidates: list[Candidate] = []
         refused: dict[int, UnserializableRequestError] = {}
-        requests = [unsent.request for unsent in batch]
-        for index, (request, unsent) in enumerate(zip(requests, batch, strict=True)):
+        for index, unsent in enumerate(batch):
             entry: Entry | None = None
             try:
-                entry = self.queue.encode(request)
+                entry = self.queue.encode(unsent.request)
             except UnserializableRequestError as exc:
                 refused[index] = exc
             candidates.append(Candidate(unsent.fingerprint, entry))
@@ -509,12 +511,11 @@ class Scheduler:
         self._inc("scheduler/enqueued", pushed)
         for index, error in refused.items():
             if new[index]:
-                self._keep_locally(requests[index], error)
+                self._keep_locally(batch[index].request, error)
         return new
 
-    def _send_checked(self, index: int) -> bool:
-        """``request_seen()`` then ``push()`` of the index-th unsent request."""
-        unsent = self._unsent[index]
+    def _send_checked(self, unsent: _Unsent) -> bool:
+        """``request_seen()`` then ``push()``; whether the request was new."""
         request = unsent.request
         if not (unsent.seen_checked or request.dont_filter) and self.df.request_seen(request):
             return False
