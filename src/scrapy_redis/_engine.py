@@ -1,4 +1,4 @@
-"""What scrapy-redis needs to know of Scrapy's engine, across Scrapy versions."""
+"""What scrapy-redis needs of Scrapy's engine (across Scrapy versions) and reactor."""
 
 from __future__ import annotations
 
@@ -6,6 +6,13 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
+
+
+def installed_reactor() -> Any:
+    """Twisted's reactor, imported only when needed: Scrapy installs the one it wants."""
+    from twisted.internet import reactor
+
+    return reactor
 
 
 def engine_of(crawler: Crawler | None) -> Any:

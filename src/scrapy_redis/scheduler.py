@@ -27,7 +27,7 @@ from scrapy.utils.misc import build_from_crawler, load_object
 from twisted.internet import task
 
 from scrapy_redis import defaults
-from scrapy_redis._engine import engine_in_progress, engine_of, wake_engine
+from scrapy_redis._engine import engine_in_progress, engine_of, installed_reactor, wake_engine
 from scrapy_redis.connection import (
     ensure_reachable,
     get_redis_from_crawler,
@@ -456,10 +456,8 @@ class Scheduler:
 
     def _schedule_send(self) -> None:
         if self._send_call is None or not self._send_call.active():
-            from twisted.internet import reactor
-
-            call_later: Any = reactor.callLater
-            self._send_call = call_later(self.enqueue_delay, self.send_enqueued)
+            reactor = installed_reactor()
+            self._send_call = reactor.callLater(self.enqueue_delay, self.send_enqueued)
 
     def _send_unsent(self, answer_for: Request | None = None) -> bool:
         """Dedup and push the requests accepted so far, in batches.

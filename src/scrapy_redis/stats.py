@@ -25,7 +25,7 @@ from redis.exceptions import ResponseError
 from scrapy.statscollectors import StatsCollector
 
 from scrapy_redis import defaults
-from scrapy_redis._engine import engine_scheduler
+from scrapy_redis._engine import engine_scheduler, installed_reactor
 from scrapy_redis.connection import get_redis_from_crawler
 from scrapy_redis.keys import format_key
 from scrapy_redis.outage import OUTAGE_ERRORS, outage_guard
@@ -248,17 +248,19 @@ class RedisStatsCollector(StatsCollector):
         remember()
         if self.flush_interval <= 0:
             self._replay()
-        elif self._flush_call is None or not self._flush_call.active():
-            from twisted.internet import reactor
+        else:
+            self._schedule_flush()
 
-            call_later: Any = reactor.callLater
-            self._flush_call = call_later(self.flush_interval, self._flush_due)
+    def _schedule_flush(self) -> None:
+        if self._flush_call is None or not self._flush_call.active():
+            reactor = installed_reactor()
+            self._flush_call = reactor.callLater(self.flush_interval, self._flush_due)
 
     def _flush_due(self) -> None:
         self._flush_call = None
         self._replay()
         if self._backlog:  # Redis unreachable: try again later
-            self._write(lambda: None, lambda: None)
+            self._schedule_flush()
 
     def _replay(self, force: bool = False) -> None:
         """Write the backlog in one MULTI/EXEC round trip."""

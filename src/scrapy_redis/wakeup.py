@@ -6,6 +6,8 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from scrapy_redis._engine import installed_reactor
+
 logger = logging.getLogger(__name__)
 
 
@@ -40,9 +42,7 @@ class QueueWatcher:
             if self.on_start is not None and self.interval == self.FIRST:
                 self.on_start()
             if self.clock is None:
-                from twisted.internet import reactor  # not at import: Scrapy installs it
-
-                self.clock = reactor
+                self.clock = installed_reactor()
             self._call = self.clock.callLater(self.interval, self._check)
 
     def stop(self) -> None:
