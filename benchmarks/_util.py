@@ -104,12 +104,7 @@ class Redis:
     def stop(self) -> None:
         if self._redis is not None:
             self._redis.close()
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        terminate(self.proc)
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
@@ -148,12 +143,17 @@ class Site:
         return proc_cpu_seconds(self.proc.pid)
 
     def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        terminate(self.proc)
+
+
+def terminate(proc: subprocess.Popen[Any]) -> None:
+    """SIGTERM, then SIGKILL if the child has not exited within 10 s."""
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def summary(values: list[float]) -> dict[str, float]:
