@@ -11,6 +11,8 @@ import pytest
 import redis
 from scrapy import Request
 from scrapy.http import FormRequest, JsonRequest
+from scrapy.utils.request import request_from_dict
+from w3lib.url import safe_url_string
 
 from helpers import make_spider
 from scrapy_redis import picklecompat
@@ -23,7 +25,8 @@ from scrapy_redis.queue import (
     SpiderQueue,
     SpiderStack,
 )
-from scrapy_redis.reqser import request_to_dict
+from scrapy_redis.reqser import dict_to_request, request_to_dict
+from scrapy_redis.serializers import msgpack_serializer
 
 
 class QueueTestMixin:
@@ -306,8 +309,6 @@ def test_user_request_subclass_roundtrip(server, queue_cls):
 
 
 def test_request_class_from_unimported_module_is_refused(server):
-    from scrapy_redis.serializers import msgpack_serializer
-
     queue = FifoQueue(server, make_spider(), "q")
     crafted = {**Request("https://example.com").to_dict(), "_class": "antigravity.Request"}
     server.lpush("q", msgpack_serializer.dumps(crafted))
@@ -415,3 +416,58 @@ class TestRequestToDict:
         for callback in (parse, lambda response: None):
             with pytest.raises(ValueError, match="not an instance method"):
                 request_to_dict(Request("https://example.com/", callback=callback), spider)
+
+
+class TestDictToRequest:
+    """Our dict_to_request() builds the request Scrapy's request_from_dict() builds."""
+
+    @pytest.fixture
+    def spider(self):
+        return make_spider()
+
+    def requests(self, spider) -> list[Request]:
+        return [
+            *TestRequestToDict().requests(spider),
+            Request("https://example.com/p?b=2&a=1", meta={"depth": 3}, cookies={"c": "1"}),
+            Request("https://example.com/", meta={"verbatim_url": True}, flags=["f"]),
+            Request("https://example.com/r\u00e9sum\u00e9 x", cb_kwargs={"k": 1}),
+        ]
+
+    def test_same_request_as_scrapy(self, spider):
+        for request in self.requests(spider):
+            data = request_to_dict(request, spider)
+            ours = dict_to_request(dict(data), spider)
+            theirs = request_from_dict(dict(data), spider=spider)
+            assert type(ours) is type(theirs)
+            assert ours.to_dict(spider=spider) == theirs.to_dict(spider=spider) == data
+
+    def test_verbatim_url_is_used_while_building_then_removed(self, spider):
+        request = dict_to_request({"url": "https://example.com/a?x=1", "meta": {"d": 1}}, spider)
+        assert request.meta == {"d": 1}
+        assert "verbatim_url" not in dict_to_request({"url": "https://example.com/"}, spider).meta
+        kept = dict_to_request({"url": "https://example.com/", "meta": {"verbatim_url": 1}}, spider)
+        assert kept.meta == {"verbatim_url": 1}
+
+    @pytest.mark.parametrize(
+        "url",
+        [
+            "https://example.com/a b",
+            "https://example.com/a\r\nX-Injected: 1",
+            "https://example.com/\u00e9",
+            "https://example.com/<script>",
+            "https://example.com/a'b",
+        ],
+    )
+    def test_urls_from_crafted_entries_are_made_safe(self, spider, url):
+        request = dict_to_request({"url": url}, spider)
+        assert request.url == safe_url_string(url)
+        assert " " not in request.url and "\n" not in request.url and request.url.isascii()
+
+    def test_decoded_dicts_do_not_share_mutable_defaults(self, spider):
+        encoded = msgpack_serializer.dumps(request_to_dict(Request("https://example.com/"), spider))
+        first, second = msgpack_serializer.loads(encoded), msgpack_serializer.loads(encoded)
+        first["meta"]["x"] = 1
+        first["headers"][b"A"] = [b"b"]
+        first["flags"].append("f")
+        assert second["meta"] == {} and second["headers"] == {} and second["flags"] == []
+        assert msgpack_serializer.loads(encoded)["cb_kwargs"] == {}

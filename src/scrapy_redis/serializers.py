@@ -45,6 +45,8 @@ _DEFAULTS: dict[str, Any] = {
 }
 _FIELDS = ("url", *_DEFAULTS)
 _CODE_OF = {name: code for code, name in enumerate(_FIELDS)}
+# Defaults that each decoded dict needs a new copy of.
+_MUTABLE = tuple(name for name, value in _DEFAULTS.items() if isinstance(value, (dict, list)))
 
 
 @runtime_checkable
@@ -93,9 +95,12 @@ class MsgpackSerializer:
             raise ValueError(f"corrupt msgpack data: {exc}") from exc
         if not isinstance(packed, dict):
             raise ValueError("msgpack data is not a map")
-        obj = {name: _copy(default) for name, default in _DEFAULTS.items()}
+        obj = dict(_DEFAULTS)
         for key, value in packed.items():
             obj[_FIELDS[key] if isinstance(key, int) and key < len(_FIELDS) else key] = value
+        for name in _MUTABLE:
+            if obj[name] is _DEFAULTS[name]:
+                obj[name] = type(obj[name])()
         return obj
 
     def __repr__(self) -> str:
@@ -111,10 +116,6 @@ def _inflate(s: bytes) -> bytes:
     if inflater.unconsumed_tail or not inflater.eof:
         raise ValueError("truncated deflate data, or larger than 64 MiB once inflated")
     return data
-
-
-def _copy(value: Any) -> Any:
-    return type(value)() if isinstance(value, (dict, list)) else value
 
 
 #: The default SCHEDULER_SERIALIZER.
