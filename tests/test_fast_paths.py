@@ -253,6 +253,72 @@ def test_prefetch_of_one_serves_a_later_higher_priority_next(settings_dict, serv
     assert scheduler.next_request().url == "http://example.com/urgent"
 
 
+def test_batches_follow_the_engines_demand(settings_dict, server, schedulers, monkeypatch):
+    scheduler = schedulers({**settings_dict, "SCHEDULER_PREFETCH": 64})
+    for i in range(400):
+        scheduler.enqueue_request(Request(f"http://example.com/{i}"))
+    scheduler.send_enqueued()
+    sizes: list[int] = []  # what each pop asked for
+    real_pop = scheduler.queue.pop_entries
+
+    def pop_entries(count, timeout=0, ticket=None):
+        sizes.append(count)
+        return real_pop(count, timeout, ticket)
+
+    monkeypatch.setattr(scheduler.queue, "pop_entries", pop_entries)
+    # Taken at once (a tight loop): each full batch doubles the next, up to the setting.
+    taken = [scheduler.next_request() for _ in range(16 + 32 + 64 + 64)]
+    assert all(request is not None for request in taken)
+    assert sizes == [16, 32, 64, 64]
+    assert server.hlen("demo:requests:leases") == 16 + 32 + 64 + 64
+    # Then taken slowly (one request per response): back down to 16.
+    for _ in range(64 + 32):
+        assert scheduler.next_request() is not None
+        monkeypatch.setattr(scheduler, "_popped_at", scheduler._popped_at - 1)
+    assert scheduler.next_request() is not None
+    assert sizes == [16, 32, 64, 64, 64, 32, 16]
+
+
+def test_a_prefetch_of_one_never_grows(settings_dict, server, schedulers):
+    scheduler = schedulers({**settings_dict, "SCHEDULER_PREFETCH": 1})
+    for i in range(5):
+        scheduler.enqueue_request(Request(f"http://example.com/{i}"))
+    scheduler.send_enqueued()
+    calls = Calls(server, "evalsha")
+    assert [r.url[-1] for r in iter(scheduler.next_request, None)] == list("01234")
+    assert calls()["evalsha"] == 6  # one pop per request, and one finding the queue empty
+
+
+@pytest.mark.parametrize("queue_cls", ["FifoQueue", "PriorityQueue"])
+def test_batches_larger_than_luas_unpack_limit(settings_dict, server, schedulers, queue_cls):
+    """Leasing and releasing thousands of requests in one script call (Lua's unpack()
+    takes fewer than 8,000 values)."""
+    settings = {
+        **settings_dict,
+        "SCHEDULER_QUEUE_CLASS": f"scrapy_redis.queue.{queue_cls}",
+        "SCHEDULER_PREFETCH": 8192,
+        "SCHEDULER_ENQUEUE_BATCH_SIZE": 10000,
+    }
+    scheduler = schedulers(settings)
+    in_progress = stand_in_engine(scheduler)
+    for i in range(9000):
+        scheduler.enqueue_request(Request(f"http://example.com/{i}"))
+    scheduler.send_enqueued()
+    calls = Calls(server, "evalsha")
+    taken = []
+    for request in iter(scheduler.next_request, None):
+        in_progress.add(request)
+        taken.append(request)
+    assert len({r.url for r in taken}) == 9000
+    assert calls()["evalsha"] <= 11  # 16, 32, ..., 4096 (8,192 values to HSET), the rest
+    assert server.hlen("demo:requests:leases") == 9000
+    in_progress.clear()  # all done: released by the next pop, in one call
+    assert scheduler.next_request() is None
+    assert calls()["evalsha"] == 1
+    assert server.hlen("demo:requests:leases") == 0
+    assert server.zcard("demo:requests:lease_deadlines") == 0
+
+
 def test_close_sends_buffered_requests(settings_dict, server, schedulers):
     scheduler = schedulers({**settings_dict, "SCHEDULER_PERSIST": True})
     scheduler.enqueue_request(Request("http://example.com/a"))

@@ -70,8 +70,9 @@ SCHEDULER_IDLE_BEFORE_CLOSE = 0
 #: SCHEDULER_PERSIST: keep queue, fingerprints and stats when the last worker closes.
 SCHEDULER_PERSIST = False
 
-#: SCHEDULER_PREFETCH: most requests one pop leases to the worker (1: one at a time).
-SCHEDULER_PREFETCH = 16
+#: SCHEDULER_PREFETCH: most requests one pop leases to the worker (1: one at a time). Pops
+#: lease 16, more while the engine takes whole batches in bursts.
+SCHEDULER_PREFETCH = 128
 
 #: SCHEDULER_QUEUE_CLASS: the shared request queue.
 SCHEDULER_QUEUE_CLASS = "scrapy_redis.queue.PriorityQueue"

@@ -61,6 +61,13 @@ T = TypeVar("T")
 
 # How often an undecodable entry may be skipped in one next_request() call.
 _MAX_SKIPS = 100
+# The first pop leases at most this many requests; later ones follow the demand, up to
+# SCHEDULER_PREFETCH (see Scheduler._size_batch).
+_FIRST_PREFETCH = 16
+# A batch handed out faster than this many seconds per request was taken in a burst:
+# in a steady crawl Scrapy spends milliseconds of CPU on each response before it asks for
+# the next request.
+_BURST = 0.0005
 
 
 @dataclass(slots=True)
@@ -251,6 +258,9 @@ class Scheduler:
         self.enqueue_delay = enqueue_delay
         self.enqueue_batch_size = enqueue_batch_size
         self.prefetch = prefetch
+        self._batch = min(prefetch, _FIRST_PREFETCH)  # requests the next pop asks for
+        self._popped_at = 0.0  # when the last batch was leased (monotonic clock)
+        self._last_full = False  # whether it was as large as asked for
         self.crawler = crawler
         self.stats = crawler.stats if crawler is not None else None
         self.spider: Spider | None = None
@@ -271,6 +281,7 @@ class Scheduler:
         self._book: LeaseBook | None = None
         self._prefetched: deque[tuple[Entry, str]] = deque()  # leased, not handed out yet
         self._leased: dict[Request, str] = {}  # handed to the engine, not done yet
+        self._uncounted = 0  # requests handed out from the shared queue, not in stats yet
         self._empty_since: float | None = None
         self._unserializable_logged = False
         self._halted = False
@@ -322,6 +333,7 @@ class Scheduler:
         return self.df.open() if not self._df_from_spider and hasattr(self.df, "open") else None
 
     def close(self, reason: str) -> Deferred[None] | None:
+        self._count_dequeued()
         if self._heartbeat is not None and self._heartbeat.running:
             self._heartbeat.stop()
         self._watcher.stop()
@@ -540,15 +552,26 @@ class Scheduler:
         if request is None:
             request = self._redis_call(self._next_shared, None)
         if request is None:
+            self._count_dequeued()
             if self._empty_since is None:
                 self._empty_since = time.monotonic()
             self._watcher.watch()
             return None
         self._empty_since = None
         self._watcher.stop()
-        self._inc("scheduler/dequeued/redis")
-        self._inc("scheduler/dequeued")
+        self._uncounted += 1
         return request
+
+    def _count_dequeued(self) -> None:
+        """Add the requests handed out from the shared queue to the stats.
+
+        Counted in batches (at each pop, when the queue is found empty, on the
+        heartbeat and at close): two stat updates per request cost more than
+        the rest of handing it out.
+        """
+        self._inc("scheduler/dequeued/redis", self._uncounted)
+        self._inc("scheduler/dequeued", self._uncounted)
+        self._uncounted = 0
 
     def has_pending_requests(self) -> bool:
         if self._halted:
@@ -633,9 +656,13 @@ class Scheduler:
         One script call; whether it leased any.
         """
         assert self._book is not None
+        self._count_dequeued()
         done = self._done_requests()
-        ticket = self._book.ticket(self.prefetch, release=[self._leased[r] for r in done])
-        entries = self.queue.pop_entries(self.prefetch, ticket=ticket)
+        self._size_batch()
+        ticket = self._book.ticket(self._batch, release=[self._leased[r] for r in done])
+        entries = self.queue.pop_entries(self._batch, ticket=ticket)
+        self._last_full = len(entries) == self._batch
+        self._popped_at = time.monotonic()
         lease_ids = self._book.taken(ticket, len(entries))
         for request in done:
             del self._leased[request]
@@ -643,6 +670,21 @@ class Scheduler:
         self._inc("scheduler/leases/leased", len(entries))
         self._prefetched.extend(zip(entries, lease_ids, strict=True))
         return bool(entries)
+
+    def _size_batch(self) -> None:
+        """Follow the engine's demand: double the batch after a full one that was
+        handed out in a burst (under _BURST seconds per request), halve it otherwise.
+
+        Between min(SCHEDULER_PREFETCH, 16) and SCHEDULER_PREFETCH. A worker whose
+        engine pulls a burst of requests (high CONCURRENT_REQUESTS, a start) pops them
+        in a few calls; one that takes a request per response keeps small batches, so
+        that a request pushed later with a higher priority waits behind few of them.
+        """
+        elapsed = time.monotonic() - self._popped_at
+        if self._last_full and elapsed < _BURST * self._batch:
+            self._batch = min(self._batch * 2, self.prefetch)
+        else:
+            self._batch = max(self._batch // 2, min(self.prefetch, _FIRST_PREFETCH))
 
     def _hand_out(self) -> Request | None:
         """The next prefetched request; undecodable entries are set aside (or halt)."""
@@ -744,6 +786,7 @@ class Scheduler:
 
     def _beat(self) -> None:
         """Every third of SCHEDULER_WORKER_TIMEOUT: renew, acknowledge, recover."""
+        self._count_dequeued()
         try:
             self._redis_call(self._beat_once, None)
         except Exception:  # a missed heartbeat must not kill the loop

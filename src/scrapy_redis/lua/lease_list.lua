@@ -9,10 +9,19 @@
 -- ARGV[5] = sequence number of the first lease
 -- ARGV[6..n] = ids of this worker's leases whose work is done: released first
 -- returns the popped entries; the n-th is leased as ARGV[4] .. (ARGV[5] + n - 1)
-for i = 6, #ARGV do
-  redis.call('HDEL', KEYS[2], ARGV[i])
-  redis.call('ZREM', KEYS[3], ARGV[i])
+-- redis.call(command, key, ...args), in calls of at most 1000 pairs (unpack's stack limit).
+local function call_in_chunks(command, key, args)
+  for i = 1, #args, 2000 do
+    redis.call(command, key, unpack(args, i, math.min(i + 1999, #args)))
+  end
 end
+
+local done = {}
+for i = 6, #ARGV do
+  done[i - 5] = ARGV[i]
+end
+call_in_chunks('HDEL', KEYS[2], done)
+call_in_chunks('ZREM', KEYS[3], done)
 local items = redis.call(ARGV[1], KEYS[1], ARGV[2])
 if not items then
   return {}
@@ -23,9 +32,18 @@ local restore = 'lpush'
 if ARGV[1] == 'RPOP' then
   restore = 'rpush'
 end
+-- Each record is the msgpack array {restore, KEYS[1], '', '', item}: its first four
+-- elements are the same for every item, so they are packed once (0x95 = array of 5).
+local head = '\149' .. cmsgpack.pack(restore, KEYS[1], '', '')
+local records, deadlines = {}, {}
+local first = tonumber(ARGV[5])
 for i, item in ipairs(items) do
-  local id = ARGV[4] .. (tonumber(ARGV[5]) + i - 1)
-  redis.call('HSET', KEYS[2], id, cmsgpack.pack({restore, KEYS[1], '', '', item}))
-  redis.call('ZADD', KEYS[3], deadline, id)
+  local id = ARGV[4] .. (first + i - 1)
+  records[2 * i - 1] = id
+  records[2 * i] = head .. cmsgpack.pack(item)
+  deadlines[2 * i - 1] = deadline
+  deadlines[2 * i] = id
 end
+call_in_chunks('HSET', KEYS[2], records)
+call_in_chunks('ZADD', KEYS[3], deadlines)
 return items

@@ -14,22 +14,41 @@
 --         {2, priority} when the highest priority is another one: call again with it;
 --         {3, entry, score} after removing an entry written by the original scrapy-redis
 -- Leased entries are leased as ARGV[4] .. (ARGV[5] + n - 1), in the order returned.
-local function lease(n, record)
+-- redis.call(command, key, ...args), in calls of at most 1000 pairs (unpack's stack limit).
+local function call_in_chunks(command, key, args)
+  for i = 1, #args, 2000 do
+    redis.call(command, key, unpack(args, i, math.min(i + 1999, #args)))
+  end
+end
+
+-- Lease the popped entries: the i-th as ARGV[4] .. (ARGV[5] + i - 1), with records[i]
+-- (cmsgpack {op, key, key2, arg, entry}) as its lease record.
+local function lease(records)
   if #KEYS < 4 then
     return
   end
   local now = redis.call('TIME')
-  local deadline = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-  local id = ARGV[4] .. (tonumber(ARGV[5]) + n - 1)
-  redis.call('HSET', KEYS[3], id, cmsgpack.pack(record))
-  redis.call('ZADD', KEYS[4], deadline + tonumber(ARGV[3]), id)
+  local deadline = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) + tonumber(ARGV[3])
+  local fields, deadlines = {}, {}
+  local first = tonumber(ARGV[5])
+  for i, record in ipairs(records) do
+    local id = ARGV[4] .. (first + i - 1)
+    fields[2 * i - 1] = id
+    fields[2 * i] = record
+    deadlines[2 * i - 1] = deadline
+    deadlines[2 * i] = id
+  end
+  call_in_chunks('HSET', KEYS[3], fields)
+  call_in_chunks('ZADD', KEYS[4], deadlines)
 end
 
 if #KEYS >= 4 then
+  local done = {}
   for i = 6, #ARGV do
-    redis.call('HDEL', KEYS[3], ARGV[i])
-    redis.call('ZREM', KEYS[4], ARGV[i])
+    done[i - 5] = ARGV[i]
   end
+  call_in_chunks('HDEL', KEYS[3], done)
+  call_in_chunks('ZREM', KEYS[4], done)
 end
 
 local top = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
@@ -39,7 +58,7 @@ end
 local member, score = top[1], top[2]
 if not string.match(member, '^%-?%d+$') then
   redis.call('ZREM', KEYS[1], member)
-  lease(1, {'zadd', KEYS[1], '', score, member})
+  lease({cmsgpack.pack({'zadd', KEYS[1], '', score, member})})
   return {3, member, score}
 end
 if member ~= ARGV[1] then
@@ -52,7 +71,12 @@ end
 if not items then
   return {1, member}
 end
+-- Records {'prio', KEYS[2], KEYS[1], member, item}: the first four packed once (0x95 =
+-- array of 5).
+local head = '\149' .. cmsgpack.pack('prio', KEYS[2], KEYS[1], member)
+local records = {}
 for i, item in ipairs(items) do
-  lease(i, {'prio', KEYS[2], KEYS[1], member, item})
+  records[i] = head .. cmsgpack.pack(item)
 end
+lease(records)
 return {1, member, unpack(items)}
