@@ -18,9 +18,9 @@ from scrapy.dupefilters import BaseDupeFilter
 from scrapy.settings import SETTINGS_PRIORITIES
 from scrapy.utils.python import to_unicode
 from scrapy.utils.request import referer_str
-from w3lib.url import canonicalize_url
 
 from scrapy_redis import defaults
+from scrapy_redis.canonical import canonical_url
 from scrapy_redis.connection import get_redis_from_crawler, get_redis_from_settings
 from scrapy_redis.exceptions import warn_from_settings
 from scrapy_redis.keys import format_key, standalone_dupefilter_key
@@ -42,8 +42,19 @@ def request_fingerprint(request: Request) -> str:
 
 
 def _fingerprint(method: str, url: str, body: bytes) -> str:
-    data = {"method": method, "url": canonicalize_url(url), "body": body.hex()}
-    return hashlib.sha1(json.dumps(data, sort_keys=True).encode()).hexdigest()
+    url = canonical_url(url)
+    if _json_verbatim(method) and _json_verbatim(url):
+        # What json.dumps(data, sort_keys=True) writes when no string needs escaping.
+        text = f'{{"body": "{body.hex()}", "method": "{method}", "url": "{url}"}}'
+    else:
+        data = {"method": method, "url": url, "body": body.hex()}
+        text = json.dumps(data, sort_keys=True)
+    return hashlib.sha1(text.encode()).hexdigest()
+
+
+def _json_verbatim(text: str) -> bool:
+    """True if json.dumps (ensure_ascii) writes ``text`` between quotes unescaped."""
+    return text.isascii() and text.isprintable() and '"' not in text and "\\" not in text
 
 
 @lru_cache(maxsize=4096)
