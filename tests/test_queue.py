@@ -325,9 +325,14 @@ def zlib_raw(data: bytes) -> bytes:
 
 def msgpack_serializer_plain(obj: dict) -> bytes:
     """An entry as written before deflate was used: the tag and the msgpack map."""
-    from scrapy_redis.serializers import _CODE_OF, _is_default
+    from scrapy_redis.serializers import _CODE_OF, _DEFAULTS
 
-    packed = {_CODE_OF.get(k, k): v for k, v in obj.items() if not _is_default(k, v)}
+    def is_default(name, value):
+        return (
+            name in _DEFAULTS and type(value) is type(_DEFAULTS[name]) and value == _DEFAULTS[name]
+        )
+
+    packed = {_CODE_OF.get(k, k): v for k, v in obj.items() if not is_default(k, v)}
     return b"\xc1" + msgpack.packb(packed, use_bin_type=True)
 
 

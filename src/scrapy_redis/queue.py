@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from itertools import groupby
 from typing import TYPE_CHECKING, Any
 
+import msgpack  # type: ignore[import-untyped]
 from redis.client import NEVER_DECODE
 from redis.cluster import RedisCluster
 from redis.crc import key_slot
@@ -255,7 +256,10 @@ class _ListQueue(Base):
                 ticket.first,
                 *ticket.release,
             ]
-            return [Entry(data) for data in script("lease_list")(self.server, keys, args)]
+            return [
+                Entry(data)
+                for data in _unpack_entries(script("lease_list")(self.server, keys, args))
+            ]
         if timeout > 0:
             reply = _raw(self.server, self._blocking_pop_command, self.key, timeout)
             return [Entry(reply[1])] if reply else []
@@ -365,7 +369,7 @@ class PriorityQueue(Base):
             if kind == 3:
                 return [Entry(reply[1], legacy_score=reply[2])]
             if kind == 1 and len(reply) > 2:
-                return [Entry(data, self._top) for data in reply[2:]]
+                return [Entry(data, self._top) for data in _unpack_entries(reply[2])]
             self._top = int(reply[1]) if kind == 2 else self._top
         return []
 
@@ -376,6 +380,14 @@ class PriorityQueue(Base):
         ours = [entry for entry in entries if entry.legacy_score is None]
         for priority, group in groupby(reversed(ours), key=lambda entry: entry.priority):
             self._push_group(priority, [entry.data for entry in group], "front")
+
+
+def _unpack_entries(packed: bytes) -> list[bytes]:
+    """The entries a pop script returned packed in one msgpack array (``b""``: none).
+
+    One bulk reply and one C call cost less than parsing a reply per entry.
+    """
+    return msgpack.unpackb(packed, raw=True) if packed else []
 
 
 def _priority_of(member: bytes) -> int | None:

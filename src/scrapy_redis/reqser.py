@@ -76,7 +76,8 @@ def dict_to_request(data: Any, spider: Spider | None) -> Request:
     if not isinstance(data, dict) or not isinstance(data.get("url"), str):
         raise ValueError(f"not a request dict: {type(data).__name__}")
     cls = _request_class(data["_class"]) if "_class" in data else Request
-    kwargs = {key: value for key, value in data.items() if key in cls.attributes}
+    attributes = _attributes(cls)
+    kwargs = {key: value for key, value in data.items() if key in attributes}
     for name in ("callback", "errback"):
         if data.get(name) and spider is not None:
             kwargs[name] = _spider_method(spider, data[name])
@@ -93,6 +94,17 @@ def dict_to_request(data: Any, spider: Spider | None) -> Request:
     if verbatim:
         del request.meta[_VERBATIM]
     return request
+
+
+_ATTRIBUTES: dict[type[Request], frozenset[str]] = {}
+
+
+def _attributes(cls: type[Request]) -> frozenset[str]:
+    """The keyword arguments of ``cls`` that its dict holds (``cls.attributes``), as a set."""
+    attributes = _ATTRIBUTES.get(cls)
+    if attributes is None:
+        attributes = _ATTRIBUTES[cls] = frozenset(cls.attributes)
+    return attributes
 
 
 def _spider_method(spider: Spider, name: Any) -> Any:

@@ -61,20 +61,18 @@ def looks_like_pickle(data: bytes) -> bool:
     return len(data) > 2 and data[0] == 0x80 and 2 <= data[1] <= 5 and data.endswith(b".")
 
 
-def _is_default(name: str, value: Any) -> bool:
-    default = _DEFAULTS.get(name, ...)
-    return type(value) is type(default) and value == default
+_NO_DEFAULT = object()
 
 
 class MsgpackSerializer:
     """The default request serializer: safe, compact, bytes-aware."""
 
     def dumps(self, obj: dict[str, Any]) -> bytes:
-        packed = {
-            _CODE_OF.get(name, name): value
-            for name, value in obj.items()
-            if not _is_default(name, value)
-        }
+        packed = {}
+        for name, value in obj.items():
+            default = _DEFAULTS.get(name, _NO_DEFAULT)
+            if type(value) is not type(default) or value != default:
+                packed[_CODE_OF.get(name, name)] = value
         try:
             packed_bytes: bytes = msgpack.packb(packed, use_bin_type=True)
         except (TypeError, ValueError, OverflowError) as exc:

@@ -8,7 +8,8 @@
 -- ARGV[4] = lease id prefix (the worker id and ":")
 -- ARGV[5] = sequence number of the first lease
 -- ARGV[6..n] = ids of this worker's leases whose work is done: released first
--- returns the popped entries; the n-th is leased as ARGV[4] .. (ARGV[5] + n - 1)
+-- returns the popped entries packed in one msgpack array ("" if none: one reply for the
+--         client to parse, not one per entry); the n-th is leased as ARGV[4] .. (ARGV[5] + n - 1)
 -- redis.call(command, key, ...args), in calls of at most 1000 pairs (unpack's stack limit).
 local function call_in_chunks(command, key, args)
   for i = 1, #args, 2000 do
@@ -24,7 +25,7 @@ call_in_chunks('HDEL', KEYS[2], done)
 call_in_chunks('ZREM', KEYS[3], done)
 local items = redis.call(ARGV[1], KEYS[1], ARGV[2])
 if not items then
-  return {}
+  return ''
 end
 local now = redis.call('TIME')
 local deadline = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) + tonumber(ARGV[3])
@@ -46,4 +47,4 @@ for i, item in ipairs(items) do
 end
 call_in_chunks('HSET', KEYS[2], records)
 call_in_chunks('ZADD', KEYS[3], deadlines)
-return items
+return cmsgpack.pack(items)

@@ -9,8 +9,9 @@
 -- ARGV[3], ARGV[4], ARGV[5] = (to lease) timeout in ms, lease id prefix, first sequence number
 -- ARGV[6..n] = (to lease) ids of this worker's leases whose work is done: released first
 -- returns {0} when the queue is empty;
---         {1, priority, entry...} after popping from KEYS[2] (the list may have been emptied
---         by another worker: then no entry follows);
+--         {1, priority, entries} after popping from KEYS[2], the entries packed in one
+--         msgpack array (the list may have been emptied by another worker: then no
+--         entries follow);
 --         {2, priority} when the highest priority is another one: call again with it;
 --         {3, entry, score} after removing an entry written by the original scrapy-redis
 -- Leased entries are leased as ARGV[4] .. (ARGV[5] + n - 1), in the order returned.
@@ -79,4 +80,4 @@ for i, item in ipairs(items) do
   records[i] = head .. cmsgpack.pack(item)
 end
 lease(records)
-return {1, member, unpack(items)}
+return {1, member, cmsgpack.pack(items)}
