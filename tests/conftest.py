@@ -84,3 +84,5 @@ def schedulers():
             scheduler._heartbeat.stop()
         if scheduler._send_call is not None and scheduler._send_call.active():
             scheduler._send_call.cancel()
+        if scheduler._listener is not None:
+            scheduler._listener.stop()  # its thread ends within NewsListener.WAIT

@@ -7,6 +7,9 @@ under their own names, never as client calls).
 
 from __future__ import annotations
 
+import logging
+import threading
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -19,6 +22,7 @@ from helpers import Calls, DemoSpider, record_dropped
 from scrapy_redis.dupefilter import RFPDupeFilter
 from scrapy_redis.queue import Base, PriorityQueue
 from scrapy_redis.scheduler import Scheduler
+from scrapy_redis.wakeup import NewsListener, QueueWatcher
 
 
 def stand_in_engine(scheduler: Scheduler) -> set[Request]:
@@ -379,3 +383,109 @@ def test_concurrent_batches_push_each_request_once(server, redis_url):
     while (request := queue.pop()) is not None:
         urls.append(request.url)
     assert sorted(urls) == sorted(f"https://example.com/{i}" for i in range(400))
+
+
+def news_of(pubsub, wait: float = 1.0) -> list[bytes]:
+    """The messages published on the subscribed channel within ``wait`` seconds."""
+    messages = []
+    deadline = time.monotonic() + wait
+    while (left := deadline - time.monotonic()) > 0:
+        message = pubsub.get_message(ignore_subscribe_messages=True, timeout=min(left, 0.2))
+        if message is not None:
+            messages.append(message["data"])
+    return messages
+
+
+@pytest.mark.parametrize("queue_cls", ["FifoQueue", "PriorityQueue"])
+def test_pushes_and_released_leases_are_announced(settings_dict, server, schedulers, queue_cls):
+    scheduler = schedulers(
+        {**settings_dict, "SCHEDULER_QUEUE_CLASS": f"scrapy_redis.queue.{queue_cls}"}
+    )
+    in_progress = stand_in_engine(scheduler)
+    pubsub = server.pubsub()
+    pubsub.subscribe("demo:requests:news")
+    for i in range(3):
+        scheduler.enqueue_request(Request(f"http://example.com/{i}"))
+    scheduler.send_enqueued()
+    assert news_of(pubsub, 0.3) == [b"3"]  # one message per batch, with the count pushed
+    scheduler.enqueue_request(Request("http://example.com/1"))  # a duplicate only
+    scheduler.send_enqueued()
+    assert news_of(pubsub, 0.3) == []
+    taken = [scheduler.next_request() for _ in range(3)]
+    in_progress.update(taken)
+    assert scheduler.next_request() is None  # still holds its leases: nothing to tell
+    assert news_of(pubsub, 0.3) == []
+    in_progress.clear()
+    assert scheduler.next_request() is None  # its last leases released, queue empty
+    assert news_of(pubsub, 0.3) == [b"idle"]
+    pubsub.close()
+
+
+def test_a_worker_closing_with_leases_announces_it_gave_them_back(
+    settings_dict, server, schedulers
+):
+    scheduler = schedulers(settings_dict)
+    scheduler.enqueue_request(Request("http://example.com/a"))
+    assert scheduler.next_request() is not None
+    pubsub = server.pubsub()
+    pubsub.subscribe("demo:requests:news")
+    news_of(pubsub, 0.1)
+    scheduler.close("shutdown")
+    assert news_of(pubsub, 0.3) == [b"returned"]
+    pubsub.close()
+
+
+class _ThreadReactor:
+    """Runs what NewsListener hands to the reactor thread at once, recording the thread."""
+
+    def __init__(self) -> None:
+        self.threads: list[str] = []
+
+    def callFromThread(self, func, *args):  # Twisted's name
+        self.threads.append(threading.current_thread().name)
+        func(*args)
+
+
+def test_news_listener_runs_on_news_for_each_message(server):
+    heard = threading.Event()
+    reactor = _ThreadReactor()
+    listener = NewsListener(server, "demo:requests:news", heard.set, reactor=reactor)
+    listener.start()
+    listener.start()  # once
+    deadline = time.monotonic() + 5
+    while not heard.is_set() and time.monotonic() < deadline:
+        server.publish("demo:requests:news", "3")  # until the thread has subscribed
+        heard.wait(0.05)
+    assert heard.is_set()
+    assert reactor.threads and reactor.threads[0] == "news demo:requests:news"
+    listener.stop()
+    listener.join(NewsListener.WAIT + 2)
+    assert not listener._thread.is_alive()
+    assert server.pubsub_numsub("demo:requests:news") == [(b"demo:requests:news", 0)]
+
+
+def test_news_listener_without_a_server_ends_and_leaves_polling(caplog):
+    client = redis.Redis(port=1, socket_connect_timeout=0.2)  # nothing listens there
+    listener = NewsListener(client, "demo:requests:news", lambda: None, reactor=_ThreadReactor())
+    with caplog.at_level(logging.DEBUG, logger="scrapy_redis.wakeup"):
+        listener.start()
+        listener.join(5)
+    assert not listener._thread.is_alive()
+    assert "Not listening to demo:requests:news" in caplog.text
+
+
+def test_news_make_the_watcher_look_at_once():
+    from twisted.internet.task import Clock
+
+    clock, looks, wakes = Clock(), [], []
+    watcher = QueueWatcher(
+        lambda: looks.append(clock.seconds()) or True, lambda: wakes.append(1), clock
+    )
+    watcher.notify()  # not watching: nothing to do
+    assert clock.getDelayedCalls() == []
+    watcher.watch()
+    clock.advance(0.05)
+    watcher.notify()
+    clock.advance(0)
+    assert looks == [pytest.approx(0.05)] and wakes == [1]
+    assert clock.getDelayedCalls() == []

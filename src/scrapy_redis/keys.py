@@ -56,3 +56,8 @@ def leases_key(base_key: str) -> str:
 def lease_deadlines_key(base_key: str) -> str:
     """The sorted set of lease deadlines of a queue or start key."""
     return f"{base_key}:lease_deadlines"
+
+
+def news_channel(queue_key: str) -> str:
+    """The pub/sub channel on which pushes to a queue are announced (see wakeup.py)."""
+    return f"{queue_key}:news"

@@ -176,10 +176,14 @@ class Base:
     def push_entries(self, entries: Sequence[Entry]) -> None:
         raise NotImplementedError
 
-    def push_new(self, candidates: Sequence[Candidate], seen_key: str) -> list[bool]:
+    def push_new(
+        self, candidates: Sequence[Candidate], seen_key: str, news: str = ""
+    ) -> list[bool]:
         """Record the fingerprints in the set ``seen_key`` and push the new requests.
 
         Returns, per candidate, whether it was new (a duplicate is not pushed).
+        The script path publishes on the channel ``news`` (if given) when it
+        pushed requests, which wakes idle workers at once.
         Our queues do it atomically in one script call per batch when the set and
         the queue may be used by one script (always, except on a Redis Cluster
         without a shared hash tag); otherwise this one pipeline of ``SADD`` then
@@ -230,12 +234,14 @@ class _ListQueue(Base):
             chunk = entries[start : start + _PUSH_CHUNK]
             self.server.lpush(self.key, *(entry.data for entry in chunk))
 
-    def push_new(self, candidates: Sequence[Candidate], seen_key: str) -> list[bool]:
+    def push_new(
+        self, candidates: Sequence[Candidate], seen_key: str, news: str = ""
+    ) -> list[bool]:
         if not self._scripts_may_use(seen_key, self.key):
             return super().push_new(candidates, seen_key)
         new: list[bool] = []
         for start in range(0, len(candidates), _PUSH_CHUNK // 2):
-            args: list[Any] = []
+            args: list[Any] = [news]
             for candidate in candidates[start : start + _PUSH_CHUNK // 2]:
                 data = candidate.entry.data if candidate.entry else ""
                 args += [candidate.fingerprint or "", data]
@@ -321,13 +327,18 @@ class PriorityQueue(Base):
         for priority, group in groupby(entries, key=lambda entry: entry.priority):
             self._push_group(priority, [entry.data for entry in group], "back")
 
-    def push_new(self, candidates: Sequence[Candidate], seen_key: str) -> list[bool]:
+    def push_new(
+        self, candidates: Sequence[Candidate], seen_key: str, news: str = ""
+    ) -> list[bool]:
         new: list[bool] = []
         for start in range(0, len(candidates), _PUSH_CHUNK // 3):
-            new += self._push_new_chunk(candidates[start : start + _PUSH_CHUNK // 3], seen_key)
+            chunk = candidates[start : start + _PUSH_CHUNK // 3]
+            new += self._push_new_chunk(chunk, seen_key, news)
         return new
 
-    def _push_new_chunk(self, candidates: Sequence[Candidate], seen_key: str) -> list[bool]:
+    def _push_new_chunk(
+        self, candidates: Sequence[Candidate], seen_key: str, news: str
+    ) -> list[bool]:
         number: dict[int, int] = {}  # priority -> its list's number in the script call
         args: list[Any] = []
         for candidate in candidates:
@@ -342,7 +353,9 @@ class PriorityQueue(Base):
         if not self._scripts_may_use(seen_key, self.key, *lists):
             return super().push_new(candidates, seen_key)
         keys = [seen_key, self.key, *lists]
-        reply = script("dedup_push_priority")(self.server, keys, [len(number), *number, *args])
+        reply = script("dedup_push_priority")(
+            self.server, keys, [news, len(number), *number, *args]
+        )
         return [flag == 1 for flag in reply]
 
     def _push_group(self, priority: int, datas: list[bytes], where: str) -> None:

@@ -39,12 +39,12 @@ from scrapy_redis.exceptions import (
     UnserializableRequestError,
     warn_from_settings,
 )
-from scrapy_redis.keys import format_key, invalid_entries_key, workers_key
+from scrapy_redis.keys import format_key, invalid_entries_key, news_channel, workers_key
 from scrapy_redis.leases import LeaseBook
 from scrapy_redis.outage import OUTAGE_ERRORS, OutageGuard, outage_guard
 from scrapy_redis.queue import Base, Candidate, Entry
 from scrapy_redis.serializers import resolve_serializer
-from scrapy_redis.wakeup import QueueWatcher
+from scrapy_redis.wakeup import NewsListener, QueueWatcher
 from scrapy_redis.workers import WorkerRegistry, new_worker_id
 
 if TYPE_CHECKING:
@@ -271,6 +271,8 @@ class Scheduler:
         self._registry: WorkerRegistry | None = None
         self._heartbeat: task.LoopingCall | None = None
         self._watcher = QueueWatcher(lambda: False, lambda: None)  # replaced in open()
+        self._news = ""  # the queue's news channel (set in open())
+        self._listener: NewsListener | None = None
         self._others_leased = False
         self._guard = outage_guard(crawler) if crawler else OutageGuard(300)
         # Requests accepted and not pushed yet (buffered, or Redis unreachable).
@@ -337,6 +339,8 @@ class Scheduler:
         if self._heartbeat is not None and self._heartbeat.running:
             self._heartbeat.stop()
         self._watcher.stop()
+        if self._listener is not None:
+            self._listener.stop()
         if self._send_call is not None and self._send_call.active():
             self._send_call.cancel()
         try:
@@ -417,6 +421,8 @@ class Scheduler:
             lambda: wake_engine(self.crawler),
             on_start=lambda: self._redis_call(self._take_baseline, None),
         )
+        self._news = news_channel(self.queue.key)
+        self._listener = NewsListener(self.server, self._news, self._watcher.notify)
 
     def _leave(self) -> None:
         assert self._registry is not None
@@ -514,7 +520,7 @@ class Scheduler:
             except UnserializableRequestError as exc:
                 refused[index] = exc
             candidates.append(Candidate(unsent.fingerprint, entry))
-        new: list[bool] = self.queue.push_new(candidates, self.df.key)
+        new: list[bool] = self.queue.push_new(candidates, self.df.key, self._news)
         self._seen.add(unsent.fingerprint for unsent in batch if unsent.fingerprint)
         pushed = sum(new) - sum(new[index] for index in refused)
         self._inc("scheduler/enqueued/redis", pushed)
@@ -555,6 +561,8 @@ class Scheduler:
             self._count_dequeued()
             if self._empty_since is None:
                 self._empty_since = time.monotonic()
+            if self._listener is not None:
+                self._listener.start()
             self._watcher.watch()
             return None
         self._empty_since = None
@@ -669,7 +677,15 @@ class Scheduler:
         self._inc("scheduler/leases/acked", len(done))
         self._inc("scheduler/leases/leased", len(entries))
         self._prefetched.extend(zip(entries, lease_ids, strict=True))
+        if done and not self._book.held:
+            self._announce("idle")
         return bool(entries)
+
+    def _announce(self, news: str) -> None:
+        """Tell idle workers to look now: this worker released its last leases (they
+        may be done, or it gave requests back)."""
+        if self._news:
+            self.server.publish(self._news, news)
 
     def _size_batch(self) -> None:
         """Follow the engine's demand: double the batch after a full one that was
@@ -761,6 +777,8 @@ class Scheduler:
             for request in done:
                 del self._leased[request]
             self._inc("scheduler/leases/acked", len(done))
+            if not self._book.held:
+                self._announce("idle")
 
     def _give_back_leases(self) -> None:
         """At close: release what is done, put back at once what is not."""
@@ -773,6 +791,7 @@ class Scheduler:
             self._leased.clear()
             self._prefetched.clear()
             self._inc("scheduler/leases/returned", returned)
+            self._announce("returned")
 
     def _recover(self) -> None:
         """Put back the requests leased by workers that died."""

@@ -1,8 +1,16 @@
-"""Waking Scrapy's engine when the shared queue gets requests while this worker idles."""
+"""Waking Scrapy's engine when the shared queue gets requests while this worker idles.
+
+Two ways, together: a :class:`QueueWatcher` polls with a growing interval,
+and a :class:`NewsListener` thread, subscribed to the queue's news channel,
+makes it look at once when another worker announces news (requests pushed, or
+its last leases released). The poll alone is enough; the news make it prompt.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -51,6 +59,13 @@ class QueueWatcher:
         self._call = None
         self.interval = self.FIRST
 
+    def notify(self) -> None:
+        """News from another worker: check now rather than at the next poll."""
+        call = self._call
+        due_later = call is not None and call.active() and call.getTime() > self.clock.seconds()
+        if due_later:
+            call.reset(0)
+
     def _check(self) -> None:
         self._call = None
         try:
@@ -64,3 +79,58 @@ class QueueWatcher:
             return
         self.interval = min(self.interval * 2, self.LAST)
         self.watch()
+
+
+class NewsListener:
+    """A daemon thread subscribed to a pub/sub channel; ``on_news`` runs on the reactor
+    thread for each message.
+
+    Started when the worker first idles; ``stop()`` returns at once and the
+    thread ends within ``WAIT`` seconds. If the subscription fails (a proxy
+    without pub/sub, a lost connection) it logs at DEBUG and ends: the
+    watcher's polling still finds the news.
+    """
+
+    WAIT = 1.0
+
+    def __init__(
+        self, server: Any, channel: str, on_news: Callable[[], None], reactor: Any = None
+    ) -> None:
+        self.server = server
+        self.channel = channel
+        self.on_news = on_news
+        self.reactor = reactor
+        self._stopped = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self._thread is None and not self._stopped.is_set():
+            reactor = self.reactor if self.reactor is not None else installed_reactor()
+            self._thread = threading.Thread(
+                target=self._listen, args=(reactor,), name=f"news {self.channel}", daemon=True
+            )
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stopped.set()
+
+    def join(self, timeout: float | None = None) -> None:
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def _listen(self, reactor: Any) -> None:
+        pubsub = None
+        try:
+            pubsub = self.server.pubsub(ignore_subscribe_messages=True)
+            pubsub.subscribe(self.channel)
+            while not self._stopped.is_set():
+                message = pubsub.get_message(timeout=self.WAIT)
+                if message is not None and not self._stopped.is_set():
+                    reactor.callFromThread(self.on_news)
+        except Exception:  # polling remains
+            if not self._stopped.is_set():
+                logger.debug("Not listening to %s any more", self.channel, exc_info=True)
+        finally:
+            if pubsub is not None:
+                with contextlib.suppress(Exception):  # the connection is gone already
+                    pubsub.close()
