@@ -270,17 +270,18 @@ def test_batches_follow_the_engines_demand(settings_dict, server, schedulers, mo
         return real_pop(count, timeout, ticket)
 
     monkeypatch.setattr(scheduler.queue, "pop_entries", pop_entries)
-    # Taken at once (a tight loop): each full batch doubles the next, up to the setting.
+    # Taken in a burst (whatever the load of the machine running the tests): each full
+    # batch doubles the next, up to the setting.
+    monkeypatch.setattr("scrapy_redis.scheduler._BURST", 1.0)
     taken = [scheduler.next_request() for _ in range(16 + 32 + 64 + 64)]
     assert all(request is not None for request in taken)
     assert sizes == [16, 32, 64, 64]
     assert server.hlen("demo:requests:leases") == 16 + 32 + 64 + 64
     # Then taken slowly (one request per response): back down to 16.
-    for _ in range(64 + 32):
+    monkeypatch.setattr("scrapy_redis.scheduler._BURST", 0.0)
+    for _ in range(32 + 16 + 1):
         assert scheduler.next_request() is not None
-        monkeypatch.setattr(scheduler, "_popped_at", scheduler._popped_at - 1)
-    assert scheduler.next_request() is not None
-    assert sizes == [16, 32, 64, 64, 64, 32, 16]
+    assert sizes == [16, 32, 64, 64, 32, 16, 16]
 
 
 def test_a_prefetch_of_one_never_grows(settings_dict, server, schedulers):
@@ -294,7 +295,9 @@ def test_a_prefetch_of_one_never_grows(settings_dict, server, schedulers):
 
 
 @pytest.mark.parametrize("queue_cls", ["FifoQueue", "PriorityQueue"])
-def test_batches_larger_than_luas_unpack_limit(settings_dict, server, schedulers, queue_cls):
+def test_batches_larger_than_luas_unpack_limit(
+    settings_dict, server, schedulers, queue_cls, monkeypatch
+):
     """Leasing and releasing thousands of requests in one script call (Lua's unpack()
     takes fewer than 8,000 values)."""
     settings = {
@@ -308,6 +311,7 @@ def test_batches_larger_than_luas_unpack_limit(settings_dict, server, schedulers
     for i in range(9000):
         scheduler.enqueue_request(Request(f"http://example.com/{i}"))
     scheduler.send_enqueued()
+    monkeypatch.setattr("scrapy_redis.scheduler._BURST", 1.0)  # a burst, however loaded
     calls = Calls(server, "evalsha")
     taken = []
     for request in iter(scheduler.next_request, None):
@@ -449,19 +453,20 @@ class _ThreadReactor:
 def test_news_listener_runs_on_news_for_each_message(server):
     heard = threading.Event()
     reactor = _ThreadReactor()
-    listener = NewsListener(server, "demo:requests:news", heard.set, reactor=reactor)
+    channel = f"test:news:{time.monotonic_ns()}"  # no other test's listener on it
+    listener = NewsListener(server, channel, heard.set, reactor=reactor)
     listener.start()
     listener.start()  # once
     deadline = time.monotonic() + 5
     while not heard.is_set() and time.monotonic() < deadline:
-        server.publish("demo:requests:news", "3")  # until the thread has subscribed
+        server.publish(channel, "3")  # until the thread has subscribed
         heard.wait(0.05)
     assert heard.is_set()
-    assert reactor.threads and reactor.threads[0] == "news demo:requests:news"
+    assert reactor.threads and reactor.threads[0] == f"news {channel}"
     listener.stop()
     listener.join(NewsListener.WAIT + 2)
     assert not listener._thread.is_alive()
-    assert server.pubsub_numsub("demo:requests:news") == [(b"demo:requests:news", 0)]
+    assert server.pubsub_numsub(channel) == [(channel.encode(), 0)]
 
 
 def test_news_listener_without_a_server_ends_and_leaves_polling(caplog):
@@ -489,3 +494,65 @@ def test_news_make_the_watcher_look_at_once():
     clock.advance(0)
     assert looks == [pytest.approx(0.05)] and wakes == [1]
     assert clock.getDelayedCalls() == []
+
+
+@pytest.mark.parametrize("queue_cls", ["FifoQueue", "PriorityQueue"])
+def test_a_user_who_may_not_publish_still_pushes_and_pops(redis_url, server, schedulers, queue_cls):
+    """Redis 7 ACL users get no channel by default: the news are lost, nothing else."""
+    server.execute_command("ACL", "SETUSER", "nopub", "on", ">pw", "~*", "+@all", "resetchannels")
+    try:
+        url = redis_url.replace("redis://", "redis://nopub:pw@")
+        settings = {
+            "REDIS_URL": url,
+            "SCHEDULER": "scrapy_redis.scheduler.Scheduler",
+            "DUPEFILTER_CLASS": "scrapy_redis.dupefilter.RFPDupeFilter",
+            "SCHEDULER_QUEUE_CLASS": f"scrapy_redis.queue.{queue_cls}",
+        }
+        scheduler = schedulers(settings)
+        in_progress = stand_in_engine(scheduler)
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            redis.Redis.from_url(url).publish("demo:requests:news", "x")
+        for i in range(3):
+            scheduler.enqueue_request(Request(f"http://example.com/{i}"))
+        assert scheduler.send_enqueued()
+        taken = [scheduler.next_request() for _ in range(3)]
+        assert [r.url[-1] for r in taken] == ["0", "1", "2"]
+        in_progress.clear()
+        assert scheduler.next_request() is None  # releases its last leases: cannot tell
+        assert server.hlen("demo:requests:leases") == 0
+        assert scheduler.stats.get_value("scheduler/enqueued/redis") == 3
+    finally:
+        server.execute_command("ACL", "DELUSER", "nopub")
+
+
+def test_recovered_leases_are_announced(settings_dict, server, schedulers):
+    settings = {**settings_dict, "SCHEDULER_WORKER_TIMEOUT": 0.3}
+    dead = schedulers(settings)
+    dead._heartbeat.stop()  # SIGKILL: no heartbeat, no close
+    dead.enqueue_request(Request("http://example.com/a"))
+    assert dead.next_request() is not None
+    live = schedulers(settings)
+    pubsub = server.pubsub()
+    pubsub.subscribe("demo:requests:news")
+    news_of(pubsub, 0.1)
+    time.sleep(0.35)
+    live._beat()
+    assert news_of(pubsub, 0.3) == [b"recovered"]
+    pubsub.close()
+
+
+def test_news_listener_listens_again_after_a_failure(monkeypatch):
+    client = redis.Redis(port=1, socket_connect_timeout=0.2)  # nothing listens there
+    listener = NewsListener(client, "demo:requests:news", lambda: None, reactor=_ThreadReactor())
+    listener.start()
+    listener.join(5)
+    first = listener._thread
+    listener.start()  # failed under RETRY seconds ago: not again yet
+    assert listener._thread is first
+    monkeypatch.setattr(NewsListener, "RETRY", 0.0)
+    listener.start()
+    assert listener._thread is not first
+    listener.stop()
+    listener.join(5)
+    listener.start()  # stopped: never again
+    assert not listener._thread.is_alive()

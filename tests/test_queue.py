@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import multiprocessing
 import pickle
+import random
+import string
 import zlib
 
 import msgpack
@@ -25,7 +27,7 @@ from scrapy_redis.queue import (
     SpiderQueue,
     SpiderStack,
 )
-from scrapy_redis.reqser import dict_to_request, request_to_dict
+from scrapy_redis.reqser import _SAFE_URL, dict_to_request, request_to_dict
 from scrapy_redis.serializers import msgpack_serializer
 
 
@@ -389,12 +391,14 @@ class TestCompactEntries:
         assert server.llen("q:invalid") == 1
 
 
-class TestRequestToDict:
-    """Our request_to_dict() gives what Request.to_dict(spider=...) gives, faster."""
-
+class WithSpider:
     @pytest.fixture
     def spider(self):
         return make_spider()
+
+
+class TestRequestToDict(WithSpider):
+    """Our request_to_dict() gives what Request.to_dict(spider=...) gives, faster."""
 
     def requests(self, spider) -> list[Request]:
         return [
@@ -423,12 +427,8 @@ class TestRequestToDict:
                 request_to_dict(Request("https://example.com/", callback=callback), spider)
 
 
-class TestDictToRequest:
+class TestDictToRequest(WithSpider):
     """Our dict_to_request() builds the request Scrapy's request_from_dict() builds."""
-
-    @pytest.fixture
-    def spider(self):
-        return make_spider()
 
     def requests(self, spider) -> list[Request]:
         return [
@@ -467,6 +467,59 @@ class TestDictToRequest:
         request = dict_to_request({"url": url}, spider)
         assert request.url == safe_url_string(url)
         assert " " not in request.url and "\n" not in request.url and request.url.isascii()
+
+    @pytest.mark.parametrize(
+        "url",
+        [
+            "http://EXAMPLE.com/",
+            "HTTP://host/",
+            "http://host/?",
+            "http://host:/",
+            "http://host:0080/",
+            "http://us%41er@host/",
+            "http://user:pw@host/",
+            "http://host:65535/a",
+            "http://[::1]/a",
+        ],
+    )
+    def test_urls_not_in_normal_form_are_normalised_as_scrapy_does(self, spider, url):
+        assert dict_to_request({"url": url}, spider).url == safe_url_string(url)
+
+    @pytest.mark.parametrize("url", ["http://host:abc/", "http://host:99999/"])
+    def test_invalid_ports_are_refused_as_scrapy_does(self, spider, url):
+        with pytest.raises(ValueError):
+            request_from_dict({"url": url}, spider=spider)
+        with pytest.raises(ValueError):
+            dict_to_request({"url": url}, spider)
+
+    def test_generated_urls_give_scrapys_url(self, spider):
+        rnd = random.Random(4)
+        pieces = {
+            "scheme": ["http", "https", "HTTP", "ftp"],
+            "host": ["example.com", "Example.com", "a.b", "h.", "127.0.0.1", "u@h", "h_x"],
+            "port": ["", ":8080", ":1", ":9999", ":10000", ":65535", ":65536", ":080", ":"],
+            "chars": string.ascii_letters + string.digits + "!$%&()*+,-./:;=@_~?#'\" [] ^",
+        }
+        fast = 0
+        for _ in range(5000):
+            path = "".join(rnd.choice(pieces["chars"]) for _ in range(rnd.randint(0, 15)))
+            url = (
+                f"{rnd.choice(pieces['scheme'])}://{rnd.choice(pieces['host'])}"
+                f"{rnd.choice(pieces['port'])}/{path}"
+            )
+            try:
+                expected = request_from_dict({"url": url}, spider=spider).url
+            except ValueError:
+                with pytest.raises(ValueError):
+                    dict_to_request({"url": url}, spider)
+                continue
+            assert dict_to_request({"url": url}, spider).url == expected, url
+            fast += _SAFE_URL.fullmatch(url) is not None
+        assert fast > 200  # the verbatim path was exercised
+
+    def test_meta_that_is_not_a_dict_is_left_to_scrapy(self, spider):
+        data = {"url": "https://example.com/", "meta": [("depth", 1)]}
+        assert dict_to_request(data, spider).meta == request_from_dict(data, spider=spider).meta
 
     def test_decoded_dicts_do_not_share_mutable_defaults(self, spider):
         encoded = msgpack_serializer.dumps(request_to_dict(Request("https://example.com/"), spider))

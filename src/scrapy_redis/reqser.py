@@ -6,8 +6,8 @@ imported, so a crafted entry cannot make a worker import arbitrary modules.
 
 A stored URL is the ``url`` of a request built earlier, which Scrapy already
 made safe; rebuilding the request would make it safe again (w3lib's
-``safe_url_string``, a third of the cost of a ``Request``). When the URL is
-made only of characters that function leaves as they are, it is passed with
+``safe_url_string``, a third of the cost of a ``Request``). When the URL has
+a shape and characters that function leaves as they are, it is passed with
 the ``verbatim_url`` meta key ("take the URL as it is", in the Scrapy versions
 that know it), which is removed again once the request is built. Any other
 URL, a crafted one included, is made safe as usual.
@@ -64,8 +64,13 @@ def _method_name(spider: Spider | None, func: Any) -> str | None:
 
 
 _VERBATIM = "verbatim_url"
-# An absolute URL of printable ASCII characters that safe_url_string() keeps as they are.
-_SAFE_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[A-Za-z0-9!$%&()*+,\-./:;=?@_~]+")
+# URLs that safe_url_string() returns unchanged: lowercase http(s), a plain lowercase host,
+# a port below 10000 without a leading zero, a path, a non-empty query, of printable ASCII
+# characters it keeps as they are (checked against w3lib on generated URLs in the tests).
+_SAFE_CHARS = r"A-Za-z0-9!$%&()*+,\-./:;=@_~"
+_SAFE_URL = re.compile(
+    rf"https?://[a-z0-9.-]+(?::[1-9][0-9]{{0,3}})?/[{_SAFE_CHARS}]*(?:\?[{_SAFE_CHARS}?]+)?"
+)
 
 
 def dict_to_request(data: Any, spider: Spider | None) -> Request:
@@ -82,8 +87,10 @@ def dict_to_request(data: Any, spider: Spider | None) -> Request:
         if data.get(name) and spider is not None:
             kwargs[name] = _spider_method(spider, data[name])
     meta = kwargs.get("meta")
-    verbatim = _SAFE_URL.fullmatch(kwargs["url"]) is not None and not (
-        isinstance(meta, dict) and _VERBATIM in meta
+    verbatim = (
+        _SAFE_URL.fullmatch(kwargs["url"]) is not None
+        and (not meta or isinstance(meta, dict))
+        and not (meta and _VERBATIM in meta)
     )
     if verbatim:
         kwargs["meta"] = {**meta, _VERBATIM: True} if meta else {_VERBATIM: True}

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from itertools import count, islice
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from redis.exceptions import ResponseError
 from scrapy import signals
 from scrapy.settings import SETTINGS_PRIORITIES
 from scrapy.utils.misc import build_from_crawler, load_object
@@ -684,8 +685,17 @@ class Scheduler:
     def _announce(self, news: str) -> None:
         """Tell idle workers to look now: this worker released its last leases (they
         may be done, or it gave requests back)."""
-        if self._news:
+        if not self._news:
+            return
+        try:
             self.server.publish(self._news, news)
+        except ResponseError as exc:  # e.g. an ACL user without access to the channel
+            logger.debug(
+                "Cannot publish on %(channel)s (%(error)s): idle workers will notice by polling.",
+                {"channel": self._news, "error": exc},
+                extra={"spider": self.spider},
+            )
+            self._news = ""
 
     def _size_batch(self) -> None:
         """Follow the engine's demand: double the batch after a full one that was
@@ -791,7 +801,8 @@ class Scheduler:
             self._leased.clear()
             self._prefetched.clear()
             self._inc("scheduler/leases/returned", returned)
-            self._announce("returned")
+            if returned:
+                self._announce("returned")
 
     def _recover(self) -> None:
         """Put back the requests leased by workers that died."""
@@ -802,6 +813,7 @@ class Scheduler:
                 extra={"spider": self.spider},
             )
             self._inc("scheduler/leases/recovered", recovered)
+            self._announce("recovered")
 
     def _beat(self) -> None:
         """Every third of SCHEDULER_WORKER_TIMEOUT: renew, acknowledge, recover."""

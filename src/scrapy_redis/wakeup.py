@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -87,11 +88,13 @@ class NewsListener:
 
     Started when the worker first idles; ``stop()`` returns at once and the
     thread ends within ``WAIT`` seconds. If the subscription fails (a proxy
-    without pub/sub, a lost connection) it logs at DEBUG and ends: the
-    watcher's polling still finds the news.
+    without pub/sub, a lost connection, an ACL without the channel) it logs at
+    DEBUG and ends: the watcher's polling still finds the news, and the next
+    ``start()`` at least ``RETRY`` seconds later listens again.
     """
 
     WAIT = 1.0
+    RETRY = 30.0
 
     def __init__(
         self, server: Any, channel: str, on_news: Callable[[], None], reactor: Any = None
@@ -102,14 +105,22 @@ class NewsListener:
         self.reactor = reactor
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
+        self._started_at = 0.0
 
     def start(self) -> None:
-        if self._thread is None and not self._stopped.is_set():
-            reactor = self.reactor if self.reactor is not None else installed_reactor()
-            self._thread = threading.Thread(
-                target=self._listen, args=(reactor,), name=f"news {self.channel}", daemon=True
-            )
-            self._thread.start()
+        """Listen, unless listening already, stopped, or the last try was under RETRY s ago."""
+        if self._stopped.is_set():
+            return
+        thread = self._thread
+        recent = time.monotonic() - self._started_at < self.RETRY
+        if thread is not None and (thread.is_alive() or recent):
+            return
+        reactor = self.reactor if self.reactor is not None else installed_reactor()
+        self._thread = threading.Thread(
+            target=self._listen, args=(reactor,), name=f"news {self.channel}", daemon=True
+        )
+        self._started_at = time.monotonic()
+        self._thread.start()
 
     def stop(self) -> None:
         self._stopped.set()

@@ -21,6 +21,6 @@ for i = 2, #ARGV, 2 do
   result[#result + 1] = new
 end
 if pushed > 0 and ARGV[1] ~= '' then
-  redis.call('PUBLISH', ARGV[1], pushed)
+  redis.pcall('PUBLISH', ARGV[1], pushed) -- refused (an ACL without the channel): no news
 end
 return result

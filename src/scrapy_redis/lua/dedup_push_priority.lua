@@ -32,6 +32,6 @@ for list in pairs(used) do
   redis.call('ZADD', KEYS[2], -tonumber(priority), priority)
 end
 if pushed > 0 and ARGV[1] ~= '' then
-  redis.call('PUBLISH', ARGV[1], pushed)
+  redis.pcall('PUBLISH', ARGV[1], pushed) -- refused (an ACL without the channel): no news
 end
 return result
