@@ -14,6 +14,8 @@ from types import SimpleNamespace
 
 import pytest
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 from scrapy import Request
 from scrapy.utils.misc import build_from_crawler
 from scrapy.utils.test import get_crawler
@@ -469,8 +471,13 @@ def test_news_listener_runs_on_news_for_each_message(server):
     assert server.pubsub_numsub(channel) == [(channel.encode(), 0)]
 
 
+def no_server() -> redis.Redis:
+    """A client of a port nothing listens on, failing at once."""
+    return redis.Redis(port=1, socket_connect_timeout=0.2, retry=Retry(NoBackoff(), 0))
+
+
 def test_news_listener_without_a_server_ends_and_leaves_polling(caplog):
-    client = redis.Redis(port=1, socket_connect_timeout=0.2)  # nothing listens there
+    client = no_server()
     listener = NewsListener(client, "demo:requests:news", lambda: None, reactor=_ThreadReactor())
     with caplog.at_level(logging.DEBUG, logger="scrapy_redis.wakeup"):
         listener.start()
@@ -542,7 +549,7 @@ def test_recovered_leases_are_announced(settings_dict, server, schedulers):
 
 
 def test_news_listener_listens_again_after_a_failure(monkeypatch):
-    client = redis.Redis(port=1, socket_connect_timeout=0.2)  # nothing listens there
+    client = no_server()
     listener = NewsListener(client, "demo:requests:news", lambda: None, reactor=_ThreadReactor())
     listener.start()
     listener.join(5)
