@@ -683,8 +683,9 @@ class Scheduler:
         return bool(entries)
 
     def _announce(self, news: str) -> None:
-        """Tell idle workers to look now: this worker released its last leases (they
-        may be done, or it gave requests back)."""
+        """Tell idle workers to look now (on the queue's news channel): this worker
+        released its last leases (``idle``), gave requests back (``returned``) or put
+        back a dead worker's (``recovered``)."""
         if not self._news:
             return
         try:
