@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from scrapy import Spider
@@ -87,3 +89,17 @@ def record_dropped(scheduler: Any) -> list[Any]:
 
     scheduler.crawler.signals.connect(handler, signal=signals.request_dropped, weak=False)
     return dropped
+
+
+def results_of_processes(target: Callable[..., None], args_list: list[tuple]) -> list[Any]:
+    """Run ``target(*args, results)`` in one spawned process per ``args``; what each put
+    in ``results`` (one value per process, in the order they finished)."""
+    ctx = multiprocessing.get_context("spawn")
+    results = ctx.Queue()
+    processes = [ctx.Process(target=target, args=(*args, results)) for args in args_list]
+    for process in processes:
+        process.start()
+    values = [results.get(timeout=60) for _ in processes]
+    for process in processes:
+        process.join(30)
+    return values

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import multiprocessing
 
 import pytest
 import redis
@@ -11,7 +10,7 @@ from scrapy import Request
 from scrapy.core.scheduler import Scheduler as ScrapyScheduler
 from scrapy.utils.test import get_crawler
 
-from helpers import DemoSpider, make_spider
+from helpers import DemoSpider, make_spider, results_of_processes
 from scrapy_redis.dupefilter import RFPDupeFilter, request_fingerprint
 from scrapy_redis.exceptions import ScrapyRedisDeprecationWarning
 
@@ -148,13 +147,7 @@ def _seen_worker(url, worker, results):
 
 
 def test_concurrent_workers_each_request_new_exactly_once(server, redis_url):
-    ctx = multiprocessing.get_context("spawn")
-    results = ctx.Queue()
-    workers = [ctx.Process(target=_seen_worker, args=(redis_url, w, results)) for w in range(4)]
-    for process in workers:
-        process.start()
-    new = [i for _ in workers for i in results.get(timeout=60)]
-    for process in workers:
-        process.join(30)
+    reports = results_of_processes(_seen_worker, [(redis_url, worker) for worker in range(4)])
+    new = [i for report in reports for i in report]
     assert sorted(new) == list(range(500))
     assert server.scard("shared:dupefilter") == 500

@@ -20,7 +20,7 @@ from scrapy import Request
 from scrapy.utils.misc import build_from_crawler
 from scrapy.utils.test import get_crawler
 
-from helpers import Calls, DemoSpider, record_dropped
+from helpers import Calls, DemoSpider, record_dropped, results_of_processes
 from scrapy_redis.dupefilter import RFPDupeFilter
 from scrapy_redis.queue import Base, PriorityQueue
 from scrapy_redis.scheduler import Scheduler
@@ -373,16 +373,7 @@ def _enqueue_all(redis_url: str, seed: int, results) -> None:
 
 def test_concurrent_batches_push_each_request_once(server, redis_url):
     """Three processes enqueue the same 400 URLs in batches: each is queued exactly once."""
-    import multiprocessing
-
-    ctx = multiprocessing.get_context("spawn")
-    results = ctx.Queue()
-    workers = [ctx.Process(target=_enqueue_all, args=(redis_url, s, results)) for s in range(3)]
-    for process in workers:
-        process.start()
-    filtered = [results.get(timeout=60) for _ in workers]
-    for process in workers:
-        process.join(30)
+    filtered = results_of_processes(_enqueue_all, [(redis_url, seed) for seed in range(3)])
     assert sum(filtered) == 800
     queue = PriorityQueue(server, DemoSpider(), "demo:requests")
     urls = []
