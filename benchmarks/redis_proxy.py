@@ -23,8 +23,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import signal
 from collections import Counter
+from collections.abc import Callable
+
+from _util import serve_until_signalled
 
 
 class Counts:
@@ -88,12 +90,16 @@ class RespCounter:
         return pos, name
 
 
-async def pipe_server_to_client(
-    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, state: dict[str, bool]
+async def pipe(
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    on_data: Callable[[bytes], None],
 ) -> None:
+    """Copy ``reader`` to ``writer`` until either side closes, calling ``on_data`` first
+    on each chunk; closes ``writer``."""
     try:
         while data := await reader.read(65536):
-            state["awaiting_reply"] = False
+            on_data(data)
             writer.write(data)
             await writer.drain()
     except (ConnectionError, OSError):
@@ -111,35 +117,28 @@ async def handle(
     counts.connections += 1
     server_reader, server_writer = await asyncio.open_connection("127.0.0.1", target_port)
     state = {"awaiting_reply": False}
-    back = asyncio.create_task(pipe_server_to_client(server_reader, client_writer, state))
     parser = RespCounter(counts)
-    try:
-        while data := await client_reader.read(65536):
-            if not state["awaiting_reply"]:
-                counts.round_trips += 1
-                state["awaiting_reply"] = True
-            parser.feed(data)
-            server_writer.write(data)
-            await server_writer.drain()
-    except (ConnectionError, OSError):
-        pass
-    finally:
-        server_writer.close()
-        await back
+
+    def replied(data: bytes) -> None:
+        state["awaiting_reply"] = False
+
+    def sent(data: bytes) -> None:
+        if not state["awaiting_reply"]:  # the first bytes sent since the last reply
+            counts.round_trips += 1
+            state["awaiting_reply"] = True
+        parser.feed(data)
+
+    back = asyncio.create_task(pipe(server_reader, client_writer, replied))
+    await pipe(client_reader, server_writer, sent)
+    await back
 
 
 async def serve(target_port: int, stats_file: str) -> None:
     counts = Counts()
-    loop = asyncio.get_running_loop()
     server = await asyncio.start_server(
         lambda r, w: handle(r, w, target_port, counts), "127.0.0.1", 0
     )
-    stop = asyncio.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    print(f"READY {server.sockets[0].getsockname()[1]}", flush=True)
-    await stop.wait()
-    server.close()
+    await serve_until_signalled(server)
     with open(stats_file, "w") as f:
         json.dump(counts.as_dict(), f)
 

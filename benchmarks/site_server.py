@@ -23,8 +23,9 @@ import asyncio
 import json
 import os
 import random
-import signal
 import sys
+
+from _util import serve_until_signalled
 
 SECTIONS = (
     "garden-tools", "kitchen-appliances", "home-office", "outdoor-furniture",
@@ -128,12 +129,7 @@ async def serve(pages: int, port: int) -> None:
     site = Site(pages)
     loop = asyncio.get_running_loop()
     server = await loop.create_server(lambda: HttpProtocol(site), "127.0.0.1", port, backlog=512)
-    stop = asyncio.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    print(f"READY {server.sockets[0].getsockname()[1]}", flush=True)
-    await stop.wait()
-    server.close()
+    await serve_until_signalled(server)
 
 
 def main() -> None:
