@@ -103,3 +103,15 @@ def results_of_processes(target: Callable[..., None], args_list: list[tuple]) ->
     for process in processes:
         process.join(30)
     return values
+
+
+def leased_entries(server: Any, base_key: str = "demo:requests") -> int:
+    """How many entries the lease records of ``<base_key>:leases`` still hold (a record
+    holds the entries of one pop; a released entry is ``False``)."""
+    import msgpack
+
+    records = server.hvals(f"{base_key}:leases")
+    return sum(
+        sum(1 for entry in msgpack.unpackb(record, raw=True)[4:] if entry is not False)
+        for record in records
+    )

@@ -20,7 +20,7 @@ from scrapy import Request
 from scrapy.utils.misc import build_from_crawler
 from scrapy.utils.test import get_crawler
 
-from helpers import Calls, DemoSpider, record_dropped, results_of_processes
+from helpers import Calls, DemoSpider, leased_entries, record_dropped, results_of_processes
 from scrapy_redis.dupefilter import RFPDupeFilter
 from scrapy_redis.queue import Base, PriorityQueue
 from scrapy_redis.scheduler import Scheduler
@@ -188,7 +188,7 @@ def test_one_pop_leases_a_prefetch_batch(settings_dict, server, schedulers):
     calls = Calls(server, "evalsha")
     assert first.next_request().url == "http://example.com/0"
     assert calls() == {"evalsha": 1}
-    assert server.hlen("demo:requests:leases") == 4
+    assert leased_entries(server) == 4
     assert [first.next_request().url[-1] for _ in range(3)] == ["1", "2", "3"]
     assert calls() == {"evalsha": 0}  # handed out from memory
     assert second.next_request().url == "http://example.com/4"
@@ -204,12 +204,12 @@ def test_acks_ride_on_the_next_pop(settings_dict, server, schedulers):
         scheduler.enqueue_request(Request(f"http://example.com/{i}"))
     taken = [scheduler.next_request(), scheduler.next_request()]
     in_progress.update(taken)
-    assert server.hlen("demo:requests:leases") == 2
+    assert leased_entries(server) == 2
     in_progress.clear()  # both done: their output scheduled
     calls = Calls(server, "evalsha")
     assert scheduler.next_request().url == "http://example.com/2"
     assert calls() == {"evalsha": 1}  # one call released two leases and took two
-    assert server.hlen("demo:requests:leases") == 2
+    assert leased_entries(server) == 2
     assert scheduler.stats.get_value("scheduler/leases/acked") == 2
     assert scheduler.stats.get_value("scheduler/leases/leased") == 4
 
@@ -222,11 +222,44 @@ def test_parent_lease_released_only_after_its_requests_are_in_redis(
     scheduler.enqueue_request(Request("http://example.com/parent"))
     parent = scheduler.next_request()
     scheduler.enqueue_request(Request("http://example.com/child"))  # its callback's output
-    assert server.hlen("demo:requests:leases") == 1
+    assert leased_entries(server) == 1
     assert not in_progress  # the parent is done
     child = scheduler.next_request()  # sends the child, then releases the parent
     assert (parent.url, child.url) == ("http://example.com/parent", "http://example.com/child")
-    assert server.hlen("demo:requests:leases") == 1  # the child's
+    assert leased_entries(server) == 1  # the child's
+
+
+@pytest.mark.parametrize("queue_cls", ["FifoQueue", "LifoQueue", "PriorityQueue"])
+def test_a_dead_workers_batch_comes_back_without_its_done_requests(
+    settings_dict, server, schedulers, queue_cls
+):
+    """One lease per pop, but each request acknowledged on its own: a worker that dies
+    after finishing some requests of a batch loses none of the others and repeats none."""
+    settings = {
+        **settings_dict,
+        "SCHEDULER_QUEUE_CLASS": f"scrapy_redis.queue.{queue_cls}",
+        "SCHEDULER_PREFETCH": 4,
+        "SCHEDULER_WORKER_TIMEOUT": 0.3,
+    }
+    dead = schedulers(settings)
+    dead._heartbeat.stop()  # SIGKILL: no heartbeat, no close
+    in_progress = stand_in_engine(dead)
+    for i in range(6):
+        dead.enqueue_request(Request(f"http://example.com/{i}"))
+    dead.send_enqueued()
+    taken = [dead.next_request() for _ in range(3)]  # one pop of 4: three handed out
+    assert server.hlen("demo:requests:leases") == 1
+    in_progress.update(taken[0::2])  # the second one is done
+    dead._ack_done()
+    assert leased_entries(server) == 3
+    time.sleep(0.35)
+    live = schedulers(settings)
+    live._recover()
+    assert live.stats.get_value("scheduler/leases/recovered") == 3
+    left = [r.url[-1] for r in iter(live.next_request, None)]
+    expected_first = [taken[0].url[-1], taken[2].url[-1]]
+    assert left[:2] == expected_first  # back at the end popped next, in their order
+    assert sorted(left) == sorted(set("012345") - {taken[1].url[-1]})
 
 
 def test_heartbeat_renews_prefetched_leases(settings_dict, server, schedulers):
@@ -239,7 +272,8 @@ def test_heartbeat_renews_prefetched_leases(settings_dict, server, schedulers):
     server.zadd("demo:requests:lease_deadlines", {m: 0 for m in scheduler._book.held}, xx=True)
     scheduler._beat()
     deadlines = server.zrange("demo:requests:lease_deadlines", 0, -1, withscores=True)
-    assert len(deadlines) == 3 and all(score > 0 for _, score in deadlines)
+    assert len(deadlines) == 1 and deadlines[0][1] > 0  # one lease for the pop's three
+    assert leased_entries(server) == 3
 
 
 def test_priorities_across_prefetch_batches(settings_dict, server, schedulers):
@@ -278,7 +312,7 @@ def test_batches_follow_the_engines_demand(settings_dict, server, schedulers, mo
     taken = [scheduler.next_request() for _ in range(16 + 32 + 64 + 64)]
     assert all(request is not None for request in taken)
     assert sizes == [16, 32, 64, 64]
-    assert server.hlen("demo:requests:leases") == 16 + 32 + 64 + 64
+    assert leased_entries(server) == 16 + 32 + 64 + 64
     # Then taken slowly (one request per response): back down to 16.
     monkeypatch.setattr("scrapy_redis.scheduler._BURST", 0.0)
     for _ in range(32 + 16 + 1):
@@ -307,6 +341,7 @@ def test_batches_larger_than_luas_unpack_limit(
         "SCHEDULER_QUEUE_CLASS": f"scrapy_redis.queue.{queue_cls}",
         "SCHEDULER_PREFETCH": 8192,
         "SCHEDULER_ENQUEUE_BATCH_SIZE": 10000,
+        "SCHEDULER_PERSIST": True,
     }
     scheduler = schedulers(settings)
     in_progress = stand_in_engine(scheduler)
@@ -320,13 +355,41 @@ def test_batches_larger_than_luas_unpack_limit(
         in_progress.add(request)
         taken.append(request)
     assert len({r.url for r in taken}) == 9000
-    assert calls()["evalsha"] <= 11  # 16, 32, ..., 4096 (8,192 values to HSET), the rest
-    assert server.hlen("demo:requests:leases") == 9000
-    in_progress.clear()  # all done: released by the next pop, in one call
+    assert calls()["evalsha"] <= 11  # 16, 32, ..., 4096, the rest
+    assert leased_entries(server) == 9000
+    in_progress.difference_update(taken[::2])  # half done: released by the next pop
     assert scheduler.next_request() is None
     assert calls()["evalsha"] == 1
-    assert server.hlen("demo:requests:leases") == 0
+    assert leased_entries(server) == 4500
+    scheduler.close("shutdown")  # the other half back at once (RPUSH/LPUSH of 4,096)
+    assert scheduler.stats.get_value("scheduler/leases/returned") == 4500
+    assert leased_entries(server) == 0
     assert server.zcard("demo:requests:lease_deadlines") == 0
+    again = schedulers(settings)
+    assert [r.url for r in iter(again.next_request, None)] == [r.url for r in taken[1::2]]
+
+
+@pytest.mark.parametrize("queue_cls", ["FifoQueue", "LifoQueue", "PriorityQueue"])
+def test_a_lease_larger_than_luas_unpack_limit_goes_back_in_order(
+    settings_dict, server, schedulers, queue_cls
+):
+    settings = {
+        **settings_dict,
+        "SCHEDULER_QUEUE_CLASS": f"scrapy_redis.queue.{queue_cls}",
+        "SCHEDULER_ENQUEUE_BATCH_SIZE": 10000,
+        "SCHEDULER_PERSIST": True,
+    }
+    scheduler = schedulers(settings)
+    for i in range(9000):
+        scheduler.enqueue_request(Request(f"http://example.com/{i}"))
+    scheduler.send_enqueued()
+    ticket = scheduler._book.ticket()
+    popped = [e.data for e in scheduler.queue.pop_entries(9000, ticket=ticket)]
+    assert len(popped) == 9000 and server.hlen("demo:requests:leases") == 1
+    assert scheduler._book.give_back([ticket.id]) == 9000  # pushed back in chunks
+    again = scheduler.queue.pop_entries(9000)
+    assert [e.data for e in again] == popped
+    assert not server.exists("demo:requests:leases", "demo:requests:lease_deadlines")
 
 
 def test_close_sends_buffered_requests(settings_dict, server, schedulers):
@@ -517,7 +580,7 @@ def test_a_user_who_may_not_publish_still_pushes_and_pops(redis_url, server, sch
         assert [r.url[-1] for r in taken] == ["0", "1", "2"]
         in_progress.clear()
         assert scheduler.next_request() is None  # releases its last leases: cannot tell
-        assert server.hlen("demo:requests:leases") == 0
+        assert leased_entries(server) == 0
         assert scheduler.stats.get_value("scheduler/enqueued/redis") == 3
     finally:
         server.execute_command("ACL", "DELUSER", "nopub")

@@ -14,6 +14,7 @@ import random
 import signal
 import time
 
+import msgpack
 import pytest
 
 from redis_server import RedisServer
@@ -51,8 +52,13 @@ def site():
 
 
 def leases_of(server, pid: int) -> int:
-    """How many leases the worker process ``pid`` holds (lease ids: host:pid:rand:n)."""
-    return sum(1 for lease_id in server.hkeys(LEASES) if f":{pid}:".encode() in lease_id)
+    """How many requests the worker process ``pid`` holds leased (lease ids:
+    host:pid:rand:n; a lease record holds a pop's entries, False once done)."""
+    return sum(
+        sum(1 for entry in msgpack.unpackb(record, raw=True)[4:] if entry is not False)
+        for lease_id, record in server.hgetall(LEASES).items()
+        if f":{pid}:".encode() in lease_id
+    )
 
 
 def assert_every_page_crawled(server, site, max_extra: int) -> None:

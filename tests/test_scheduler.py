@@ -12,7 +12,7 @@ from scrapy.dupefilters import BaseDupeFilter
 from scrapy.dupefilters import RFPDupeFilter as ScrapyRFPDupeFilter
 from scrapy.utils.misc import load_object
 
-from helpers import open_scheduler, record_dropped
+from helpers import leased_entries, open_scheduler, record_dropped
 from scrapy_redis.dupefilter import RFPDupeFilter
 from scrapy_redis.queue import Base, FifoQueue, PriorityQueue
 from scrapy_redis.scheduler import Scheduler
@@ -176,7 +176,7 @@ def test_requests_leased_by_another_worker_keep_scheduler_pending(
     idle.send_enqueued()
     request = busy.next_request()
     assert request.url == "http://example.com/a"
-    assert server.hlen("demo:requests:leases") == 1
+    assert leased_entries(server) == 1
     assert idle.next_request() is None
     assert idle.has_pending_requests()  # busy may produce requests, or die
     busy.close("shutdown")  # graceful stop: the request goes back at once
@@ -320,7 +320,7 @@ def test_dead_workers_leases_are_recovered_in_their_priority(settings_dict, serv
     assert live.stats.get_value("scheduler/leases/recovered") == 1
     recovered = live.next_request()
     assert (recovered.url, recovered.priority) == ("http://example.com/a", 5)
-    assert server.hlen("demo:requests:leases") == 2  # both now held by the live worker
+    assert leased_entries(server) == 2  # both now held by the live worker
 
 
 def test_leases_released_when_the_engine_is_done(settings_dict, server, schedulers):
@@ -335,14 +335,14 @@ def test_leases_released_when_the_engine_is_done(settings_dict, server, schedule
     slot.inprogress.add(first)  # as the engine does with what it takes
     second = scheduler.next_request()
     slot.inprogress.add(second)
-    assert server.hlen("demo:requests:leases") == 2
+    assert leased_entries(server) == 2
     slot.inprogress.discard(first)  # downloaded, parsed, its output scheduled
     assert scheduler.next_request() is None
-    assert server.hlen("demo:requests:leases") == 1
+    assert leased_entries(server) == 1
     assert scheduler.stats.get_value("scheduler/leases/acked") == 1
     scheduler.close("shutdown")  # the second is not done: back to the queue at once
     assert scheduler.stats.get_value("scheduler/leases/returned") == 1
-    assert server.hlen("demo:requests:leases") == 0
+    assert leased_entries(server) == 0
 
 
 @pytest.mark.parametrize("queue_cls", ["FifoQueue", "LifoQueue", "PriorityQueue"])

@@ -1,14 +1,16 @@
 """Leases: what a worker took from Redis stays recorded there until it is done.
 
-Popping a request (or a start message) moves it, in the same Lua script, into
-the hash ``<base>:leases`` (lease id -> where it came from and the entry) with
-a deadline in the sorted set ``<base>:lease_deadlines``, on the server's clock.
-The worker acknowledges it when done (the lease is deleted), renews the
-deadlines of what it still holds every third of SCHEDULER_WORKER_TIMEOUT, and
-puts back what it did not finish when it closes. A lease whose deadline has
-passed belongs to a dead worker: any worker puts its entry back where it came
-from (same queue, same priority, at the end popped next), so nothing popped is
-lost. Lease ids are ``<worker id>:<sequence number>``.
+Popping requests moves them, in the same Lua script, into the hash
+``<base>:leases``: one lease per pop, its id mapped to a record of where the
+entries came from and the entries (a start message gets a lease of its own),
+with a deadline in the sorted set ``<base>:lease_deadlines``, on the server's
+clock. The worker acknowledges each request when done (its entry is removed
+from the record; the lease is deleted with the last one), renews the deadlines
+of what it still holds every third of SCHEDULER_WORKER_TIMEOUT, and puts back
+what it did not finish when it closes. A lease whose deadline has passed
+belongs to a dead worker: any worker puts its entries that are not done back
+where they came from (same queue, same priority, at the end popped next), so
+nothing popped is lost. Lease ids are ``<worker id>:<sequence number>``.
 """
 
 from __future__ import annotations
@@ -27,25 +29,57 @@ from scrapy_redis.scripts import script
 _RECOVER_BATCH = 500
 
 
+@dataclass(eq=False, slots=True)
+class Lease:
+    """The entries one pop leased under one id."""
+
+    id: str
+    #: How many of them are not released yet (done, or put back).
+    unreleased: int
+
+
+#: Entries of leases whose work is done: (lease, positions of its entries, 1 = the first).
+Releases = Sequence[tuple[Lease, Sequence[int]]]
+
+
 @dataclass(frozen=True, slots=True)
 class Ticket:
-    """What a pop script needs to lease ``count`` entries."""
+    """What a pop script needs to lease entries: under ``id`` for a batch, under ``count``
+    ids from ``first`` on for start messages (one lease each)."""
 
     leases_key: str
     deadlines_key: str
     timeout_ms: int
     prefix: str
     first: int
-    #: Ids of leases whose work is done, released by the same pop script.
-    release: tuple[str, ...] = ()
+    #: Leases whose work is done, released by the same pop script.
+    releases: tuple[tuple[Lease, tuple[int, ...]], ...] = ()
+    #: The script arguments that release them (see release_args()).
+    release_args: tuple[str | int, ...] = ()
+
+    @property
+    def id(self) -> str:
+        return f"{self.prefix}{self.first}"
 
     def ids(self, count: int) -> list[str]:
         return [f"{self.prefix}{self.first + n}" for n in range(count)]
 
 
+def release_args(releases: Releases) -> list[str | int]:
+    """What the scripts take to release entries: per lease its id, then 0 for all it holds,
+    or the count and positions of the done entries."""
+    args: list[str | int] = []
+    for lease, positions in releases:
+        if len(positions) >= lease.unreleased:
+            args += [lease.id, 0]
+        else:
+            args += [lease.id, len(positions), *positions]
+    return args
+
+
 def _record_keys(raw: bytes) -> list[str]:
-    """The keys a lease record names (where its entry goes back to)."""
-    op, key, key2, _arg, _entry = msgpack.unpackb(raw, raw=True)
+    """The keys a lease record names (where its entries go back to)."""
+    op, key, key2 = msgpack.unpackb(raw, raw=True)[:3]
     keys = [key.decode()]
     if op == b"prio":
         keys.append(key2.decode())
@@ -72,34 +106,55 @@ class LeaseBook:
     def keys(self) -> list[str]:
         return [self.leases_key, self.deadlines_key]
 
-    def ticket(self, count: int, release: Iterable[str] = ()) -> Ticket:
-        """Reserve ``count`` lease ids for one pop, which also releases ``release``."""
+    def ticket(self, count: int = 1, releases: Releases = ()) -> Ticket:
+        """Reserve ``count`` lease ids for one pop, which also releases ``releases``."""
+        frozen = tuple((lease, tuple(positions)) for lease, positions in releases)
         ticket = Ticket(
             self.leases_key,
             self.deadlines_key,
             self.timeout_ms,
             self.prefix,
             self._next,
-            tuple(release),
+            frozen,
+            tuple(release_args(frozen)),
         )
         self._next += count
         return ticket
 
     def taken(self, ticket: Ticket, count: int) -> list[str]:
-        """Record that the pop of ``ticket`` ran and leased ``count`` entries; their ids."""
+        """Record that the pop of ``ticket`` ran and leased ``count`` entries, one lease
+        each; their ids."""
+        self._released(ticket.releases)
         ids = ticket.ids(count)
-        self.held.difference_update(ticket.release)
         self.held.update(ids)
         return ids
 
-    def ack(self, ids: Iterable[str]) -> int:
-        """Release leases whose work is done."""
-        ids = list(ids)
-        if not ids:
-            return 0
-        released = int(script("lease_ack")(self.server, self.keys, ids))
-        self.held.difference_update(ids)
-        return released
+    def taken_batch(self, ticket: Ticket, count: int) -> Lease | None:
+        """Record that the pop of ``ticket`` ran and leased ``count`` entries under its
+        id; their lease (None if it popped nothing)."""
+        self._released(ticket.releases)
+        if not count:
+            return None
+        self.held.add(ticket.id)
+        return Lease(ticket.id, count)
+
+    def release(self, releases: Releases) -> None:
+        """Release entries whose work is done."""
+        if args := release_args(releases):
+            script("lease_ack")(self.server, self.keys, args)
+            self._released(releases)
+
+    def ack(self, ids: Iterable[str]) -> None:
+        """Release whole leases whose work is done."""
+        if args := [arg for lease_id in ids for arg in (lease_id, 0)]:
+            script("lease_ack")(self.server, self.keys, args)
+            self.held.difference_update(args[::2])
+
+    def _released(self, releases: Releases) -> None:
+        for lease, positions in releases:
+            lease.unreleased -= len(positions)
+            if lease.unreleased <= 0:
+                self.held.discard(lease.id)
 
     def renew(self) -> int:
         """Push back the deadline of every lease still held (the heartbeat)."""
@@ -110,16 +165,23 @@ class LeaseBook:
         )
 
     def give_back(self, ids: Iterable[str]) -> int:
-        """Put the entries of held leases back at once (graceful stop)."""
-        ids = sorted(ids, key=_seq, reverse=True)
-        if not ids:
+        """Put back at once every entry the leases ``ids`` still hold (graceful stop)."""
+        return self.give_back_entries([(lease_id, ()) for lease_id in ids])
+
+    def give_back_entries(self, leases: Sequence[tuple[str, Sequence[int]]]) -> int:
+        """Put back at once entries of held leases: per lease id the positions of its
+        entries, or () for all it still holds."""
+        if not leases:
             return 0
-        self.held.difference_update(ids)
+        positions_of = dict(leases)
+        ids = sorted(positions_of, key=_seq, reverse=True)
         records = self.server.execute_command(
             "HMGET", self.leases_key, *ids, **{NEVER_DECODE: True}
         )
         pairs = [(i, r) for i, r in zip(ids, records, strict=True) if r is not None]
-        return self._requeue("all", pairs)
+        returned = self._requeue("all", pairs, positions_of)
+        self.held.difference_update(i for i, positions in leases if not positions)
+        return returned
 
     def recover_expired(self) -> int:
         """Put back the entries of leases past their deadline (dead workers)."""
@@ -133,10 +195,18 @@ class LeaseBook:
         count: int = self.server.zcard(self.deadlines_key)
         return count
 
-    def _requeue(self, mode: str, pairs: Sequence[tuple[str, bytes]]) -> int:
+    def _requeue(
+        self,
+        mode: str,
+        pairs: Sequence[tuple[str, bytes]],
+        positions_of: dict[str, Sequence[int]] | None = None,
+    ) -> int:
         if not pairs:
             return 0
         pairs = sorted(pairs, key=lambda pair: _seq(pair[0]), reverse=True)
         keys = sorted({key for _, record in pairs for key in _record_keys(record)})
-        ids = [lease_id for lease_id, _ in pairs]
-        return int(script("lease_requeue")(self.server, [*self.keys, *keys], [mode, *ids]))
+        args: list[str | int] = [mode]
+        for lease_id, _ in pairs:
+            positions = positions_of.get(lease_id, ()) if positions_of else ()
+            args += [lease_id, len(positions), *positions]
+        return int(script("lease_requeue")(self.server, [*self.keys, *keys], args))

@@ -36,7 +36,12 @@ from scrapy_redis.keys import format_key, invalid_entries_key, needs_formatting,
 from scrapy_redis.leases import Ticket
 from scrapy_redis.reqser import dict_to_request, request_to_dict
 from scrapy_redis.scripts import script
-from scrapy_redis.serializers import Serializer, looks_like_pickle, resolve_serializer
+from scrapy_redis.serializers import (
+    MsgpackSerializer,
+    Serializer,
+    looks_like_pickle,
+    resolve_serializer,
+)
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
@@ -98,7 +103,10 @@ class Base:
     def _decode_request(self, encoded: bytes) -> Request:
         """The request stored as ``encoded``; UndecodableRequestError with the fix."""
         try:
-            return dict_to_request(self.serializer.loads(encoded), self.spider)
+            serializer = self.serializer
+            if type(serializer) is MsgpackSerializer:  # the stored fields: fewer to build from
+                return dict_to_request(serializer.loads_stored(encoded), self.spider)
+            return dict_to_request(serializer.loads(encoded), self.spider)
         except Exception as exc:  # untrusted data: every failure is a decoding failure
             pickled = looks_like_pickle(encoded) and not self._is_pickle()
             raise UndecodableRequestError(
@@ -254,17 +262,10 @@ class _ListQueue(Base):
     ) -> list[Entry]:
         if ticket is not None:
             keys = [self.key, ticket.leases_key, ticket.deadlines_key]
-            args = [
-                self._pop_command,
-                count,
-                ticket.timeout_ms,
-                ticket.prefix,
-                ticket.first,
-                *ticket.release,
-            ]
+            args = [self._pop_command, count, ticket.timeout_ms, ticket.id, *ticket.release_args]
             return [
                 Entry(data)
-                for data in _unpack_entries(script("lease_list")(self.server, keys, args))
+                for data in _record_entries(script("lease_list")(self.server, keys, args))
             ]
         if timeout > 0:
             reply = _raw(self.server, self._blocking_pop_command, self.key, timeout)
@@ -372,8 +373,8 @@ class PriorityQueue(Base):
             lease_keys = [ticket.leases_key, ticket.deadlines_key]
         for _ in range(self._POP_ATTEMPTS):
             if ticket is not None:
-                lease_args = [ticket.timeout_ms, ticket.prefix, ticket.first, *ticket.release]
-                ticket = replace(ticket, release=())  # released by this call
+                lease_args = [ticket.timeout_ms, ticket.id, *ticket.release_args]
+                ticket = replace(ticket, release_args=())  # released by this call
             keys = [self.key, priority_list_key(self.key, self._top), *lease_keys]
             reply = script("pop_priority")(self.server, keys, [self._top, count, *lease_args])
             kind = reply[0]
@@ -382,7 +383,7 @@ class PriorityQueue(Base):
             if kind == 3:
                 return [Entry(reply[1], legacy_score=reply[2])]
             if kind == 1 and len(reply) > 2:
-                return [Entry(data, self._top) for data in _unpack_entries(reply[2])]
+                return [Entry(data, self._top) for data in _record_entries(reply[2])]
             self._top = int(reply[1]) if kind == 2 else self._top
         return []
 
@@ -395,12 +396,13 @@ class PriorityQueue(Base):
             self._push_group(priority, [entry.data for entry in group], "front")
 
 
-def _unpack_entries(packed: bytes) -> list[bytes]:
-    """The entries a pop script returned packed in one msgpack array (``b""``: none).
+def _record_entries(packed: bytes) -> list[bytes]:
+    """The entries of the lease record a pop script returned (``b""``: none).
 
-    One bulk reply and one C call cost less than parsing a reply per entry.
+    The record (see leases.py) is packed in one msgpack array: one bulk reply and one
+    C call cost less than parsing a reply per entry.
     """
-    return msgpack.unpackb(packed, raw=True) if packed else []
+    return msgpack.unpackb(packed, raw=True)[4:] if packed else []
 
 
 def _priority_of(member: bytes) -> int | None:

@@ -41,7 +41,7 @@ from scrapy_redis.exceptions import (
     warn_from_settings,
 )
 from scrapy_redis.keys import format_key, invalid_entries_key, news_channel, workers_key
-from scrapy_redis.leases import LeaseBook
+from scrapy_redis.leases import Lease, LeaseBook
 from scrapy_redis.outage import OUTAGE_ERRORS, OutageGuard, outage_guard
 from scrapy_redis.queue import Base, Candidate, Entry
 from scrapy_redis.serializers import resolve_serializer
@@ -282,8 +282,13 @@ class Scheduler:
         self._send_call: DelayedCall | None = None
         self._in_script = False  # whether the push script checks fingerprints
         self._book: LeaseBook | None = None
-        self._prefetched: deque[tuple[Entry, str]] = deque()  # leased, not handed out yet
-        self._leased: dict[Request, str] = {}  # handed to the engine, not done yet
+        # Leased, not handed out yet: each entry with its lease and position in it.
+        self._prefetched: deque[tuple[Entry, Lease, int]] = deque()
+        # Handed to the engine, not done yet: each request's lease, and its position in it
+        # (two dicts rather than one of tuples: a tuple per request would add work to
+        # Python's garbage collector).
+        self._leased: dict[Request, Lease] = {}
+        self._positions: dict[Request, int] = {}
         self._uncounted = 0  # requests handed out from the shared queue, not in stats yet
         self._empty_since: float | None = None
         self._unserializable_logged = False
@@ -668,16 +673,16 @@ class Scheduler:
         self._count_dequeued()
         done = self._done_requests()
         self._size_batch()
-        ticket = self._book.ticket(self._batch, release=[self._leased[r] for r in done])
+        ticket = self._book.ticket(releases=self._releases(done))
         entries = self.queue.pop_entries(self._batch, ticket=ticket)
         self._last_full = len(entries) == self._batch
         self._popped_at = time.monotonic()
-        lease_ids = self._book.taken(ticket, len(entries))
-        for request in done:
-            del self._leased[request]
+        lease = self._book.taken_batch(ticket, len(entries))
+        self._forget(done)
         self._inc("scheduler/leases/acked", len(done))
         self._inc("scheduler/leases/leased", len(entries))
-        self._prefetched.extend(zip(entries, lease_ids, strict=True))
+        if lease is not None:
+            self._prefetched.extend((entry, lease, n) for n, entry in enumerate(entries, 1))
         if done and not self._book.held:
             self._announce("idle")
         return bool(entries)
@@ -716,32 +721,34 @@ class Scheduler:
     def _hand_out(self) -> Request | None:
         """The next prefetched request; undecodable entries are set aside (or halt)."""
         while self._prefetched and not self._halted:
-            entry, lease_id = self._prefetched.popleft()
+            entry, lease, position = self._prefetched.popleft()
             try:
                 request: Request = self.queue.decode(entry)
             except UndecodableRequestError as exc:
-                self._undecodable(entry, lease_id, exc)
+                self._undecodable(entry, lease, position, exc)
                 continue
-            self._leased[request] = lease_id
+            self._leased[request] = lease
+            self._positions[request] = position
             return request
         return None
 
-    def _undecodable(self, entry: Entry, lease_id: str, exc: UndecodableRequestError) -> None:
+    def _undecodable(
+        self, entry: Entry, lease: Lease, position: int, exc: UndecodableRequestError
+    ) -> None:
         assert self._book is not None
         book = self._book
         if exc.looks_like_pickle:  # wrong SCHEDULER_SERIALIZER: leave the queue as it is
-            back = [lease_id, *(other for _, other in self._prefetched)]
+            back = [(lease, position), *((other, n) for _, other, n in self._prefetched)]
             self._prefetched.clear()
-            self._redis_call(lambda: book.give_back(back), 0)
+            self._redis_call(lambda: self._give_back_entries(back), 0)
             self._halt(exc)
             return
         # Set aside; if Redis is unreachable the lease expires and the entry comes back.
-        book.held.discard(lease_id)
         key = invalid_entries_key(self.queue.key)
 
         def set_aside() -> None:
             self.server.rpush(key, entry.data)
-            book.ack([lease_id])
+            book.release([(lease, [position])])
 
         self._redis_call(set_aside, None)
         self._inc("scheduler/invalid/redis")
@@ -770,6 +777,34 @@ class Scheduler:
                 )
         return None
 
+    def _releases(self, done: list[Request]) -> list[tuple[Lease, list[int]]]:
+        """The leases of ``done`` requests, each with their positions in it."""
+        positions: dict[Lease, list[int]] = {}
+        for request in done:
+            positions.setdefault(self._leased[request], []).append(self._positions[request])
+        return list(positions.items())
+
+    def _forget(self, requests: list[Request]) -> None:
+        for request in requests:
+            del self._leased[request]
+            del self._positions[request]
+
+    def _give_back_entries(self, entries: list[tuple[Lease, int]]) -> int:
+        """Put these leased entries back in the queue at once; how many went back."""
+        assert self._book is not None
+        positions: dict[Lease, list[int]] = {}
+        for lease, position in entries:
+            positions.setdefault(lease, []).append(position)
+        returned = self._book.give_back_entries(
+            [
+                (lease.id, () if len(ns) >= lease.unreleased else ns)
+                for lease, ns in positions.items()
+            ]
+        )
+        for lease, ns in positions.items():
+            lease.unreleased -= len(ns)
+        return returned
+
     def _done_requests(self) -> list[Request]:
         """The handed-out requests the engine is done with."""
         if not self._leased:
@@ -784,9 +819,8 @@ class Scheduler:
         if self._book is None:
             return
         if done := self._done_requests():
-            self._book.ack([self._leased[request] for request in done])
-            for request in done:
-                del self._leased[request]
+            self._book.release(self._releases(done))
+            self._forget(done)
             self._inc("scheduler/leases/acked", len(done))
             if not self._book.held:
                 self._announce("idle")
@@ -797,9 +831,11 @@ class Scheduler:
             return
         self._ack_done()
         if self._leased or self._prefetched:
-            back = [*self._leased.values(), *(lease_id for _, lease_id in self._prefetched)]
-            returned = self._book.give_back(back)
+            handed = [(lease, self._positions[r]) for r, lease in self._leased.items()]
+            back = [*handed, *((lease, n) for _, lease, n in self._prefetched)]
+            returned = self._give_back_entries(back)
             self._leased.clear()
+            self._positions.clear()
             self._prefetched.clear()
             self._inc("scheduler/leases/returned", returned)
             if returned:

@@ -1,6 +1,8 @@
 """Lua scripts, one per ``lua/<name>.lua`` file, run atomically on the server.
 
 Each file starts with a header naming its ``KEYS``, ``ARGV`` and return value.
+A line ``--#include _<name>.lua`` is replaced by that file: helpers shared by
+several scripts (``_``-prefixed files are not scripts).
 Scripts run by ``EVALSHA`` (falling back to ``EVAL`` once after a server
 restart emptied the script cache) and their replies are never decoded, so
 binary queue entries survive a client created with ``decode_responses=True``.
@@ -9,6 +11,7 @@ binary queue entries survive a client created with ``decode_responses=True``.
 from __future__ import annotations
 
 import hashlib
+import re
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -16,13 +19,24 @@ from typing import Any
 from redis.client import NEVER_DECODE
 from redis.exceptions import NoScriptError
 
+_INCLUDE = re.compile(r"^--#include (_\w+\.lua)$", re.MULTILINE)
+
+
+def _read(filename: str) -> str:
+    return resources.files("scrapy_redis.lua").joinpath(filename).read_text()
+
+
+def _source(name: str) -> str:
+    """The text of ``lua/<name>.lua``, its includes expanded."""
+    return _INCLUDE.sub(lambda match: _read(match.group(1)), _read(f"{name}.lua"))
+
 
 class LuaScript:
     """A script of the ``scrapy_redis.lua`` package data."""
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self.source = resources.files("scrapy_redis.lua").joinpath(f"{name}.lua").read_text()
+        self.source = _source(name)
         self.sha = hashlib.sha1(self.source.encode()).hexdigest()
 
     def __call__(self, client: Any, keys: list[str], args: list[Any]) -> Any:

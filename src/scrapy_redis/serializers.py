@@ -28,6 +28,9 @@ _DEFLATED_TAG = b"\xc1\xc1"
 _DEFLATE_FROM = 128
 # Decoding stops past this size: a crafted entry cannot exhaust a worker's memory.
 _MAX_INFLATED = 64 * 1024 * 1024
+# Deflate expands a byte into at most ~1032: an entry up to this size cannot inflate
+# past _MAX_INFLATED, so it is inflated in one call, without a bounded decompressor.
+_INFLATE_AT_ONCE = _MAX_INFLATED // 1100
 
 _DEFAULTS: dict[str, Any] = {
     "callback": None,
@@ -85,6 +88,17 @@ class MsgpackSerializer:
         return _TAG + packed_bytes
 
     def loads(self, s: bytes) -> dict[str, Any]:
+        obj = dict(_DEFAULTS)
+        obj.update(self.loads_stored(s))
+        for name in _MUTABLE:
+            if obj[name] is _DEFAULTS[name]:
+                obj[name] = type(obj[name])()
+        return obj
+
+    def loads_stored(self, s: bytes) -> dict[str, Any]:
+        """The fields ``s`` stores, by name: :meth:`loads` without the fields left at
+        their default value (the scheduler builds requests from this: a request built
+        from it is the same)."""
         if not s.startswith(_TAG):
             raise ValueError("not written by scrapy-redis' msgpack serializer")
         try:
@@ -93,13 +107,11 @@ class MsgpackSerializer:
             raise ValueError(f"corrupt msgpack data: {exc}") from exc
         if not isinstance(packed, dict):
             raise ValueError("msgpack data is not a map")
-        obj = dict(_DEFAULTS)
-        for key, value in packed.items():
-            obj[_FIELDS[key] if isinstance(key, int) and key < len(_FIELDS) else key] = value
-        for name in _MUTABLE:
-            if obj[name] is _DEFAULTS[name]:
-                obj[name] = type(obj[name])()
-        return obj
+        count = len(_FIELDS)
+        return {
+            _FIELDS[key] if type(key) is int and 0 <= key < count else key: value
+            for key, value in packed.items()
+        }
 
     def __repr__(self) -> str:
         return "scrapy_redis.serializers.msgpack_serializer"
@@ -109,6 +121,8 @@ def _inflate(s: bytes) -> bytes:
     """The msgpack bytes of an entry (``s`` starts with the tag)."""
     if not s.startswith(_DEFLATED_TAG):
         return s[1:]
+    if len(s) <= _INFLATE_AT_ONCE:
+        return zlib.decompress(s[2:], -15)
     inflater = zlib.decompressobj(wbits=-15)
     data = inflater.decompress(s[2:], _MAX_INFLATED)
     if inflater.unconsumed_tail or not inflater.eof:

@@ -1,11 +1,10 @@
--- Release leases whose work is done (see scrapy_redis.leases).
+-- Release leases whose work is done, wholly or in part (see scrapy_redis.leases).
 -- KEYS[1] = the leases hash
 -- KEYS[2] = the lease deadlines sorted set
--- ARGV[1..n] = lease ids
--- returns how many of them were still leased
-local released = 0
-for _, id in ipairs(ARGV) do
-  released = released + redis.call('HDEL', KEYS[1], id)
-  redis.call('ZREM', KEYS[2], id)
-end
-return released
+-- ARGV[1..n] = groups of (lease id, n, n positions): n = 0 releases the whole lease,
+--              otherwise the entries at those positions (1 = the first) are done
+-- returns 1
+--#include _leases.lua
+
+release_leases(KEYS[1], KEYS[2], 1)
+return 1
