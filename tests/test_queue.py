@@ -377,6 +377,27 @@ class TestCompactEntries:
         server.lpush("q", msgpack_serializer_plain(request_to_dict(request, spider)))
         assert queue.pop().to_dict(spider=spider) == request.to_dict(spider=spider)
 
+    def test_entries_deflated_with_fitted_codes_are_read(self, server, spider):
+        """Entries deflated with codes fitted to them (as written before fixed codes were
+        used for entries of usual size, and still for large ones) are read."""
+        queue = FifoQueue(server, spider, "q")
+        request = self.long_request(spider)
+        plain = msgpack_serializer_plain(request_to_dict(request, spider))
+        server.lpush("q", b"\xc1\xc1" + zlib_raw(plain[1:]))
+        assert queue.pop().to_dict(spider=spider) == request.to_dict(spider=spider)
+
+    def test_large_entries_are_deflated_with_fitted_codes(self, server, spider):
+        queue = FifoQueue(server, spider, "q")
+        words = random.Random(1).choices(["alpha", "beta", "gamma", "delta", "eps"], k=3000)
+        request = Request("https://example.com/", body=" ".join(words).encode())
+        queue.push(request)
+        [stored] = server.lrange("q", 0, -1)
+        plain = msgpack_serializer_plain(request_to_dict(request, spider))[1:]
+        fixed = zlib.compressobj(1, zlib.DEFLATED, -15, 8, zlib.Z_FIXED)
+        assert stored.startswith(b"\xc1\xc1")
+        assert len(stored) - 2 < 0.8 * len(fixed.compress(plain) + fixed.flush())
+        assert queue.pop().body == request.body
+
     def test_short_entries_are_not_deflated(self, server, spider):
         queue = FifoQueue(server, spider, "q")
         queue.push(Request("https://example.com/"))
