@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import weakref
 from types import SimpleNamespace
 
 import pytest
@@ -260,6 +261,39 @@ def test_a_dead_workers_batch_comes_back_without_its_done_requests(
     expected_first = [taken[0].url[-1], taken[2].url[-1]]
     assert left[:2] == expected_first  # back at the end popped next, in their order
     assert sorted(left) == sorted(set("012345") - {taken[1].url[-1]})
+
+
+def test_handed_out_requests_are_not_kept_alive(settings_dict, server, schedulers):
+    """Like Scrapy's scheduler, ours keeps no request alive; one that is freed is done
+    (the engine holds those it is working on) and released at the next pop."""
+    scheduler = schedulers(settings_dict)
+    in_progress = stand_in_engine(scheduler)
+    for i in range(3):
+        scheduler.enqueue_request(Request(f"http://example.com/{i}"))
+    first = scheduler.next_request()
+    in_progress.add(first)
+    freed = weakref.ref(scheduler.next_request())  # handed out, then dropped
+    assert freed() is None
+    assert leased_entries(server) == 3
+    in_progress.add(scheduler.next_request())
+    assert scheduler.next_request() is None  # the pop finding the queue empty releases it
+    assert leased_entries(server) == 2
+    assert scheduler.stats.get_value("scheduler/leases/acked") == 1
+
+
+def test_without_an_engine_no_request_is_known_done(settings_dict, server, schedulers):
+    settings = {**settings_dict, "SCHEDULER_PERSIST": True}
+    scheduler = schedulers(settings)
+    for name in "ab":
+        scheduler.enqueue_request(Request(f"http://example.com/{name}"))
+    freed = weakref.ref(scheduler.next_request())
+    assert freed() is None and scheduler.next_request().url == "http://example.com/b"
+    assert scheduler.next_request() is None
+    assert leased_entries(server) == 2  # kept: nothing tells they were crawled
+    scheduler.close("shutdown")
+    assert scheduler.stats.get_value("scheduler/leases/returned") == 2
+    again = schedulers(settings)
+    assert [r.url[-1] for r in iter(again.next_request, None)] == ["a", "b"]
 
 
 def test_heartbeat_renews_prefetched_leases(settings_dict, server, schedulers):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import heapq
 import logging
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -124,6 +125,28 @@ class _LocalQueue:
 
     def __len__(self) -> int:
         return len(self._heap)
+
+
+class _HandedOut(weakref.ref):  # type: ignore[type-arg]
+    """A request handed to the engine and not done yet, with its leased entry.
+
+    A weak reference: like Scrapy's own scheduler, this one keeps no request alive.
+    A freed request is done, since the engine holds those it is working on. One
+    object per request (fewer for Python's garbage collector than the request's
+    own), hashed by identity: requests that reuse the memory of freed ones are
+    other entries.
+    """
+
+    __slots__ = ("lease", "position")
+    __hash__ = object.__hash__
+    __eq__ = object.__eq__
+
+    def __new__(cls, request: Request, lease: Lease, position: int) -> Self:
+        return super().__new__(cls, request)
+
+    def __init__(self, request: Request, lease: Lease, position: int) -> None:
+        self.lease = lease
+        self.position = position
 
 
 def _scheduler_kwargs(settings: BaseSettings) -> dict[str, Any]:
@@ -284,11 +307,8 @@ class Scheduler:
         self._book: LeaseBook | None = None
         # Leased, not handed out yet: each entry with its lease and position in it.
         self._prefetched: deque[tuple[Entry, Lease, int]] = deque()
-        # Handed to the engine, not done yet: each request's lease, and its position in it
-        # (two dicts rather than one of tuples: a tuple per request would add work to
-        # Python's garbage collector).
-        self._leased: dict[Request, Lease] = {}
-        self._positions: dict[Request, int] = {}
+        # Handed to the engine, not done yet (see _HandedOut).
+        self._leased: set[_HandedOut] = set()
         self._uncounted = 0  # requests handed out from the shared queue, not in stats yet
         self._empty_since: float | None = None
         self._unserializable_logged = False
@@ -727,8 +747,7 @@ class Scheduler:
             except UndecodableRequestError as exc:
                 self._undecodable(entry, lease, position, exc)
                 continue
-            self._leased[request] = lease
-            self._positions[request] = position
+            self._leased.add(_HandedOut(request, lease, position))
             return request
         return None
 
@@ -777,17 +796,15 @@ class Scheduler:
                 )
         return None
 
-    def _releases(self, done: list[Request]) -> list[tuple[Lease, list[int]]]:
+    def _releases(self, done: list[_HandedOut]) -> list[tuple[Lease, list[int]]]:
         """The leases of ``done`` requests, each with their positions in it."""
         positions: dict[Lease, list[int]] = {}
-        for request in done:
-            positions.setdefault(self._leased[request], []).append(self._positions[request])
+        for handed in done:
+            positions.setdefault(handed.lease, []).append(handed.position)
         return list(positions.items())
 
-    def _forget(self, requests: list[Request]) -> None:
-        for request in requests:
-            del self._leased[request]
-            del self._positions[request]
+    def _forget(self, done: list[_HandedOut]) -> None:
+        self._leased.difference_update(done)
 
     def _give_back_entries(self, entries: list[tuple[Lease, int]]) -> int:
         """Put these leased entries back in the queue at once; how many went back."""
@@ -805,14 +822,14 @@ class Scheduler:
             lease.unreleased -= len(ns)
         return returned
 
-    def _done_requests(self) -> list[Request]:
-        """The handed-out requests the engine is done with."""
+    def _done_requests(self) -> list[_HandedOut]:
+        """The handed-out requests the engine is done with (freed ones included)."""
         if not self._leased:
             return []
         in_progress = engine_in_progress(self.crawler)
-        if in_progress is None:
+        if in_progress is None:  # no engine: nothing is known to be done
             return []
-        return [request for request in self._leased if request not in in_progress]
+        return [h for h in self._leased if (request := h()) is None or request not in in_progress]
 
     def _ack_done(self) -> None:
         """Release the leases of requests the engine is done with."""
@@ -831,11 +848,10 @@ class Scheduler:
             return
         self._ack_done()
         if self._leased or self._prefetched:
-            handed = [(lease, self._positions[r]) for r, lease in self._leased.items()]
+            handed = [(handed.lease, handed.position) for handed in self._leased]
             back = [*handed, *((lease, n) for _, lease, n in self._prefetched)]
             returned = self._give_back_entries(back)
             self._leased.clear()
-            self._positions.clear()
             self._prefetched.clear()
             self._inc("scheduler/leases/returned", returned)
             if returned:
