@@ -296,6 +296,33 @@ def test_without_an_engine_no_request_is_known_done(settings_dict, server, sched
     assert [r.url[-1] for r in iter(again.next_request, None)] == ["a", "b"]
 
 
+def test_release_and_give_back_ignore_positions_outside_the_record(
+    settings_dict, server, schedulers
+):
+    from scrapy_redis.scripts import script
+
+    scheduler = schedulers(
+        {
+            **settings_dict,
+            "SCHEDULER_PERSIST": True,
+            "SCHEDULER_QUEUE_CLASS": "scrapy_redis.queue.FifoQueue",
+        }
+    )
+    for i in range(3):
+        scheduler.enqueue_request(Request(f"http://example.com/{i}"))
+    scheduler.send_enqueued()
+    book = scheduler._book
+    ticket = book.ticket()
+    assert len(scheduler.queue.pop_entries(3, ticket=ticket)) == 3
+    record = server.hget("demo:requests:leases", ticket.id)
+    script("lease_ack")(server, book.keys, [ticket.id, 3, 0, -1, 9])
+    assert server.hget("demo:requests:leases", ticket.id) == record
+    requeue_keys = [*book.keys, scheduler.queue.key]
+    assert script("lease_requeue")(server, requeue_keys, ["all", ticket.id, 2, 0, 9]) == 0
+    assert server.hget("demo:requests:leases", ticket.id) == record
+    assert book.give_back([ticket.id]) == 3
+
+
 def test_heartbeat_renews_prefetched_leases(settings_dict, server, schedulers):
     scheduler = schedulers(
         {**settings_dict, "SCHEDULER_PREFETCH": 3, "SCHEDULER_WORKER_TIMEOUT": 10}

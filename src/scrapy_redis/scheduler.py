@@ -575,6 +575,11 @@ class Scheduler:
         self._inc("scheduler/enqueued")
 
     def next_request(self) -> Request | None:
+        if self._prefetched and not self._local:  # the usual case: nothing else to do
+            request = self._hand_out()
+            if request is not None:
+                self._uncounted += 1
+                return request
         request = self._local.pop()
         if request is not None:
             self._inc("scheduler/dequeued/memory")

@@ -35,7 +35,10 @@ local function release_leases(leases_key, deadlines_key, first)
       if raw then
         local record = cmsgpack.unpack(raw)
         for j = i + 2, i + 1 + n do
-          record[4 + tonumber(ARGV[j])] = false
+          local at = 4 + tonumber(ARGV[j])
+          if at > 4 and at <= #record then
+            record[at] = false
+          end
         end
         if holds_entries(record) then
           redis.call('HSET', leases_key, id, cmsgpack.pack(record))

@@ -65,7 +65,7 @@ while i <= #ARGV do
     end
     local entries = {}
     for _, p in ipairs(positions) do
-      if record[4 + p] then
+      if p >= 1 and record[4 + p] then
         entries[#entries + 1] = record[4 + p]
         record[4 + p] = false
       end
