@@ -164,9 +164,20 @@ class _StandInEngine:
         self.running = True
 
 
+def leased_entries(server: Any, key: Any) -> int:
+    """Requests still leased in the leases hash ``key`` (ours: one record per pop, its
+    entries ``False`` once done)."""
+    import msgpack  # only ours writes leases: the original's venv may not have msgpack
+
+    return sum(
+        sum(1 for entry in msgpack.unpackb(record, raw=True)[4:] if entry is not False)
+        for record in server.hvals(key)
+    )
+
+
 def lease_count(server: Any) -> int:
-    """Entries of the leases hash(es) (ours with leases; 0 otherwise)."""
-    return sum(int(server.hlen(key)) for key in server.scan_iter(match="*:leases", count=1000))
+    """Requests leased in the leases hash(es) (ours with leases; 0 otherwise)."""
+    return sum(leased_entries(server, key) for key in server.scan_iter(match="*:leases", count=1000))
 
 
 def memory_usage(server: Any, keys: list[bytes]) -> int:
@@ -299,7 +310,7 @@ def run_paired(redis_url: str, queue: str, n: int, block: int) -> dict[str, Any]
             "dequeue_noack_rate": t["noack"][0] / t["noack"][1],
             "dequeue_noack_cpu_us": t["noack"][2] / max(t["noack"][0], 1) * 1e6,
             "acked": sched.crawler.stats.get_value("scheduler/leases/acked", 0) - acked0[name],
-            "leases_left": int(server.hlen(f"{sched.queue.key}:leases")),
+            "leases_left": leased_entries(server, f"{sched.queue.key}:leases"),
             "checks": {"enqueued": t["enqueue"][0], "dequeued_ack": t["ack"][0],
                        "dequeued_noack": t["noack"][0], "left": left is not None},
             "ok": t["enqueue"][0] == n and t["ack"][0] + t["noack"][0] == n and left is None,

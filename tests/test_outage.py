@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 
 import pytest
 from scrapy import Request
@@ -110,3 +111,66 @@ def test_outage_guard_backs_off_and_expires():
     assert guard.expired()
     guard.succeeded()
     assert not guard.down and guard.may_try()
+
+
+def test_undecodable_entry_met_during_an_outage_is_set_aside_later(own_server):
+    crawler = get_crawler(
+        DemoSpider,
+        {
+            "REDIS_URL": own_server.url,
+            "SCHEDULER_QUEUE_CLASS": "scrapy_redis.queue.FifoQueue",
+            "SCHEDULER_PERSIST": True,
+        },
+    )
+    spider = crawler._create_spider()
+    crawler.spider = spider
+    scheduler = build_from_crawler(Scheduler, crawler)
+    scheduler.open(spider)
+    client = scheduler.server
+    scheduler.enqueue_request(Request("http://example.com/1"))
+    scheduler.send_enqueued()
+    client.lpush("demo:requests", b"\xc1\xff\xff")  # popped between the two requests
+    scheduler.enqueue_request(Request("http://example.com/2"))
+    scheduler.send_enqueued()
+    assert scheduler.next_request().url == "http://example.com/1"  # one pop took all 3
+
+    own_server.stop()
+    second = scheduler.next_request()  # the bad entry cannot be moved: it waits
+    assert second.url == "http://example.com/2"
+    assert scheduler.stats.get_value("scheduler/invalid/redis") is None
+    own_server.start()
+    time.sleep(0.6)  # the outage back-off
+    scheduler._beat()
+    assert scheduler.stats.get_value("scheduler/invalid/redis") == 1
+    assert client.lrange("demo:requests:invalid", 0, -1) == [b"\xc1\xff\xff"]
+    scheduler.close("shutdown")  # the two requests were never done: back to the queue
+    assert scheduler.stats.get_value("scheduler/leases/returned") == 2
+    assert not client.exists("demo:requests:leases")
+    assert client.llen("demo:requests") == 2
+
+
+def test_undecodable_entry_given_back_when_closing_during_the_outage(own_server):
+    crawler = get_crawler(
+        DemoSpider,
+        {
+            "REDIS_URL": own_server.url,
+            "SCHEDULER_QUEUE_CLASS": "scrapy_redis.queue.FifoQueue",
+            "SCHEDULER_PERSIST": True,
+        },
+    )
+    spider = crawler._create_spider()
+    crawler.spider = spider
+    scheduler = build_from_crawler(Scheduler, crawler)
+    scheduler.open(spider)
+    client = scheduler.server
+    scheduler.enqueue_request(Request("http://example.com/1"))
+    scheduler.send_enqueued()
+    client.lpush("demo:requests", b"\xc1\xff\xff")
+    assert scheduler.next_request().url == "http://example.com/1"
+    own_server.stop()
+    assert scheduler.next_request() is None
+    own_server.start()
+    time.sleep(0.6)
+    scheduler.close("shutdown")  # the entry goes back to the queue, nothing stays leased
+    assert not client.exists("demo:requests:leases")
+    assert client.lrange("demo:requests", 0, -1)[0] == b"\xc1\xff\xff"  # popped after /1

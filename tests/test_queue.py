@@ -412,6 +412,57 @@ class TestCompactEntries:
         assert server.llen("q:invalid") == 1
 
 
+class DontFilterByDefault(Request):
+    """A subclass with another default than Request's (as XmlRpcRequest has)."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("dont_filter", True)
+        super().__init__(*args, **kwargs)
+
+
+def test_subclass_with_other_defaults_comes_back_the_same(server):
+    spider = make_spider()
+    queue = FifoQueue(server, spider, "q")
+    queue.push(DontFilterByDefault("https://example.com/", dont_filter=False))
+    popped = queue.pop()
+    assert type(popped) is DontFilterByDefault and popped.dont_filter is False
+
+
+@pytest.mark.parametrize("queue_cls", [FifoQueue, LifoQueue, PriorityQueue])
+def test_a_retried_pop_answers_what_the_first_one_leased(server, queue_cls):
+    """redis-py resends a command whose reply was lost: the retry must not pop more
+    (the first batch would be in no queue and no lease)."""
+    from scrapy_redis.leases import LeaseBook
+
+    spider = make_spider()
+    queue = queue_cls(server, spider, "q")
+    for i in range(6):
+        queue.push(Request(f"https://example.com/{i}"))
+    ticket = LeaseBook(server, "q", "w", 60).ticket()
+    first = queue.pop_entries(4, ticket=ticket)
+    again = queue.pop_entries(4, ticket=ticket)  # the same call, sent again
+    assert [e.data for e in again] == [e.data for e in first] and len(first) == 4
+    assert len(queue) == 2
+
+
+def test_giving_back_nothing_leaves_no_empty_priority(server):
+    from scrapy_redis.leases import LeaseBook
+    from scrapy_redis.scripts import script
+
+    queue = PriorityQueue(server, make_spider(), "q")
+    for i in range(2):
+        queue.push(Request(f"https://example.com/{i}", priority=5))
+    book = LeaseBook(server, "q", "w", 60)
+    ticket = book.ticket()
+    assert len(queue.pop_entries(2, ticket=ticket)) == 2
+    assert server.zcard("q") == 0
+    script("lease_ack")(server, book.keys, [ticket.id, 1, 1])  # the first one is done
+    keys = [*book.keys, "q", "q:prio:5"]
+    assert script("lease_requeue")(server, keys, ["all", ticket.id, 1, 1]) == 0
+    assert server.zcard("q") == 0  # no priority without a list behind it
+    assert queue.is_empty() and len(queue) == 0
+
+
 class WithSpider:
     @pytest.fixture
     def spider(self):

@@ -41,6 +41,7 @@ from scrapy_redis.serializers import (
     Serializer,
     looks_like_pickle,
     resolve_serializer,
+    with_defaults,
 )
 
 if TYPE_CHECKING:
@@ -52,8 +53,8 @@ _PICKLE_SERIALIZERS = {"pickle", "scrapy_redis.picklecompat"}
 
 
 # Entries and candidates are made once per request: not frozen, which costs three times
-# as much to build. Neither is changed once made.
-@dataclass(slots=True)
+# as much to build. Neither is changed once made (hashed by value, as when frozen).
+@dataclass(slots=True, unsafe_hash=True)
 class Entry:
     """A serialized request as stored in Redis, with what is needed to put it back."""
 
@@ -63,7 +64,7 @@ class Entry:
     legacy_score: bytes | None = None
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, unsafe_hash=True)
 class Candidate:
     """A request offered to :meth:`Base.push_new`."""
 
@@ -107,7 +108,10 @@ class Base:
         try:
             serializer = self.serializer
             if type(serializer) is MsgpackSerializer:  # the stored fields: fewer to build from
-                return dict_to_request(serializer.loads_stored(encoded), self.spider)
+                data = serializer.loads_stored(encoded)
+                if "_class" in data:  # a subclass may have other defaults than Request
+                    data = with_defaults(data)
+                return dict_to_request(data, self.spider)
             return dict_to_request(serializer.loads(encoded), self.spider)
         except Exception as exc:  # untrusted data: every failure is a decoding failure
             pickled = looks_like_pickle(encoded) and not self._is_pickle()

@@ -309,6 +309,8 @@ class Scheduler:
         self._prefetched: deque[tuple[Entry, Lease, int]] = deque()
         # Handed to the engine, not done yet (see _HandedOut).
         self._leased: set[_HandedOut] = set()
+        # Undecodable entries not set aside yet (Redis was unreachable), with the error.
+        self._invalid: list[tuple[Entry, Lease, int, str]] = []
         self._uncounted = 0  # requests handed out from the shared queue, not in stats yet
         self._empty_since: float | None = None
         self._unserializable_logged = False
@@ -626,6 +628,8 @@ class Scheduler:
             return self._pop_plain()
         if self._guard.down or self._halted:
             return None
+        if self._invalid:
+            self._set_aside_invalid()
         for _ in range(_MAX_SKIPS):
             if not self._prefetched and not self._refill():
                 return None
@@ -759,28 +763,39 @@ class Scheduler:
     def _undecodable(
         self, entry: Entry, lease: Lease, position: int, exc: UndecodableRequestError
     ) -> None:
-        assert self._book is not None
-        book = self._book
         if exc.looks_like_pickle:  # wrong SCHEDULER_SERIALIZER: leave the queue as it is
             back = [(lease, position), *((other, n) for _, other, n in self._prefetched)]
             self._prefetched.clear()
             self._redis_call(lambda: self._give_back_entries(back), 0)
             self._halt(exc)
             return
-        # Set aside; if Redis is unreachable the lease expires and the entry comes back.
+        self._invalid.append((entry, lease, position, str(exc)))
+        self._set_aside_invalid()
+
+    def _set_aside_invalid(self) -> None:
+        """Move undecodable entries to ``<queue>:invalid`` and release them; those that
+        Redis was unreachable for wait here (retried on the next pop and heartbeat,
+        given back at close)."""
+        assert self._book is not None
+        book = self._book
         key = invalid_entries_key(self.queue.key)
+        while self._invalid:
+            entry, lease, position, error = self._invalid[0]
 
-        def set_aside() -> None:
-            self.server.rpush(key, entry.data)
-            book.release([(lease, [position])])
+            def set_aside(entry: Entry = entry, lease: Lease = lease, n: int = position) -> bool:
+                self.server.rpush(key, entry.data)
+                book.release([(lease, [n])])
+                return True
 
-        self._redis_call(set_aside, None)
-        self._inc("scheduler/invalid/redis")
-        logger.error(
-            "%(error)s Moved it to %(key)s.",
-            {"error": exc, "key": key},
-            extra={"spider": self.spider},
-        )
+            if not self._redis_call(set_aside, False):
+                return
+            del self._invalid[0]
+            self._inc("scheduler/invalid/redis")
+            logger.error(
+                "%(error)s Moved it to %(key)s.",
+                {"error": error, "key": key},
+                extra={"spider": self.spider},
+            )
 
     def _pop_plain(self) -> Request | None:
         """A queue class of its own: its pop(), no leases."""
@@ -852,12 +867,17 @@ class Scheduler:
         if self._book is None:
             return
         self._ack_done()
-        if self._leased or self._prefetched:
+        if self._leased or self._prefetched or self._invalid:
             handed = [(handed.lease, handed.position) for handed in self._leased]
-            back = [*handed, *((lease, n) for _, lease, n in self._prefetched)]
+            back = [
+                *handed,
+                *((lease, n) for _, lease, n in self._prefetched),
+                *((lease, n) for _, lease, n, _ in self._invalid),  # another worker sets it aside
+            ]
             returned = self._give_back_entries(back)
             self._leased.clear()
             self._prefetched.clear()
+            self._invalid.clear()
             self._inc("scheduler/leases/returned", returned)
             if returned:
                 self._announce("returned")
@@ -885,6 +905,8 @@ class Scheduler:
         assert self._registry is not None
         self._registry.beat()
         self._send_unsent()
+        if self._invalid:
+            self._set_aside_invalid()
         self._ack_done()
         if self._book is not None:
             self._book.renew()

@@ -90,17 +90,12 @@ class MsgpackSerializer:
         return _TAG + packed_bytes
 
     def loads(self, s: bytes) -> dict[str, Any]:
-        obj = dict(_DEFAULTS)
-        obj.update(self.loads_stored(s))
-        for name in _MUTABLE:
-            if obj[name] is _DEFAULTS[name]:
-                obj[name] = type(obj[name])()
-        return obj
+        return with_defaults(self.loads_stored(s))
 
     def loads_stored(self, s: bytes) -> dict[str, Any]:
         """The fields ``s`` stores, by name: :meth:`loads` without the fields left at
-        their default value (the scheduler builds requests from this: a request built
-        from it is the same)."""
+        Scrapy's default value. A ``scrapy.Request`` built from it is the same; a
+        subclass, whose defaults may differ, needs :func:`with_defaults` first."""
         if not s.startswith(_TAG):
             raise ValueError("not written by scrapy-redis' msgpack serializer")
         try:
@@ -117,6 +112,17 @@ class MsgpackSerializer:
 
     def __repr__(self) -> str:
         return "scrapy_redis.serializers.msgpack_serializer"
+
+
+def with_defaults(stored: dict[str, Any]) -> dict[str, Any]:
+    """``stored`` (see :meth:`MsgpackSerializer.loads_stored`) with the fields it leaves
+    out set to Scrapy's default values."""
+    obj = dict(_DEFAULTS)
+    obj.update(stored)
+    for name in _MUTABLE:
+        if obj[name] is _DEFAULTS[name]:
+            obj[name] = type(obj[name])()
+    return obj
 
 
 def _deflater(size: int) -> Any:

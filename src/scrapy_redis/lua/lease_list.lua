@@ -13,6 +13,12 @@
 --#include _leases.lua
 
 release_leases(KEYS[2], KEYS[3], 5)
+-- A lease with this id exists: this call is a retry (the reply to the first was lost),
+-- so answer what the first call leased instead of popping more.
+local leased = redis.call('HGET', KEYS[2], ARGV[4])
+if leased then
+  return leased
+end
 local items = redis.call(ARGV[1], KEYS[1], ARGV[2])
 if not items then
   return ''

@@ -20,6 +20,9 @@ local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
 
 -- Push entries back so that the first of them is popped first.
 local function put_back(op, key, key2, arg, entries)
+  if #entries == 0 then
+    return
+  end
   local reversed = {}
   for i = #entries, 1, -1 do
     reversed[#reversed + 1] = entries[i]

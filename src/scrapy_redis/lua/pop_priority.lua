@@ -19,6 +19,16 @@
 
 if #KEYS >= 4 then
   release_leases(KEYS[3], KEYS[4], 5)
+  -- A lease with this id exists: this call is a retry (the reply to the first was lost),
+  -- so answer what the first call leased instead of popping more.
+  local leased = redis.call('HGET', KEYS[3], ARGV[4])
+  if leased then
+    local record = cmsgpack.unpack(leased)
+    if record[1] == 'zadd' then
+      return {3, record[5], record[4]}
+    end
+    return {1, record[4], leased}
+  end
 end
 
 local top = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
