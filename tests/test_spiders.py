@@ -377,3 +377,20 @@ def test_zset_and_set_messages_go_back_where_they_came_from(settings_dict, serve
     spider.next_requests()
     spider._stop_polling()
     assert server.sismember("myspider:start_urls", "https://example.com/s")
+
+
+def test_a_retried_start_message_pop_answers_what_the_first_one_leased(server):
+    """redis-py resends a command whose reply was lost: the retry must not pop more."""
+    from scrapy_redis.scripts import script
+
+    server.rpush("start", *[f"https://example.com/{i}" for i in range(5)])
+    keys = ["start:leases", "start:lease_deadlines", "other", "start"]
+    args = ["list", 3, 0, 60000, "w:", 1]
+    first = script("pop_start_messages")(server, keys, args)
+    again = script("pop_start_messages")(server, keys, args)  # the same call, sent again
+    assert (
+        first
+        == again
+        == [2, b"https://example.com/0", b"https://example.com/1", b"https://example.com/2"]
+    )
+    assert server.llen("start") == 2 and server.hlen("start:leases") == 3

@@ -50,6 +50,33 @@ local function try(index)
   return {index, unpack(items)}
 end
 
+-- Leases with these ids exist: this call is a retry (the reply to the first was lost),
+-- so answer what the first call leased instead of popping more.
+local function leased_before()
+  local messages, index = {}, 0
+  while #messages < count do
+    local raw = redis.call('HGET', KEYS[1], ARGV[5] .. (tonumber(ARGV[6]) + #messages))
+    if not raw then
+      break
+    end
+    local record = cmsgpack.unpack(raw)
+    for i = 3, #KEYS do
+      if KEYS[i] == record[2] then
+        index = i - 2
+      end
+    end
+    messages[#messages + 1] = record[5]
+  end
+  if #messages == 0 then
+    return nil
+  end
+  return {index, unpack(messages)}
+end
+
+local before = leased_before()
+if before then
+  return before
+end
 if current > 0 then
   local reply = try(current)
   if reply then return reply end
