@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Any
 
 import pytest
 from scrapy import Request
@@ -30,19 +31,21 @@ def restart(server: RedisServer) -> None:
     server.start()
 
 
-def test_scheduler_pipeline_and_stats_survive_a_restart(own_server, caplog):
+def open_scheduler_on(own_server: RedisServer, **settings: Any) -> Scheduler:
+    """A scheduler opened on ``own_server`` (persistent), as Scrapy's engine opens it."""
     crawler = get_crawler(
-        DemoSpider,
-        {
-            "REDIS_URL": own_server.url,
-            "STATS_CLASS": "scrapy_redis.stats.RedisStatsCollector",
-            "SCHEDULER_PERSIST": True,
-        },
+        DemoSpider, {"REDIS_URL": own_server.url, "SCHEDULER_PERSIST": True, **settings}
     )
     spider = crawler._create_spider()
     crawler.spider = spider
     scheduler = build_from_crawler(Scheduler, crawler)
     scheduler.open(spider)
+    return scheduler
+
+
+def test_scheduler_pipeline_and_stats_survive_a_restart(own_server, caplog):
+    scheduler = open_scheduler_on(own_server, STATS_CLASS="scrapy_redis.stats.RedisStatsCollector")
+    crawler = scheduler.crawler
     pipeline = RedisPipeline.from_crawler(crawler)
     stats = crawler.stats
     scheduler.enqueue_request(Request("http://example.com/before"))
@@ -83,11 +86,7 @@ def test_scheduler_pipeline_and_stats_survive_a_restart(own_server, caplog):
 
 
 def test_leases_survive_a_restart(own_server):
-    crawler = get_crawler(DemoSpider, {"REDIS_URL": own_server.url, "SCHEDULER_PERSIST": True})
-    spider = crawler._create_spider()
-    crawler.spider = spider
-    scheduler = build_from_crawler(Scheduler, crawler)
-    scheduler.open(spider)
+    scheduler = open_scheduler_on(own_server)
     scheduler.enqueue_request(Request("http://example.com/a"))
     assert scheduler.next_request().url == "http://example.com/a"
     restart(own_server)
@@ -113,23 +112,17 @@ def test_outage_guard_backs_off_and_expires():
     assert not guard.down and guard.may_try()
 
 
-def test_undecodable_entry_met_during_an_outage_is_set_aside_later(own_server):
-    crawler = get_crawler(
-        DemoSpider,
-        {
-            "REDIS_URL": own_server.url,
-            "SCHEDULER_QUEUE_CLASS": "scrapy_redis.queue.FifoQueue",
-            "SCHEDULER_PERSIST": True,
-        },
-    )
-    spider = crawler._create_spider()
-    crawler.spider = spider
-    scheduler = build_from_crawler(Scheduler, crawler)
-    scheduler.open(spider)
-    client = scheduler.server
+def fifo_scheduler_with_a_bad_entry(own_server: RedisServer) -> tuple[Scheduler, Any]:
+    """A FifoQueue scheduler whose queue holds a request, then an undecodable entry."""
+    scheduler = open_scheduler_on(own_server, SCHEDULER_QUEUE_CLASS="scrapy_redis.queue.FifoQueue")
     scheduler.enqueue_request(Request("http://example.com/1"))
     scheduler.send_enqueued()
-    client.lpush("demo:requests", b"\xc1\xff\xff")  # popped between the two requests
+    scheduler.server.lpush("demo:requests", b"\xc1\xff\xff")
+    return scheduler, scheduler.server
+
+
+def test_undecodable_entry_met_during_an_outage_is_set_aside_later(own_server):
+    scheduler, client = fifo_scheduler_with_a_bad_entry(own_server)  # /1, then the bad one
     scheduler.enqueue_request(Request("http://example.com/2"))
     scheduler.send_enqueued()
     assert scheduler.next_request().url == "http://example.com/1"  # one pop took all 3
@@ -150,22 +143,7 @@ def test_undecodable_entry_met_during_an_outage_is_set_aside_later(own_server):
 
 
 def test_undecodable_entry_given_back_when_closing_during_the_outage(own_server):
-    crawler = get_crawler(
-        DemoSpider,
-        {
-            "REDIS_URL": own_server.url,
-            "SCHEDULER_QUEUE_CLASS": "scrapy_redis.queue.FifoQueue",
-            "SCHEDULER_PERSIST": True,
-        },
-    )
-    spider = crawler._create_spider()
-    crawler.spider = spider
-    scheduler = build_from_crawler(Scheduler, crawler)
-    scheduler.open(spider)
-    client = scheduler.server
-    scheduler.enqueue_request(Request("http://example.com/1"))
-    scheduler.send_enqueued()
-    client.lpush("demo:requests", b"\xc1\xff\xff")
+    scheduler, client = fifo_scheduler_with_a_bad_entry(own_server)
     assert scheduler.next_request().url == "http://example.com/1"
     own_server.stop()
     assert scheduler.next_request() is None
