@@ -52,10 +52,8 @@ class Ticket:
     timeout_ms: int
     prefix: str
     first: int
-    #: Leases whose work is done, released by the same pop script.
+    #: Leases whose work is done, released by the same pop script (see release_args()).
     releases: tuple[tuple[Lease, tuple[int, ...]], ...] = ()
-    #: The script arguments that release them (see release_args()).
-    release_args: tuple[str | int, ...] = ()
 
     @property
     def id(self) -> str:
@@ -66,15 +64,18 @@ class Ticket:
 
 
 def release_args(releases: Releases) -> list[str | int]:
-    """What the scripts take to release entries: per lease its id, then 0 for all it holds,
-    or the count and positions of the done entries."""
+    """What the scripts take to release (or put back) entries: per lease its id, then 0
+    for all it still holds, or the count and positions of the entries."""
     args: list[str | int] = []
     for lease, positions in releases:
-        if len(positions) >= lease.unreleased:
-            args += [lease.id, 0]
-        else:
-            args += [lease.id, len(positions), *positions]
+        args += [lease.id, *_positions_arg(lease, positions)]
     return args
+
+
+def _positions_arg(lease: Lease, positions: Sequence[int]) -> list[int]:
+    """``[0]`` when ``positions`` are all the entries ``lease`` still holds, else the
+    count and the positions."""
+    return [0] if len(positions) >= lease.unreleased else [len(positions), *positions]
 
 
 def _record_keys(raw: bytes) -> list[str]:
@@ -108,15 +109,13 @@ class LeaseBook:
 
     def ticket(self, count: int = 1, releases: Releases = ()) -> Ticket:
         """Reserve ``count`` lease ids for one pop, which also releases ``releases``."""
-        frozen = tuple((lease, tuple(positions)) for lease, positions in releases)
         ticket = Ticket(
             self.leases_key,
             self.deadlines_key,
             self.timeout_ms,
             self.prefix,
             self._next,
-            frozen,
-            tuple(release_args(frozen)),
+            tuple((lease, tuple(positions)) for lease, positions in releases),
         )
         self._next += count
         return ticket
@@ -166,22 +165,29 @@ class LeaseBook:
 
     def give_back(self, ids: Iterable[str]) -> int:
         """Put back at once every entry the leases ``ids`` still hold (graceful stop)."""
-        return self.give_back_entries([(lease_id, ()) for lease_id in ids])
+        ids = list(ids)
+        returned = self._give_back({lease_id: [0] for lease_id in ids})
+        self.held.difference_update(ids)
+        return returned
 
-    def give_back_entries(self, leases: Sequence[tuple[str, Sequence[int]]]) -> int:
-        """Put back at once entries of held leases: per lease id the positions of its
-        entries, or () for all it still holds."""
-        if not leases:
+    def give_back_entries(self, releases: Releases) -> int:
+        """Put back at once these entries of held leases (graceful stop)."""
+        returned = self._give_back(
+            {lease.id: _positions_arg(lease, positions) for lease, positions in releases}
+        )
+        self._released(releases)
+        return returned
+
+    def _give_back(self, positions_of: dict[str, list[int]]) -> int:
+        """Put back, per lease id, the entries ``_positions_arg()`` names."""
+        if not positions_of:
             return 0
-        positions_of = dict(leases)
         ids = sorted(positions_of, key=_seq, reverse=True)
         records = self.server.execute_command(
             "HMGET", self.leases_key, *ids, **{NEVER_DECODE: True}
         )
         pairs = [(i, r) for i, r in zip(ids, records, strict=True) if r is not None]
-        returned = self._requeue("all", pairs, positions_of)
-        self.held.difference_update(i for i, positions in leases if not positions)
-        return returned
+        return self._requeue("all", pairs, positions_of)
 
     def recover_expired(self) -> int:
         """Put back the entries of leases past their deadline (dead workers)."""
@@ -199,14 +205,15 @@ class LeaseBook:
         self,
         mode: str,
         pairs: Sequence[tuple[str, bytes]],
-        positions_of: dict[str, Sequence[int]] | None = None,
+        positions_of: dict[str, list[int]] | None = None,
     ) -> int:
+        """Put back the entries of ``pairs`` (lease id, record): all those each still
+        holds, or those ``positions_of`` names (see _positions_arg())."""
         if not pairs:
             return 0
         pairs = sorted(pairs, key=lambda pair: _seq(pair[0]), reverse=True)
         keys = sorted({key for _, record in pairs for key in _record_keys(record)})
         args: list[str | int] = [mode]
         for lease_id, _ in pairs:
-            positions = positions_of.get(lease_id, ()) if positions_of else ()
-            args += [lease_id, len(positions), *positions]
+            args += [lease_id, *(positions_of or {}).get(lease_id, [0])]
         return int(script("lease_requeue")(self.server, [*self.keys, *keys], args))

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from itertools import groupby
 from typing import TYPE_CHECKING, Any
 
@@ -33,7 +33,7 @@ from scrapy_redis.exceptions import (
     UnserializableRequestError,
 )
 from scrapy_redis.keys import format_key, invalid_entries_key, needs_formatting, priority_list_key
-from scrapy_redis.leases import Ticket
+from scrapy_redis.leases import Ticket, release_args
 from scrapy_redis.reqser import dict_to_request, request_to_dict
 from scrapy_redis.scripts import script
 from scrapy_redis.serializers import (
@@ -268,7 +268,8 @@ class _ListQueue(Base):
     ) -> list[Entry]:
         if ticket is not None:
             keys = [self.key, ticket.leases_key, ticket.deadlines_key]
-            args = [self._pop_command, count, ticket.timeout_ms, ticket.id, *ticket.release_args]
+            release = release_args(ticket.releases)
+            args = [self._pop_command, count, ticket.timeout_ms, ticket.id, *release]
             return [
                 Entry(data)
                 for data in _record_entries(script("lease_list")(self.server, keys, args))
@@ -374,15 +375,16 @@ class PriorityQueue(Base):
     def pop_entries(
         self, count: int, timeout: int = 0, ticket: Ticket | None = None
     ) -> list[Entry]:
-        lease_keys, lease_args = [], []
+        lease_keys: list[str] = []
+        lease_args: list[Any] = []
         if ticket is not None:
             lease_keys = [ticket.leases_key, ticket.deadlines_key]
+            lease_args = [ticket.timeout_ms, ticket.id, *release_args(ticket.releases)]
         for _ in range(self._POP_ATTEMPTS):
-            if ticket is not None:
-                lease_args = [ticket.timeout_ms, ticket.id, *ticket.release_args]
-                ticket = replace(ticket, release_args=())  # released by this call
             keys = [self.key, priority_list_key(self.key, self._top), *lease_keys]
             reply = script("pop_priority")(self.server, keys, [self._top, count, *lease_args])
+            if ticket is not None:
+                lease_args = lease_args[:2]  # released by this call
             kind = reply[0]
             if kind == 0:
                 return []

@@ -149,6 +149,14 @@ class _HandedOut(weakref.ref):  # type: ignore[type-arg]
         self.position = position
 
 
+def _by_lease(entries: Iterable[tuple[Lease, int]]) -> list[tuple[Lease, list[int]]]:
+    """Leased entries (lease, position), grouped: each lease with its positions."""
+    positions: dict[Lease, list[int]] = {}
+    for lease, position in entries:
+        positions.setdefault(lease, []).append(position)
+    return list(positions.items())
+
+
 def _scheduler_kwargs(settings: BaseSettings) -> dict[str, Any]:
     """The Scheduler's constructor arguments, read from ``settings``."""
     return {
@@ -818,10 +826,7 @@ class Scheduler:
 
     def _releases(self, done: list[_HandedOut]) -> list[tuple[Lease, list[int]]]:
         """The leases of ``done`` requests, each with their positions in it."""
-        positions: dict[Lease, list[int]] = {}
-        for handed in done:
-            positions.setdefault(handed.lease, []).append(handed.position)
-        return list(positions.items())
+        return _by_lease((handed.lease, handed.position) for handed in done)
 
     def _forget(self, done: list[_HandedOut]) -> None:
         self._leased.difference_update(done)
@@ -829,18 +834,7 @@ class Scheduler:
     def _give_back_entries(self, entries: list[tuple[Lease, int]]) -> int:
         """Put these leased entries back in the queue at once; how many went back."""
         assert self._book is not None
-        positions: dict[Lease, list[int]] = {}
-        for lease, position in entries:
-            positions.setdefault(lease, []).append(position)
-        returned = self._book.give_back_entries(
-            [
-                (lease.id, () if len(ns) >= lease.unreleased else ns)
-                for lease, ns in positions.items()
-            ]
-        )
-        for lease, ns in positions.items():
-            lease.unreleased -= len(ns)
-        return returned
+        return self._book.give_back_entries(_by_lease(entries))
 
     def _done_requests(self) -> list[_HandedOut]:
         """The handed-out requests the engine is done with (freed ones included)."""
