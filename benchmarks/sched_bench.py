@@ -43,6 +43,7 @@ Prints one JSON object. Usage::
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import sys
 import time
@@ -113,8 +114,18 @@ def build(
     return scheduler, spider
 
 
-def timed(func: Any, *args: Any) -> tuple[Any, float, float]:
-    """(result, wall seconds, CPU seconds of this process)."""
+def timed(func: Any, *args: Any, collect: bool = True) -> tuple[Any, float, float]:
+    """(result, wall seconds, CPU seconds of this process).
+
+    Starts from a collected heap: a full collection of Python's garbage collector
+    (~50 ms here, the objects of Scrapy and of the requests built for the
+    benchmark) otherwise falls into a phase of a few hundred ms or not, depending
+    on what the earlier phases allocated. The collections the timed code causes
+    itself still count. ``collect=False`` for the short blocks of ``--paired``,
+    where the two variants alternate and share such collections alike.
+    """
+    if collect:
+        gc.collect()
     wall, cpu = time.perf_counter(), time.process_time()
     result = func(*args)
     return result, time.perf_counter() - wall, time.process_time() - cpu
@@ -272,7 +283,7 @@ def run_paired(redis_url: str, queue: str, n: int, block: int) -> dict[str, Any]
             names = [name for name, _, _ in PAIRED]
             for name in names if index % 2 == 0 else names[::-1]:
                 count = min(size, stop_of[phase] - start)
-                done, wall, cpu = timed(op, scheds[name], name, start, count)
+                done, wall, cpu = timed(op, scheds[name], name, start, count, collect=False)
                 total = totals[name][phase]
                 total[0] += done
                 total[1] += wall

@@ -27,7 +27,12 @@ from scrapy_redis.queue import (
     SpiderQueue,
     SpiderStack,
 )
-from scrapy_redis.reqser import _SAFE_URL, dict_to_request, request_to_dict
+from scrapy_redis.reqser import (
+    _SAFE_URL,
+    dict_to_request,
+    owned_dict_to_request,
+    request_to_dict,
+)
 from scrapy_redis.serializers import msgpack_serializer
 
 
@@ -517,6 +522,25 @@ class TestDictToRequest(WithSpider):
             theirs = request_from_dict(dict(data), spider=spider)
             assert type(ours) is type(theirs)
             assert ours.to_dict(spider=spider) == theirs.to_dict(spider=spider) == data
+
+    def test_owned_dicts_give_the_same_request(self, spider):
+        for request in self.requests(spider):
+            data = request_to_dict(request, spider)
+            owned = msgpack_serializer.loads(msgpack_serializer.dumps(data))
+            ours = owned_dict_to_request(owned, spider)
+            assert type(ours) is type(request)
+            assert ours.to_dict(spider=spider) == data
+        extra = {"url": "https://example.com/", "meta": {"d": 1}, "not_a_field": 1}
+        assert owned_dict_to_request(extra, spider).meta == {"d": 1}
+
+    def test_the_callers_dict_and_meta_are_left_as_they_are(self, spider):
+        meta = {"d": 1}
+        data = {"url": "https://example.com/a", "callback": "parse", "meta": meta}
+        request = dict_to_request(data, spider)
+        assert data == {"url": "https://example.com/a", "callback": "parse", "meta": {"d": 1}}
+        assert data["meta"] is meta
+        assert request.meta == {"d": 1} and request.meta is not meta
+        assert request.callback == spider.parse
 
     def test_verbatim_url_is_used_while_building_then_removed(self, spider):
         request = dict_to_request({"url": "https://example.com/a?x=1", "meta": {"d": 1}}, spider)

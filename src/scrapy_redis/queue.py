@@ -34,7 +34,7 @@ from scrapy_redis.exceptions import (
 )
 from scrapy_redis.keys import format_key, invalid_entries_key, needs_formatting, priority_list_key
 from scrapy_redis.leases import Ticket, release_args
-from scrapy_redis.reqser import dict_to_request, request_to_dict
+from scrapy_redis.reqser import dict_to_request, owned_dict_to_request, request_to_dict
 from scrapy_redis.scripts import script
 from scrapy_redis.serializers import (
     MsgpackSerializer,
@@ -111,7 +111,7 @@ class Base:
                 data = serializer.loads_stored(encoded)
                 if "_class" in data:  # a subclass may have other defaults than Request
                     data = with_defaults(data)
-                return dict_to_request(data, self.spider)
+                return owned_dict_to_request(data, self.spider)
             return dict_to_request(serializer.loads(encoded), self.spider)
         except Exception as exc:  # untrusted data: every failure is a decoding failure
             pickled = looks_like_pickle(encoded) and not self._is_pickle()

@@ -77,23 +77,45 @@ def dict_to_request(data: Any, spider: Spider | None) -> Request:
     """The request described by ``data``; ValueError when ``data`` does not describe one.
 
     The same request as ``scrapy.utils.request.request_from_dict(data, spider=spider)``.
+    ``data`` is left as it is.
     """
-    if not isinstance(data, dict) or not isinstance(data.get("url"), str):
+    if isinstance(data, dict):
+        data = dict(data)
+        if isinstance(data.get("meta"), dict):
+            data["meta"] = dict(data["meta"])
+    return owned_dict_to_request(data, spider)
+
+
+def owned_dict_to_request(data: Any, spider: Spider | None) -> Request:
+    """:func:`dict_to_request` for a dict nobody else uses, as the serializer's
+    ``loads()`` returns it: ``data`` and its ``meta`` dict are changed (one copy of
+    each fewer)."""
+    if not isinstance(data, dict) or not isinstance(url := data.get("url"), str):
         raise ValueError(f"not a request dict: {type(data).__name__}")
-    cls = _request_class(data["_class"]) if "_class" in data else Request
-    attributes = _attributes(cls)
-    kwargs = {key: value for key, value in data.items() if key in attributes}
-    for name in ("callback", "errback"):
-        if data.get(name) and spider is not None:
-            kwargs[name] = _spider_method(spider, data[name])
+    if "_class" in data:
+        cls = _request_class(data["_class"])
+        attributes = _attributes(cls)
+        kwargs = {key: value for key, value in data.items() if key in attributes}
+    else:  # the usual case: a plain Request, its dict already keyword arguments only
+        cls = Request
+        kwargs = (
+            data
+            if _REQUEST_ATTRIBUTES.issuperset(data)
+            else {key: value for key, value in data.items() if key in _REQUEST_ATTRIBUTES}
+        )
+    if spider is not None:
+        if callback := kwargs.get("callback"):
+            kwargs["callback"] = _spider_method(spider, callback)
+        if errback := kwargs.get("errback"):
+            kwargs["errback"] = _spider_method(spider, errback)
     meta = kwargs.get("meta")
-    verbatim = (
-        _SAFE_URL.fullmatch(kwargs["url"]) is not None
-        and (not meta or isinstance(meta, dict))
-        and not (meta and _VERBATIM in meta)
-    )
+    own_meta = not meta or (type(meta) is dict and _VERBATIM not in meta)
+    verbatim = own_meta and _SAFE_URL.fullmatch(url) is not None
     if verbatim:
-        kwargs["meta"] = {**meta, _VERBATIM: True} if meta else {_VERBATIM: True}
+        if meta:
+            meta[_VERBATIM] = True  # the request takes a copy
+        else:
+            kwargs["meta"] = {_VERBATIM: True}
     try:
         request = cls(**kwargs)
     except (TypeError, AttributeError, KeyError) as exc:
@@ -104,6 +126,7 @@ def dict_to_request(data: Any, spider: Spider | None) -> Request:
 
 
 _ATTRIBUTES: dict[type[Request], frozenset[str]] = {}
+_REQUEST_ATTRIBUTES = frozenset(Request.attributes)
 
 
 def _attributes(cls: type[Request]) -> frozenset[str]:
