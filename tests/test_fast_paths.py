@@ -98,6 +98,50 @@ def test_duplicates_within_a_batch_and_dont_filter(settings_dict, server, schedu
     assert scheduler.next_request() is None
 
 
+@pytest.mark.parametrize("queue_cls", ["FifoQueue", "LifoQueue", "PriorityQueue"])
+def test_one_batch_of_every_kind(settings_dict, server, schedulers, queue_cls):
+    """New, repeated, dont_filter, unserializable and already recorded requests of
+    several priorities in one script call: each gets its answer, in order."""
+    scheduler = schedulers(
+        {
+            **settings_dict,
+            "SCHEDULER_QUEUE_CLASS": f"scrapy_redis.queue.{queue_cls}",
+            "SCHEDULER_SEEN_CACHE_SIZE": 0,  # "old" goes to Redis
+        }
+    )
+    dropped = record_dropped(scheduler)
+    scheduler.enqueue_request(Request("http://example.com/old"))
+    scheduler.send_enqueued()
+    scheduler.next_request()
+    calls = Calls(server, "evalsha")
+    batch = [
+        Request("http://example.com/a", priority=1),
+        Request("http://example.com/old"),  # recorded by an earlier batch
+        Request("http://example.com/b"),
+        Request("http://example.com/a", priority=1),  # twice in this batch
+        Request("http://example.com/a", dont_filter=True),
+        Request("http://example.com/lambda", callback=lambda response: None),
+        Request("http://example.com/c", priority=1),
+    ]
+    for request in batch:
+        scheduler.enqueue_request(request)
+    assert scheduler.send_enqueued()
+    assert calls()["evalsha"] == 1
+    assert dropped == [batch[1], batch[3]]
+    assert server.smembers("demo:dupefilter") == {
+        scheduler.df.request_fingerprint(Request(f"http://example.com/{name}")).encode()
+        for name in ("old", "a", "b", "lambda", "c")
+    }
+    urls = [request.url[19:] for request in iter(scheduler.next_request, None)]
+    assert urls[0] == "lambda"  # kept in this worker's memory, handed out first
+    expected = {
+        "FifoQueue": ["a", "b", "a", "c"],
+        "LifoQueue": ["c", "a", "b", "a"],
+        "PriorityQueue": ["a", "c", "b", "a"],
+    }
+    assert urls[1:] == expected[queue_cls]
+
+
 def test_links_met_before_are_dropped_without_a_round_trip(settings_dict, server, schedulers):
     scheduler = schedulers({**settings_dict, "SCHEDULER_SEEN_CACHE_SIZE": 2})
     dropped = record_dropped(scheduler)

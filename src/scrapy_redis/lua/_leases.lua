@@ -3,12 +3,7 @@
 -- entries go back to, then the entries one pop leased under one id, in pop order. An
 -- entry whose work is done is replaced by false; the lease is deleted when none is left.
 
--- redis.call(command, key, ...args), in calls of at most 1000 pairs (unpack's stack limit).
-local function call_in_chunks(command, key, args)
-  for i = 1, #args, 2000 do
-    redis.call(command, key, unpack(args, i, math.min(i + 1999, #args)))
-  end
-end
+--#include _chunks.lua
 
 -- Whether a record still holds an entry.
 local function holds_entries(record)

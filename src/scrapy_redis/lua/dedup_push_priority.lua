@@ -5,33 +5,35 @@
 -- ARGV[1] = the news channel, told when requests were pushed ("" = nobody to tell)
 -- ARGV[2] = how many priority lists follow KEYS[2] (k)
 -- ARGV[3..k+2] = the priority of each of those lists (integers, as text), same order
--- ARGV[k+3..] = triples, in enqueue order: fingerprint ("" = dont_filter: no check, not
---               recorded), number of the request's priority list (1..k), serialized request
---               ("" = not stored here: only record the fingerprint)
--- returns one integer per triple: 1 if the request is new (appended to its priority list
---         when it has an entry), 0 if its fingerprint was already recorded (nothing pushed)
+-- ARGV[k+3] = the batch: one msgpack array of triples, in enqueue order: fingerprint ("" =
+--             dont_filter: no check, not recorded), number of the request's priority list
+--             (1..k), serialized request ("" = not stored here: only record the fingerprint)
+-- returns one character per triple: "1" if the request is new (appended to its priority
+--         list when it has an entry), "0" if its fingerprint was already recorded
+--#include _dedup.lua
+
 local lists = tonumber(ARGV[2])
-local used = {}
-local result = {}
-local pushed = 0
-for i = lists + 3, #ARGV, 3 do
-  local fingerprint, list, entry = ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2]
-  local new = 1
-  if fingerprint ~= '' then
-    new = redis.call('SADD', KEYS[1], fingerprint)
-  end
-  if new == 1 and entry ~= '' then
-    redis.call('RPUSH', KEYS[list + 2], entry)
-    used[list] = true
-    pushed = pushed + 1
-  end
-  result[#result + 1] = new
+local batch = cmsgpack.unpack(ARGV[lists + 3])
+local fingerprints, numbers, entries = {}, {}, {}
+for i = 1, #batch, 3 do
+  fingerprints[#fingerprints + 1] = batch[i]
+  numbers[#numbers + 1] = batch[i + 1]
+  entries[#entries + 1] = batch[i + 2]
 end
-for list in pairs(used) do
+local new = record_new(KEYS[1], fingerprints)
+local pushed, count = {}, 0
+for i, is_new in ipairs(new) do
+  if is_new and entries[i] ~= '' then
+    local list = numbers[i]
+    pushed[list] = pushed[list] or {}
+    table.insert(pushed[list], entries[i])
+    count = count + 1
+  end
+end
+for list, group in pairs(pushed) do
+  call_in_chunks('RPUSH', KEYS[list + 2], group)
   local priority = ARGV[list + 2]
   redis.call('ZADD', KEYS[2], -tonumber(priority), priority)
 end
-if pushed > 0 and ARGV[1] ~= '' then
-  redis.pcall('PUBLISH', ARGV[1], pushed) -- refused (an ACL without the channel): no news
-end
-return result
+announce(ARGV[1], count)
+return flags(new)
