@@ -22,8 +22,9 @@ from scrapy.utils.misc import build_from_crawler
 from scrapy.utils.test import get_crawler
 
 from helpers import Calls, DemoSpider, leased_entries, record_dropped, results_of_processes
+from scrapy_redis import queue as queue_module
 from scrapy_redis.dupefilter import RFPDupeFilter
-from scrapy_redis.queue import Base, PriorityQueue
+from scrapy_redis.queue import Base, Candidate, PriorityQueue
 from scrapy_redis.scheduler import Scheduler
 from scrapy_redis.wakeup import NewsListener, QueueWatcher
 
@@ -140,6 +141,29 @@ def test_one_batch_of_every_kind(settings_dict, server, schedulers, queue_cls):
         "PriorityQueue": ["a", "c", "b", "a"],
     }
     assert urls[1:] == expected[queue_cls]
+
+
+@pytest.mark.parametrize(
+    "queue_cls, wrong_key",
+    [
+        ("FifoQueue", "demo:requests"),  # a PriorityQueue's index where a list is wanted
+        ("PriorityQueue", "demo:requests:prio:0"),
+        ("PriorityQueue", "demo:dupefilter"),
+    ],
+)
+def test_a_push_onto_a_key_of_another_type_writes_nothing(server, queue_cls, wrong_key):
+    """A failed batch is kept and sent again: none of it may be recorded as seen."""
+    if wrong_key.endswith(":prio:0"):
+        server.set(wrong_key, "not a list")
+    else:
+        server.zadd(wrong_key, {"0": 0})
+    queue = getattr(queue_module, queue_cls)(server, DemoSpider(), "demo:requests")
+    candidates = [
+        Candidate(f"fp{i}", queue.encode(Request(f"http://example.com/{i}"))) for i in range(5)
+    ]
+    with pytest.raises(redis.ResponseError, match=f"WRONGTYPE {wrong_key} holds a"):
+        queue.push_new(candidates, "demo:dupefilter")
+    assert sorted(server.keys()) == [wrong_key.encode()]
 
 
 def test_links_met_before_are_dropped_without_a_round_trip(settings_dict, server, schedulers):

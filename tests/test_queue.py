@@ -26,6 +26,7 @@ from scrapy_redis.queue import (
     SpiderPriorityQueue,
     SpiderQueue,
     SpiderStack,
+    _new_flags,
 )
 from scrapy_redis.reqser import (
     _SAFE_URL,
@@ -33,7 +34,7 @@ from scrapy_redis.reqser import (
     owned_dict_to_request,
     request_to_dict,
 )
-from scrapy_redis.serializers import msgpack_serializer
+from scrapy_redis.serializers import msgpack_serializer, with_defaults
 
 
 class QueueTestMixin:
@@ -526,7 +527,9 @@ class TestDictToRequest(WithSpider):
     def test_owned_dicts_give_the_same_request(self, spider):
         for request in self.requests(spider):
             data = request_to_dict(request, spider)
-            owned = msgpack_serializer.loads(msgpack_serializer.dumps(data))
+            owned = msgpack_serializer.loads_stored(msgpack_serializer.dumps(data))
+            if "_class" in owned:  # as the queue decodes it
+                owned = with_defaults(owned)
             ours = owned_dict_to_request(owned, spider)
             assert type(ours) is type(request)
             assert ours.to_dict(spider=spider) == data
@@ -625,3 +628,13 @@ class TestDictToRequest(WithSpider):
         first["flags"].append("f")
         assert second["meta"] == {} and second["headers"] == {} and second["flags"] == []
         assert msgpack_serializer.loads(encoded)["cb_kwargs"] == {}
+
+
+def test_push_script_replies_are_checked():
+    """A reply of another length or alphabet (a client decoding it, a changed script)
+    must not read as "all duplicates", which would drop every request silently."""
+    assert _new_flags(b"101", 3) == [True, False, True]
+    assert _new_flags("01", 2) == [False, True]  # a client that decoded it
+    for reply in (b"10", b"1x1", b"", [1, 0, 1]):
+        with pytest.raises(ValueError, match="unexpected reply"):
+            _new_flags(reply, 3)

@@ -262,7 +262,7 @@ class _ListQueue(Base):
             reply = script("dedup_push_list")(
                 self.server, [seen_key, self.key], [news, _batch_arg(batch)]
             )
-            new += _new_flags(reply)
+            new += _new_flags(reply, len(batch) // 2)
         return new
 
     def pop_entries(
@@ -366,7 +366,7 @@ class PriorityQueue(Base):
         reply = script("dedup_push_priority")(
             self.server, keys, [news, len(number), *number, _batch_arg(batch)]
         )
-        return _new_flags(reply)
+        return _new_flags(reply, len(candidates))
 
     def _push_group(self, priority: int, datas: list[bytes], where: str) -> None:
         keys = [self.key, priority_list_key(self.key, priority)]
@@ -414,9 +414,12 @@ def _batch_arg(values: list[Any]) -> bytes:
     return packed
 
 
-def _new_flags(reply: bytes) -> list[bool]:
+def _new_flags(reply: bytes | str, count: int) -> list[bool]:
     """A push script's reply, one character per request ("1" new, "0" duplicate)."""
-    return [flag == _NEW for flag in reply]
+    flags = reply.encode() if isinstance(reply, str) else reply
+    if not isinstance(flags, bytes) or len(flags) != count or flags.strip(b"01"):
+        raise ValueError(f"unexpected reply from a push script for {count} requests: {reply!r}")
+    return [flag == _NEW for flag in flags]
 
 
 _NEW = ord("1")

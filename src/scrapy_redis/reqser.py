@@ -10,7 +10,9 @@ made safe; rebuilding the request would make it safe again (w3lib's
 a shape and characters that function leaves as they are, it is passed with
 the ``verbatim_url`` meta key ("take the URL as it is", in the Scrapy versions
 that know it), which is removed again once the request is built. Any other
-URL, a crafted one included, is made safe as usual.
+URL, a crafted one included, is made safe as usual, unless the stored ``meta``
+itself asks for ``verbatim_url`` (kept, as Scrapy's ``request_from_dict()``
+keeps it).
 """
 
 from __future__ import annotations

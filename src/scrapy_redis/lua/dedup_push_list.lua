@@ -9,13 +9,14 @@
 --         entry), "0" if its fingerprint was already recorded (a duplicate: nothing pushed)
 --#include _dedup.lua
 
+check_types({{KEYS[1], 'set'}, {KEYS[2], 'list'}})
 local batch = cmsgpack.unpack(ARGV[2])
 local fingerprints, entries = {}, {}
 for i = 1, #batch, 2 do
   fingerprints[#fingerprints + 1] = batch[i]
   entries[#entries + 1] = batch[i + 1]
 end
-local new = record_new(KEYS[1], fingerprints)
+local new, added = find_new(KEYS[1], fingerprints)
 local pushed = {}
 for i, is_new in ipairs(new) do
   if is_new and entries[i] ~= '' then
@@ -23,5 +24,6 @@ for i, is_new in ipairs(new) do
   end
 end
 call_in_chunks('LPUSH', KEYS[2], pushed)
+record_new(KEYS[1], added)
 announce(ARGV[1], #pushed)
 return flags(new)

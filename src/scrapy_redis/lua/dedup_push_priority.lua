@@ -13,6 +13,11 @@
 --#include _dedup.lua
 
 local lists = tonumber(ARGV[2])
+local wanted = {{KEYS[1], 'set'}, {KEYS[2], 'zset'}}
+for i = 3, lists + 2 do
+  wanted[#wanted + 1] = {KEYS[i], 'list'}
+end
+check_types(wanted)
 local batch = cmsgpack.unpack(ARGV[lists + 3])
 local fingerprints, numbers, entries = {}, {}, {}
 for i = 1, #batch, 3 do
@@ -20,7 +25,7 @@ for i = 1, #batch, 3 do
   numbers[#numbers + 1] = batch[i + 1]
   entries[#entries + 1] = batch[i + 2]
 end
-local new = record_new(KEYS[1], fingerprints)
+local new, added = find_new(KEYS[1], fingerprints)
 local pushed, count = {}, 0
 for i, is_new in ipairs(new) do
   if is_new and entries[i] ~= '' then
@@ -35,5 +40,6 @@ for list, group in pairs(pushed) do
   local priority = ARGV[list + 2]
   redis.call('ZADD', KEYS[2], -tonumber(priority), priority)
 end
+record_new(KEYS[1], added)
 announce(ARGV[1], count)
 return flags(new)
