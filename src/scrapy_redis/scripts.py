@@ -1,9 +1,9 @@
 """Lua scripts, one per ``lua/<name>.lua`` file, run atomically on the server.
 
 Each file starts with a header naming its ``KEYS``, ``ARGV`` and return value.
-A line ``--#include _<name>.lua`` is replaced by that file (and its own includes):
-helpers shared by several scripts (``_``-prefixed files are not scripts). A
-script includes each helper file once.
+A line ``--#include _<name>.lua`` is replaced by that file (and its own includes;
+each file once per script): helpers shared by several scripts (``_``-prefixed
+files are not scripts).
 Scripts run by ``EVALSHA`` (falling back to ``EVAL`` once after a server
 restart emptied the script cache) and their replies are never decoded, so
 binary queue entries survive a client created with ``decode_responses=True``.
@@ -27,14 +27,23 @@ def _read(filename: str) -> str:
     return resources.files("scrapy_redis.lua").joinpath(filename).read_text()
 
 
-def _expand(text: str) -> str:
-    """``text`` with its include lines replaced by the files they name, expanded too."""
-    return _INCLUDE.sub(lambda match: _expand(_read(match.group(1))), text)
+def _expand(text: str, included: set[str]) -> str:
+    """``text`` with its include lines replaced by the files they name, expanded too;
+    a file already in ``included`` (included earlier, or including itself) is left out."""
+
+    def include(match: re.Match[str]) -> str:
+        filename = match.group(1)
+        if filename in included:
+            return f"-- {filename}: included above"
+        included.add(filename)
+        return _expand(_read(filename), included)
+
+    return _INCLUDE.sub(include, text)
 
 
 def _source(name: str) -> str:
-    """The text of ``lua/<name>.lua``, its includes expanded."""
-    return _expand(_read(f"{name}.lua"))
+    """The text of ``lua/<name>.lua``, its includes expanded (each file once)."""
+    return _expand(_read(f"{name}.lua"), set())
 
 
 class LuaScript:

@@ -1,0 +1,40 @@
+"""The Lua scripts' sources: includes expanded once each, every script loadable."""
+
+from __future__ import annotations
+
+import re
+from importlib import resources
+
+import pytest
+
+from scrapy_redis import scripts
+
+SCRIPTS = sorted(
+    path.name.removesuffix(".lua")
+    for path in resources.files("scrapy_redis.lua").iterdir()
+    if path.name.endswith(".lua") and not path.name.startswith("_")
+)
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_every_script_is_expanded_with_each_helper_once(name):
+    source = scripts._source(name)
+    assert "--#include" not in source
+    defined = re.findall(r"^local function (\w+)", source, re.MULTILINE)
+    assert len(defined) == len(set(defined)), defined
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_every_script_loads_on_the_server(server, name):
+    assert server.script_load(scripts._source(name)) == scripts.script(name).sha
+
+
+def test_includes_are_expanded_once_even_in_cycles(monkeypatch):
+    files = {
+        "main.lua": "--#include _a.lua\n--#include _b.lua\nmain",
+        "_a.lua": "--#include _b.lua\na",
+        "_b.lua": "--#include _a.lua\nb",
+    }
+    monkeypatch.setattr(scripts, "_read", files.__getitem__)
+    lines = scripts._source("main").splitlines()
+    assert [line for line in lines if not line.startswith("--")] == ["b", "a", "main"]
