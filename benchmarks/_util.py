@@ -35,12 +35,21 @@ def proc_cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
+def _cpu_fields() -> list[int]:
+    with open("/proc/stat") as f:
+        return [int(x) for x in f.readline().split()[1:]]
+
+
 def machine_busy_seconds() -> float:
     """CPU seconds spent by every process of the machine so far (all cores, /proc/stat)."""
-    with open("/proc/stat") as f:
-        fields = [int(x) for x in f.readline().split()[1:]]
+    fields = _cpu_fields()
     idle = fields[3] + fields[4]  # idle + iowait
-    return (sum(fields[:8]) - idle) / CLK_TCK
+    return (sum(fields[:7]) - idle) / CLK_TCK  # user .. softirq; steal apart
+
+
+def machine_steal_seconds() -> float:
+    """CPU seconds the hypervisor gave to other guests while this one had work (all cores)."""
+    return _cpu_fields()[7] / CLK_TCK
 
 
 class Redis:

@@ -44,7 +44,16 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _util import HERE, ROOT, Redis, Site, machine_busy_seconds, summary
+from _util import (
+    HERE,
+    ROOT,
+    Redis,
+    Site,
+    machine_busy_seconds,
+    machine_steal_seconds,
+    summary,
+)
+from pool import CONFIGS, cores_used
 
 VENV = HERE / ".venv-original"
 RESULTS = HERE / "results"
@@ -267,7 +276,7 @@ def crawl(
         assert proxy_proc.stdout is not None
         redis_url = f"redis://127.0.0.1:{proxy_proc.stdout.readline().split()[1]}/0"
     redis_cpu0, site_cpu0 = redis.cpu_seconds(), site.cpu_seconds()
-    busy0 = machine_busy_seconds()
+    busy0, steal0 = machine_busy_seconds(), machine_steal_seconds()
     commands0 = redis.commands_processed()
     reports = [LOGS / f"{label}-w{i + 1}.json" for i in range(workers)]
     for report in reports:
@@ -284,7 +293,7 @@ def crawl(
             ))
     cpu, last_exit = wait_all(procs, start + WORKER_TIMEOUT)
     wall = last_exit - start
-    busy = machine_busy_seconds() - busy0
+    busy, steal = machine_busy_seconds() - busy0, machine_steal_seconds() - steal0
     pages = site.hits()
     redis_cpu, site_cpu = redis.cpu_seconds() - redis_cpu0, site.cpu_seconds() - site_cpu0
     result: dict[str, Any] = {
@@ -296,6 +305,8 @@ def crawl(
         # Cores used meanwhile by processes that are not part of the benchmark (other
         # users of the machine; the proxy too in proxied runs): a noise indicator.
         "foreign_cores": max(0.0, busy - sum(cpu) - redis_cpu - site_cpu) / wall,
+        # Cores the hypervisor took away from this VM meanwhile (another noise indicator).
+        "steal_cores": steal / wall,
         "redis_commands_per_page": (redis.commands_processed() - commands0) / pages
         if mode != "memory" else 0.0,
         "exit_codes": [p.returncode for p in procs],
@@ -456,6 +467,12 @@ def ceiling_by_run(ours: list[float], original: list[float], memory: list[float]
         + ", ".join(f"{m / g:.2f}×" for g, m in zip(original, memory, strict=True))
         + f" (median {median([m / g for g, m in zip(original, memory, strict=True)]):.2f}×).  ",
     ]
+
+
+def steal_note(timed: dict[str, list[dict[str, Any]]]) -> str:
+    """The cores the hypervisor took from this VM during the crawls, when measured."""
+    steal = [r["steal_cores"] for v in timed.values() for r in v if "steal_cores" in r]
+    return f"; the hypervisor took {cell(steal)} (steal time)" if steal else ""
 
 
 def report(data: dict[str, Any]) -> tuple[str, list[tuple[str, bool]]]:
@@ -623,7 +640,15 @@ def report(data: dict[str, Any]) -> tuple[str, list[tuple[str, bool]]]:
             "",
             "Other processes on this shared machine used "
             + cell([r.get("foreign_cores", 0.0) for v in timed.values() for r in v])
-            + " of the 2 cores during the timed crawls (median (min–max); a noise indicator).",
+            + " of the 2 cores during the timed crawls (median (min–max); a noise indicator)"
+            + steal_note(timed) + ".",
+            "",
+            "Cores kept busy by each crawl's own processes (workers, redis-server, site): "
+            + ", ".join(f"{config} {cell([cores_used(r) for r in timed[config]])}"
+                        for config in CONFIGS if timed.get(config))
+            + ". A crawl at one core per worker is CPU-bound: its pages/s is the inverse of its "
+            "CPU per page, so there the pages/s ratio follows the CPU ratio "
+            "(`benchmarks/pool.py` pools the per-round ratios of several runs).",
             "",
             "Pages per worker in the 2-worker crawls (ours / original): "
             + "; ".join(
@@ -749,7 +774,8 @@ def leases_report(data: dict[str, Any]) -> list[str]:
         lines += [
             "Other processes on this shared machine used "
             + cell([r.get("foreign_cores", 0.0) for v in timed.values() for r in v])
-            + " of the 2 cores during the timed crawls (median (min–max); a noise indicator). "
+            + " of the 2 cores during the timed crawls (median (min–max); a noise indicator)"
+            + steal_note(timed) + ". "
             f"Site: {cfg['pages']:,} pages; scheduler: N = {cfg['n']:,}.",
             "",
         ]

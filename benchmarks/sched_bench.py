@@ -188,7 +188,8 @@ def leased_entries(server: Any, key: Any) -> int:
 
 def lease_count(server: Any) -> int:
     """Requests leased in the leases hash(es) (ours with leases; 0 otherwise)."""
-    return sum(leased_entries(server, key) for key in server.scan_iter(match="*:leases", count=1000))
+    keys = server.scan_iter(match="*:leases", count=1000)
+    return sum(leased_entries(server, key) for key in keys)
 
 
 def memory_usage(server: Any, keys: list[bytes]) -> int:
