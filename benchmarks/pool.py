@@ -22,31 +22,28 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+#: The configurations compared, numerator / denominator (a crawl of each per round).
+COMPARISONS = (
+    ("ours-1", "original-1"),
+    ("ours-2", "original-2"),
+    ("ours-1", "memory-1"),
+    ("memory-1", "original-1"),
+)
+METRICS = {"pages_per_s": "pages/s", "worker_cpu_ms_per_page": "worker CPU/page"}
+NAMES = {"ours": "ours", "original": "original", "memory": "in-memory"}
+
+
+def _label(metric: str, num: str, den: str) -> str:
+    workers = int(num.rsplit("-", 1)[1])
+    return (
+        f"{METRICS[metric]}, {workers} worker{'s' if workers > 1 else ''}: "
+        f"{NAMES[num.rsplit('-', 1)[0]]} / {NAMES[den.rsplit('-', 1)[0]]}"
+    )
+
+
 #: (label, numerator, denominator, metric)
-PAIRS = (
-    ("pages/s, 1 worker: ours / original", "ours-1", "original-1", "pages_per_s"),
-    ("pages/s, 2 workers: ours / original", "ours-2", "original-2", "pages_per_s"),
-    (
-        "worker CPU/page, 1 worker: ours / original",
-        "ours-1",
-        "original-1",
-        "worker_cpu_ms_per_page",
-    ),
-    (
-        "worker CPU/page, 2 workers: ours / original",
-        "ours-2",
-        "original-2",
-        "worker_cpu_ms_per_page",
-    ),
-    ("pages/s, 1 worker: ours / in-memory", "ours-1", "memory-1", "pages_per_s"),
-    ("worker CPU/page, 1 worker: ours / in-memory", "ours-1", "memory-1", "worker_cpu_ms_per_page"),
-    ("pages/s, 1 worker: in-memory / original", "memory-1", "original-1", "pages_per_s"),
-    (
-        "worker CPU/page, 1 worker: in-memory / original",
-        "memory-1",
-        "original-1",
-        "worker_cpu_ms_per_page",
-    ),
+PAIRS = tuple(
+    (_label(metric, num, den), num, den, metric) for num, den in COMPARISONS for metric in METRICS
 )
 CONFIGS = ("ours-1", "original-1", "memory-1", "ours-2", "original-2")
 
