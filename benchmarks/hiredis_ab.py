@@ -1,7 +1,7 @@
 # ruff: noqa: RUF001, RUF002
 """Ours with and without redis-py's C parser (the ``hiredis`` extra), side by side.
 
-    python benchmarks/hiredis_ab.py            # 6 rounds, ~4 min on 2 cores
+    python benchmarks/hiredis_ab.py            # 6 rounds, ~1 min on 2 cores
     python benchmarks/hiredis_ab.py --rounds 10
 
 Runs the scheduler micro-benchmark (sched_bench.py) of our package, FifoQueue and

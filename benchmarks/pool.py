@@ -1,7 +1,7 @@
 # ruff: noqa: RUF001, RUF002
-"""Pool the end-to-end crawls of several benchmark runs into per-run paired ratios.
+"""Pool the end-to-end crawls of several benchmark runs into per-round paired ratios.
 
-    python benchmarks/pool.py benchmarks/results/latest.json benchmarks/results/run2.json
+    python benchmarks/pool.py benchmarks/runs/*.json
 
 On a shared machine how fast a crawl goes drifts by tens of percent from one minute
 to the next, and falls alike on both packages crawled minutes apart in the same
@@ -11,7 +11,8 @@ rounds of all the files given are pooled: median, quartiles, min–max.
 
 Also prints the cores each configuration kept busy (its workers, redis-server and
 the site, of the machine's cores): a configuration at one core per worker is
-CPU-bound, its pages/s the inverse of its CPU per page.
+CPU-bound, its pages/s the inverse of the CPU per page of those processes together
+("all CPU/page").
 """
 
 from __future__ import annotations
@@ -29,7 +30,11 @@ COMPARISONS = (
     ("ours-1", "memory-1"),
     ("memory-1", "original-1"),
 )
-METRICS = {"pages_per_s": "pages/s", "worker_cpu_ms_per_page": "worker CPU/page"}
+METRICS = {
+    "pages_per_s": "pages/s",
+    "worker_cpu_ms_per_page": "worker CPU/page",
+    "all_cpu_ms_per_page": "all CPU/page",
+}
 NAMES = {"ours": "ours", "original": "original", "memory": "in-memory"}
 
 
@@ -48,14 +53,20 @@ PAIRS = tuple(
 CONFIGS = ("ours-1", "original-1", "memory-1", "ours-2", "original-2")
 
 
+def value(crawl: dict[str, Any], metric: str) -> float:
+    """One of METRICS of a crawl; "all_cpu_ms_per_page": its workers, redis-server and site."""
+    if metric == "all_cpu_ms_per_page":
+        return float(
+            crawl["worker_cpu_ms_per_page"]
+            + crawl["redis_cpu_ms_per_page"]
+            + crawl["site_cpu_ms_per_page"]
+        )
+    return float(crawl[metric])
+
+
 def cores_used(crawl: dict[str, Any]) -> float:
     """Cores kept busy by a crawl's workers, redis-server and the site."""
-    ms_per_page = (
-        crawl["worker_cpu_ms_per_page"]
-        + crawl["redis_cpu_ms_per_page"]
-        + crawl["site_cpu_ms_per_page"]
-    )
-    return float(crawl["pages_per_s"] * ms_per_page / 1000)
+    return float(crawl["pages_per_s"]) * value(crawl, "all_cpu_ms_per_page") / 1000
 
 
 def paired_ratios(runs: list[dict[str, Any]]) -> dict[str, list[float]]:
@@ -66,9 +77,9 @@ def paired_ratios(runs: list[dict[str, Any]]) -> dict[str, list[float]]:
         for label, num, den, metric in PAIRS:
             if num in timed and den in timed:
                 pooled[label] += [
-                    a[metric] / b[metric]
+                    value(a, metric) / value(b, metric)
                     for a, b in zip(timed[num], timed[den], strict=False)
-                    if b[metric]
+                    if value(b, metric)
                 ]
     return pooled
 

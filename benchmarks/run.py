@@ -646,8 +646,9 @@ def report(data: dict[str, Any]) -> tuple[str, list[tuple[str, bool]]]:
             "Cores kept busy by each crawl's own processes (workers, redis-server, site): "
             + ", ".join(f"{config} {cell([cores_used(r) for r in timed[config]])}"
                         for config in CONFIGS if timed.get(config))
-            + ". A crawl at one core per worker is CPU-bound: its pages/s is the inverse of its "
-            "CPU per page, so there the pages/s ratio follows the CPU ratio "
+            + ". A crawl at one core per worker is CPU-bound: its pages/s is the inverse of the "
+            "CPU per page of those processes together, so there the pages/s ratio follows "
+            "their CPU ratio "
             "(`benchmarks/pool.py` pools the per-round ratios of several runs).",
             "",
             "Pages per worker in the 2-worker crawls (ours / original): "
