@@ -94,17 +94,14 @@ def owned_dict_to_request(data: Any, spider: Spider | None) -> Request:
     each fewer)."""
     if not isinstance(data, dict) or not isinstance(url := data.get("url"), str):
         raise ValueError(f"not a request dict: {type(data).__name__}")
-    if "_class" in data:
-        cls = _request_class(data["_class"])
-        attributes = _attributes(cls)
-        kwargs = {key: value for key, value in data.items() if key in attributes}
-    else:  # the usual case: a plain Request, its dict already keyword arguments only
-        cls = Request
-        kwargs = (
-            data
-            if _REQUEST_ATTRIBUTES.issuperset(data)
-            else {key: value for key, value in data.items() if key in _REQUEST_ATTRIBUTES}
-        )
+    cls = _request_class(data["_class"]) if "_class" in data else Request
+    attributes = _attributes(cls)
+    # The usual case, a plain Request: its dict is keyword arguments only, used as is.
+    kwargs = (
+        data
+        if attributes.issuperset(data)
+        else {key: value for key, value in data.items() if key in attributes}
+    )
     if spider is not None:
         if callback := kwargs.get("callback"):
             kwargs["callback"] = _spider_method(spider, callback)
@@ -128,7 +125,6 @@ def owned_dict_to_request(data: Any, spider: Spider | None) -> Request:
 
 
 _ATTRIBUTES: dict[type[Request], frozenset[str]] = {}
-_REQUEST_ATTRIBUTES = frozenset(Request.attributes)
 
 
 def _attributes(cls: type[Request]) -> frozenset[str]:
