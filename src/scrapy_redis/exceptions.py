@@ -14,6 +14,10 @@ class ScrapyRedisError(Exception):
     """Root of all scrapy-redis errors."""
 
 
+class ConfigurationError(ScrapyRedisError, ValueError):
+    """A setting names something that cannot be used (the message names the setting)."""
+
+
 class RedisUnavailableError(ScrapyRedisError, ConnectionError):
     """Redis could not be reached when a component started."""
 

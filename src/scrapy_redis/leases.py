@@ -155,6 +155,12 @@ class LeaseBook:
             if lease.unreleased <= 0:
                 self.held.discard(lease.id)
 
+    def clear(self) -> None:
+        """Delete every lease of these keys, this worker's and the others' (a flush):
+        their entries never come back."""
+        self.server.unlink(*self.keys)
+        self.held.clear()
+
     def renew(self) -> int:
         """Push back the deadline of every lease still held (the heartbeat)."""
         if not self.held:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from redis.exceptions import ResponseError
 from scrapy import signals
 from scrapy.settings import SETTINGS_PRIORITIES
-from scrapy.utils.misc import build_from_crawler, load_object
+from scrapy.utils.misc import build_from_crawler
 from twisted.internet import task
 
 from scrapy_redis import defaults
@@ -46,6 +46,7 @@ from scrapy_redis.leases import Lease, LeaseBook
 from scrapy_redis.outage import OUTAGE_ERRORS, OutageGuard, outage_guard
 from scrapy_redis.queue import Base, Candidate, Entry
 from scrapy_redis.serializers import resolve_serializer
+from scrapy_redis.utils import load_configured
 from scrapy_redis.wakeup import NewsListener, QueueWatcher
 from scrapy_redis.workers import WorkerRegistry, new_worker_id
 
@@ -327,6 +328,9 @@ class Scheduler:
         self._empty_since: float | None = None
         self._unserializable_logged = False
         self._halted = False
+        # True while open() runs, and after an open() that raised: close() then keeps
+        # every shared key, whatever SCHEDULER_PERSIST says.
+        self._opening = False
         #: After close: whether this worker, the last one, deleted the shared data.
         self.cleared_shared_data: bool | None = None
 
@@ -337,7 +341,7 @@ class Scheduler:
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
         kwargs = _scheduler_kwargs(crawler.settings)
-        dupefilter_cls = load_object(kwargs["dupefilter_cls"])
+        dupefilter_cls = load_configured("DUPEFILTER_CLASS", kwargs["dupefilter_cls"])
         if not hasattr(dupefilter_cls, "from_spider"):
             kwargs["dupefilter"] = build_from_crawler(dupefilter_cls, crawler)
         return cls(get_redis_from_crawler(crawler), crawler=crawler, **kwargs)
@@ -347,7 +351,7 @@ class Scheduler:
         """Deprecated: use :meth:`from_crawler` (Scrapy no longer calls from_settings)."""
         warn_from_settings("Scheduler")
         kwargs = _scheduler_kwargs(settings)
-        dupefilter_cls = load_object(kwargs["dupefilter_cls"])
+        dupefilter_cls = load_configured("DUPEFILTER_CLASS", kwargs["dupefilter_cls"])
         if not hasattr(dupefilter_cls, "from_spider"):
             kwargs["dupefilter"] = dupefilter_cls()
         server = get_redis_from_settings(settings)
@@ -357,10 +361,11 @@ class Scheduler:
     # -- lifecycle -------------------------------------------------------------------
 
     def open(self, spider: Spider) -> Deferred[None] | None:
+        self._opening = True
         self.spider = spider
         self.queue = self._build_queue(spider)
         if self.df is None:
-            self.df = load_object(self.dupefilter_cls).from_spider(spider)
+            self.df = load_configured("DUPEFILTER_CLASS", self.dupefilter_cls).from_spider(spider)
         if _supports_leases(self.queue):
             self._book = LeaseBook(self.server, self.queue.key, self.worker_id, self.worker_timeout)
         self._in_script = _dedups_in_script(self.df, self.queue)
@@ -372,6 +377,7 @@ class Scheduler:
                 {"count": pending},
                 extra={"spider": spider},
             )
+        self._opening = False
         return self.df.open() if not self._df_from_spider and hasattr(self.df, "open") else None
 
     def close(self, reason: str) -> Deferred[None] | None:
@@ -383,12 +389,14 @@ class Scheduler:
             self._listener.stop()
         if self._send_call is not None and self._send_call.active():
             self._send_call.cancel()
+        # A worker that could not read the queue, or whose open() failed, keeps the data.
+        keep = self.persist or self._halted or self._opening
         try:
             self._send_unsent()
             self._give_back_leases()
             if self._registry is not None:
-                self._leave()
-            elif not self.persist:  # a subclass replaced open(): no registry, original behaviour
+                self._leave(keep)
+            elif not keep and self.queue is not None:  # open() replaced by a subclass
                 self.flush()
                 self.cleared_shared_data = True
         except OUTAGE_ERRORS as exc:
@@ -398,11 +406,16 @@ class Scheduler:
         return None
 
     def flush(self) -> None:
-        """Delete the shared queue and fingerprints now, whoever else uses them."""
+        """Delete the shared queue, its leases and the fingerprints now, whoever else
+        uses them. What workers had leased is gone too: it never comes back."""
         self._seen.clear()
         if hasattr(self.df, "clear"):
             self.df.clear()
         self.queue.clear()
+        if self._book is not None:
+            self._book.clear()
+            self._prefetched.clear()
+            self._invalid.clear()
 
     def _closed_during_outage(self, exc: BaseException) -> None:
         self._guard.failed(exc)
@@ -419,9 +432,7 @@ class Scheduler:
         )
 
     def _build_queue(self, spider: Spider) -> Any:
-        queue_cls = self.queue_cls
-        if isinstance(queue_cls, str):
-            queue_cls = load_object(queue_cls)
+        queue_cls = load_configured("SCHEDULER_QUEUE_CLASS", self.queue_cls)
         try:
             return queue_cls(
                 server=self.server,
@@ -464,10 +475,8 @@ class Scheduler:
         self._news = news_channel(self.queue.key)
         self._listener = NewsListener(self.server, self._news, self._watcher.notify)
 
-    def _leave(self) -> None:
+    def _leave(self, keep: bool) -> None:
         assert self._registry is not None
-        # A halted worker could not read the queue: it must not delete what it left in place.
-        keep = self.persist or self._halted
         census = self._registry.leave(() if keep else self._shared_keys())
         self.cleared_shared_data = census.flushed
         if not keep and not census.flushed:
@@ -546,7 +555,7 @@ class Scheduler:
                     )
             for _ in batch:
                 self._unsent.popleft()
-        self._guard.succeeded()
+            self._guard.succeeded()  # only after a call that reached Redis
         return answer
 
     def _send_in_script(self, batch: list[_Unsent]) -> list[bool]:

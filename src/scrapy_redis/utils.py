@@ -5,6 +5,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from scrapy.utils.misc import load_object
+
+from scrapy_redis.exceptions import ConfigurationError
+
 
 class TextColor:
     """ANSI colour codes (kept for compatibility; scrapy-redis logs no colours)."""
@@ -47,3 +51,21 @@ def convert_bytes_to_str(data: Any, encoding: str = "utf-8") -> Any:
     if isinstance(data, (list, tuple)):
         return type(data)(convert_bytes_to_str(item, encoding) for item in data)
     return data
+
+
+def load_configured(setting: str, value: Any) -> Any:
+    """The object a setting names (``value``: a dotted path or the object itself).
+
+    A path that cannot be loaded raises :class:`ConfigurationError` naming ``setting``,
+    instead of Scrapy's ``NameError``/``ImportError`` that names neither the setting nor
+    the fix.
+    """
+    if not isinstance(value, str):
+        return value
+    try:
+        return load_object(value)
+    except (ImportError, NameError, ValueError, AttributeError) as exc:
+        raise ConfigurationError(
+            f"{setting} = {value!r} cannot be loaded ({exc}). Check the spelling of the "
+            "module and of the class name in that setting."
+        ) from exc

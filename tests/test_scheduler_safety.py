@@ -1,0 +1,92 @@
+"""Shared data a worker must never lose or bring back: flush, failed opens, outages at close,
+keys of the wrong type, undecodable entries and requests that kill every worker."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import pytest
+from scrapy import Request
+from scrapy.utils.misc import build_from_crawler
+from scrapy.utils.test import get_crawler
+
+from helpers import DemoSpider, leased_entries
+from redis_server import RedisServer
+from scrapy_redis.exceptions import ConfigurationError
+from scrapy_redis.outage import outage_guard
+from scrapy_redis.scheduler import Scheduler
+
+
+def test_flush_deletes_leases_so_a_dead_workers_requests_never_come_back(
+    settings_dict, server, schedulers
+):
+    settings = {**settings_dict, "SCHEDULER_WORKER_TIMEOUT": 0.3}
+    dead = schedulers(settings)
+    for n in range(3):
+        dead.enqueue_request(Request(f"http://example.com/{n}"))
+    assert dead.next_request() is not None  # leases the three: then it dies
+    assert leased_entries(server) == 3
+    schedulers(settings).flush()
+    assert server.keys("demo:requests*") == [b"demo:requests:workers"]  # they still run
+    time.sleep(0.35)  # the dead worker's lease would have expired by now
+    late = schedulers(settings)  # opening recovers expired leases
+    assert late.next_request() is None
+    assert len(late.queue) == 0
+    assert late.stats.get_value("scheduler/leases/recovered") is None
+
+
+@pytest.mark.parametrize(
+    ("setting", "value"),
+    [
+        ("SCHEDULER_QUEUE_CLASS", "scrapy_redis.queue.FifoQueu"),
+        ("SCHEDULER_QUEUE_CLASS", "scrapy_redis.no_such_module.FifoQueue"),
+        ("DUPEFILTER_CLASS", "scrapy_redis.dupefilter.RFPDupeFiltre"),
+    ],
+)
+def test_a_typo_in_a_class_setting_names_the_setting(settings_dict, server, setting, value):
+    crawler = get_crawler(DemoSpider, {**settings_dict, setting: value})
+    spider = crawler._create_spider()
+    with pytest.raises(ConfigurationError, match=f"{setting} = '{value}' cannot be loaded"):
+        scheduler = build_from_crawler(Scheduler, crawler)
+        scheduler.open(spider)
+
+
+def test_a_worker_whose_open_failed_never_deletes_shared_data(settings_dict, server):
+    server.sadd("demo:dupefilter", "f" * 40)
+    server.lpush("demo:requests:prio:0", b"entry")
+    server.zadd("demo:requests", {"0": 0})
+    crawler = get_crawler(
+        DemoSpider, {**settings_dict, "SCHEDULER_QUEUE_CLASS": "scrapy_redis.queue.FifoQueu"}
+    )
+    spider = crawler._create_spider()
+    scheduler = build_from_crawler(Scheduler, crawler)
+    with pytest.raises(Exception, match="SCHEDULER_QUEUE_CLASS|FifoQueu"):
+        scheduler.open(spider)
+    scheduler.close("shutdown")  # what Scrapy's engine does next: no error, nothing deleted
+    assert server.smembers("demo:dupefilter") == {b"f" * 40}
+    assert server.lrange("demo:requests:prio:0", 0, -1) == [b"entry"]
+
+
+@pytest.fixture
+def own_server():
+    server = RedisServer().start()
+    yield server
+    server.cleanup()
+
+
+def test_close_during_an_outage_does_not_claim_redis_is_back(own_server, caplog):
+    crawler = get_crawler(DemoSpider, {"REDIS_URL": own_server.url, "SCHEDULER_PERSIST": True})
+    spider = crawler._create_spider()
+    scheduler = build_from_crawler(Scheduler, crawler)
+    scheduler.open(spider)
+    recoveries: list[Any] = []
+    outage_guard(crawler).on_recovery(lambda: recoveries.append(1))
+    own_server.stop()
+    with caplog.at_level(logging.INFO):
+        assert scheduler.next_request() is None  # the outage starts
+        scheduler.close("shutdown")
+    assert "Redis is unreachable" in caplog.text
+    assert "reachable again" not in caplog.text
+    assert recoveries == []
