@@ -4,10 +4,12 @@ keys of the wrong type, undecodable entries and requests that kill every worker.
 from __future__ import annotations
 
 import logging
+import pickle
 import time
 from typing import Any
 
 import pytest
+import redis
 from scrapy import Request
 from scrapy.utils.misc import build_from_crawler
 from scrapy.utils.test import get_crawler
@@ -90,3 +92,77 @@ def test_close_during_an_outage_does_not_claim_redis_is_back(own_server, caplog)
     assert "Redis is unreachable" in caplog.text
     assert "reachable again" not in caplog.text
     assert recoveries == []
+
+
+def persistent_server() -> RedisServer:
+    return RedisServer("--appendonly", "yes").start()
+
+
+def test_wrong_serializer_halt_gives_back_what_it_leased_even_if_redis_fails_then():
+    own = persistent_server()
+    try:
+        crawler = get_crawler(
+            DemoSpider,
+            {
+                "REDIS_URL": own.url,
+                "SCHEDULER_PERSIST": True,
+                "SCHEDULER_QUEUE_CLASS": "scrapy_redis.queue.FifoQueue",
+            },
+        )
+        spider = crawler._create_spider()
+        scheduler = build_from_crawler(Scheduler, crawler)
+        scheduler.open(spider)
+        scheduler.enqueue_request(Request("http://example.com/first"))
+        assert scheduler.send_enqueued()
+        scheduler.server.lpush("demo:requests", pickle.dumps({"url": "x"}, protocol=5))
+        scheduler.enqueue_request(Request("http://example.com/last"))
+        assert scheduler.send_enqueued()
+        assert scheduler.next_request().url == "http://example.com/first"  # leases all 3
+        own.stop()  # Redis fails just when the pickled entry halts the worker
+        assert scheduler.next_request() is None
+        own.start()
+        outage_guard(crawler).succeeded()  # no waiting for the back-off
+        scheduler.close("scheduler_serializer_error")
+        client = redis.Redis.from_url(own.url)
+        assert leased_entries(client) == 0  # nothing left to expire later
+        assert client.llen("demo:requests") == 3  # all back, the pickled entry untouched
+    finally:
+        own.cleanup()
+
+
+class CommandLog:
+    """The commands clients send to ``server`` (MONITOR), those run by scripts apart."""
+
+    def __init__(self, server: Any) -> None:
+        self.server = server
+        self.monitor = server.monitor()
+        self.monitor.__enter__()
+
+    def stop(self) -> list[dict[str, Any]]:
+        self.server.echo("end-of-command-log")
+        commands = []
+        while True:
+            command = self.monitor.next_command()
+            if command["command"] == "ECHO end-of-command-log":
+                break
+            commands.append(command)
+        self.monitor.__exit__(None, None, None)
+        return commands
+
+
+def test_setting_an_undecodable_entry_aside_is_one_script_call(settings_dict, server, schedulers):
+    scheduler = schedulers({**settings_dict, "SCHEDULER_QUEUE_CLASS": "scrapy_redis.queue.FifoQueue"})
+    server.lpush("demo:requests", b"\xc1 not a request")
+    scheduler.enqueue_request(Request("http://example.com/ok"))
+    assert scheduler.send_enqueued()
+    log = CommandLog(server)
+    assert scheduler.next_request().url == "http://example.com/ok"
+    commands = log.stop()
+    sent = [c["command"].split()[0].upper() for c in commands if c["client_type"] != "lua"]
+    by_scripts = [c["command"].split()[0].upper() for c in commands if c["client_type"] == "lua"]
+    # The move is one script call (EVALSHA, or EVAL the first time), no command of its own.
+    assert set(sent) <= {"EVALSHA", "EVAL", "HELLO"}
+    assert by_scripts.count("RPUSH") == 1
+    assert server.lrange("demo:requests:invalid", 0, -1) == [b"\xc1 not a request"]
+    assert leased_entries(server) == 1  # the request handed out, in progress
+    assert scheduler.stats.get_value("scheduler/invalid/redis") == 1

@@ -143,6 +143,16 @@ class LeaseBook:
             script("lease_ack")(self.server, self.keys, args)
             self._released(releases)
 
+    def set_aside(self, releases: Releases, key: str) -> int:
+        """Move these entries to the list ``key`` and release them, in one script call;
+        how many were moved."""
+        args = [arg for lease, positions in releases for n in positions for arg in (lease.id, n)]
+        if not args:
+            return 0
+        moved = int(script("lease_set_aside")(self.server, [*self.keys, key], args))
+        self._released(releases)
+        return moved
+
     def ack(self, ids: Iterable[str]) -> None:
         """Release whole leases whose work is done."""
         if args := [arg for lease_id in ids for arg in (lease_id, 0)]:

@@ -785,10 +785,9 @@ class Scheduler:
         self, entry: Entry, lease: Lease, position: int, exc: UndecodableRequestError
     ) -> None:
         if exc.looks_like_pickle:  # wrong SCHEDULER_SERIALIZER: leave the queue as it is
-            back = [(lease, position), *((other, n) for _, other, n in self._prefetched)]
-            self._prefetched.clear()
-            self._redis_call(lambda: self._give_back_entries(back), 0)
+            self._prefetched.appendleft((entry, lease, position))
             self._halt(exc)
+            self._redis_call(self._give_back_prefetched, None)
             return
         self._invalid.append((entry, lease, position, str(exc)))
         self._set_aside_invalid()
@@ -801,11 +800,10 @@ class Scheduler:
         book = self._book
         key = invalid_entries_key(self.queue.key)
         while self._invalid:
-            entry, lease, position, error = self._invalid[0]
+            _, lease, position, error = self._invalid[0]
 
-            def set_aside(entry: Entry = entry, lease: Lease = lease, n: int = position) -> bool:
-                self.server.rpush(key, entry.data)
-                book.release([(lease, [n])])
+            def set_aside(lease: Lease = lease, n: int = position) -> bool:
+                book.set_aside([(lease, [n])], key)
                 return True
 
             if not self._redis_call(set_aside, False):
@@ -843,6 +841,12 @@ class Scheduler:
 
     def _forget(self, done: list[_HandedOut]) -> None:
         self._leased.difference_update(done)
+
+    def _give_back_prefetched(self) -> None:
+        """Put back at once what this halted worker leased and did not hand out; kept
+        (and tried again on the heartbeat and at close) until Redis took it."""
+        self._give_back_entries([(lease, n) for _, lease, n in self._prefetched])
+        self._prefetched.clear()
 
     def _give_back_entries(self, entries: list[tuple[Lease, int]]) -> int:
         """Put these leased entries back in the queue at once; how many went back."""
@@ -914,6 +918,8 @@ class Scheduler:
         self._send_unsent()
         if self._invalid:
             self._set_aside_invalid()
+        if self._halted and self._prefetched:
+            self._give_back_prefetched()
         self._ack_done()
         if self._book is not None:
             self._book.renew()

@@ -1,0 +1,30 @@
+-- Move leased entries that cannot be decoded to a list kept for people to look at, and
+-- release them, in one step: a worker dying half-way can neither lose nor duplicate one.
+-- KEYS[1] = the leases hash: lease id -> cmsgpack {op, key, key2, arg, entry...}
+-- KEYS[2] = the lease deadlines sorted set
+-- KEYS[3] = the list the entries are moved to (RPUSH), e.g. <queue>:invalid
+-- ARGV[1..n] = pairs (lease id, position of the entry in it, 1 = the first)
+-- returns how many entries were moved: an entry already moved or released (a resent
+--         call, or a lease another worker recovered) is not moved again
+--#include _leases.lua
+
+local moved = 0
+for i = 1, #ARGV, 2 do
+  local id, at = ARGV[i], 4 + tonumber(ARGV[i + 1])
+  local raw = redis.call('HGET', KEYS[1], id)
+  if raw then
+    local record = cmsgpack.unpack(raw)
+    if at > 4 and at <= #record and record[at] then
+      redis.call('RPUSH', KEYS[3], record[at])
+      record[at] = false
+      moved = moved + 1
+      if holds_entries(record) then
+        redis.call('HSET', KEYS[1], id, cmsgpack.pack(record))
+      else
+        redis.call('HDEL', KEYS[1], id)
+        redis.call('ZREM', KEYS[2], id)
+      end
+    end
+  end
+end
+return moved
