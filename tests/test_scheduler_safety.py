@@ -14,9 +14,9 @@ from scrapy import Request
 from scrapy.utils.misc import build_from_crawler
 from scrapy.utils.test import get_crawler
 
-from helpers import DemoSpider, leased_entries
+from helpers import DemoSpider, leased_entries, open_scheduler
 from redis_server import RedisServer
-from scrapy_redis.exceptions import ConfigurationError
+from scrapy_redis.exceptions import ConfigurationError, WrongKeyTypeError
 from scrapy_redis.outage import outage_guard
 from scrapy_redis.scheduler import Scheduler
 
@@ -166,3 +166,47 @@ def test_setting_an_undecodable_entry_aside_is_one_script_call(settings_dict, se
     assert server.lrange("demo:requests:invalid", 0, -1) == [b"\xc1 not a request"]
     assert leased_entries(server) == 1  # the request handed out, in progress
     assert scheduler.stats.get_value("scheduler/invalid/redis") == 1
+
+
+@pytest.mark.parametrize(
+    ("key", "setting", "queue_cls"),
+    [
+        ("demo:requests", "SCHEDULER_QUEUE_KEY", "scrapy_redis.queue.PriorityQueue"),
+        ("demo:requests", "SCHEDULER_QUEUE_KEY", "scrapy_redis.queue.FifoQueue"),
+        ("demo:requests:leases", "SCHEDULER_QUEUE_KEY", "scrapy_redis.queue.FifoQueue"),
+        ("demo:dupefilter", "SCHEDULER_DUPEFILTER_KEY", "scrapy_redis.queue.LifoQueue"),
+    ],
+)
+def test_a_key_of_another_type_is_one_clear_error_at_start(
+    settings_dict, server, key, setting, queue_cls
+):
+    server.set(key, "written by hand")
+    with pytest.raises(WrongKeyTypeError) as error:
+        open_scheduler({**settings_dict, "SCHEDULER_QUEUE_CLASS": queue_cls})
+    message = str(error.value)
+    assert f"Redis key '{key}' holds a string" in message
+    assert setting in message and f"UNLINK '{key}'" in message
+    assert server.get(key) == b"written by hand"
+
+
+def test_a_key_changing_type_during_the_crawl_stops_the_worker_once(
+    settings_dict, server, schedulers, caplog
+):
+    scheduler = schedulers(settings_dict)
+    scheduler.enqueue_request(Request("http://example.com/a"))
+    assert scheduler.send_enqueued()
+    server.delete("demo:requests")
+    server.set("demo:requests", "written by hand")
+    with caplog.at_level(logging.ERROR, logger="scrapy_redis.scheduler"):
+        for _ in range(3):
+            assert scheduler.next_request() is None
+        assert scheduler.enqueue_request(Request("http://example.com/b")) is True
+        assert not scheduler.has_pending_requests()
+        scheduler.close("redis_wrong_type")
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    named = [e for e in errors if "Redis key 'demo:requests' holds a string" in e]
+    assert len(named) == 1 and "Closing the spider" in named[0], errors
+    assert not [r for r in caplog.records if r.exc_info], "no traceback"
+    # What was accepted after that could not be pushed, and is said to be lost.
+    assert errors[1:] == [f"1 requests could not be pushed to Redis: {errors[1].split(': ', 1)[1]}"]
+    assert server.get("demo:requests") == b"written by hand"

@@ -18,6 +18,10 @@ class ConfigurationError(ScrapyRedisError, ValueError):
     """A setting names something that cannot be used (the message names the setting)."""
 
 
+class WrongKeyTypeError(ConfigurationError):
+    """A Redis key the crawl uses exists with another type (the message names it)."""
+
+
 class RedisUnavailableError(ScrapyRedisError, ConnectionError):
     """Redis could not be reached when a component started."""
 

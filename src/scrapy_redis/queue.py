@@ -238,6 +238,8 @@ class _ListQueue(Base):
 
     _pop_command = ""
     _blocking_pop_command = ""
+    #: The Redis type of ``key`` (checked when the scheduler opens).
+    redis_type = "list"
 
     def __len__(self) -> int:
         length: int = self.server.llen(self.key)
@@ -307,6 +309,8 @@ class PriorityQueue(Base):
 
     # Retries when other workers empty or replace the highest priority meanwhile.
     _POP_ATTEMPTS = 8
+    #: The Redis type of ``key``, the index (checked when the scheduler opens).
+    redis_type = "zset"
 
     def __init__(
         self, server: Any, spider: Spider, key: str, serializer: Serializer | Any = None

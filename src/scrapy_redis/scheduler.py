@@ -42,6 +42,7 @@ from scrapy_redis.exceptions import (
     warn_from_settings,
 )
 from scrapy_redis.keys import format_key, invalid_entries_key, news_channel, workers_key
+from scrapy_redis.keytypes import KeyUse, check_key_types, describe, is_wrong_type, wrong_types
 from scrapy_redis.leases import Lease, LeaseBook
 from scrapy_redis.outage import OUTAGE_ERRORS, OutageGuard, outage_guard
 from scrapy_redis.queue import Base, Candidate, Entry
@@ -369,6 +370,7 @@ class Scheduler:
         if _supports_leases(self.queue):
             self._book = LeaseBook(self.server, self.queue.key, self.worker_id, self.worker_timeout)
         self._in_script = _dedups_in_script(self.df, self.queue)
+        check_key_types(self.server, self._key_uses())
         self._join()
         self._recover()
         if pending := len(self.queue):
@@ -392,7 +394,7 @@ class Scheduler:
         # A worker that could not read the queue, or whose open() failed, keeps the data.
         keep = self.persist or self._halted or self._opening
         try:
-            self._send_unsent()
+            self._send_unsent_at_close()
             self._give_back_leases()
             if self._registry is not None:
                 self._leave(keep)
@@ -404,6 +406,20 @@ class Scheduler:
         if not self._df_from_spider and hasattr(self.df, "close"):
             return self.df.close(reason)  # type: ignore[no-any-return]
         return None
+
+    def _send_unsent_at_close(self) -> None:
+        """Push what is still buffered; a key of another type loses it (logged)."""
+        try:
+            self._send_unsent()
+        except ResponseError as exc:
+            if not is_wrong_type(exc):
+                raise
+            logger.error(
+                "%(count)d requests could not be pushed to Redis: %(error)s",
+                {"count": len(self._unsent), "error": exc},
+                extra={"spider": self.spider},
+            )
+            self._unsent.clear()
 
     def flush(self) -> None:
         """Delete the shared queue, its leases and the fingerprints now, whoever else
@@ -451,6 +467,22 @@ class Scheduler:
             keys += self._book.keys
         key = getattr(self.df, "key", None)
         return [*keys, key] if isinstance(key, str) else keys
+
+    def _key_uses(self) -> list[KeyUse]:
+        """The keys this worker uses, with their types (see keytypes.py)."""
+        uses = [KeyUse(key, kind, "SCHEDULER_QUEUE_KEY") for key, kind in self._queue_key_types()]
+        if self._in_script:  # our filter's set (a subclass may keep another type there)
+            uses.append(KeyUse(self.df.key, "set", "SCHEDULER_DUPEFILTER_KEY"))
+        return uses
+
+    def _queue_key_types(self) -> list[tuple[str, str]]:
+        key = self.queue.key
+        types = [(workers_key(key), "hash"), (invalid_entries_key(key), "list")]
+        if kind := getattr(self.queue, "redis_type", None):
+            types.append((key, kind))
+        if self._book is not None:
+            types += [(self._book.leases_key, "hash"), (self._book.deadlines_key, "zset")]
+        return types
 
     def _join(self) -> None:
         self._registry = WorkerRegistry(
@@ -513,6 +545,11 @@ class Scheduler:
             return self._send_unsent(answer_for=request)
         except OUTAGE_ERRORS as exc:
             self._guard.failed(exc)
+            return True
+        except ResponseError as exc:
+            if not is_wrong_type(exc):
+                raise
+            self._wrong_type(exc)
             return True
 
     def send_enqueued(self) -> bool:
@@ -676,8 +713,15 @@ class Scheduler:
         return bool(self._unsent)
 
     def _redis_call(self, call: Callable[[], T], during_outage: T) -> T:
-        """``call()``, or ``during_outage`` while Redis is unreachable (see outage.py)."""
-        result = self._guard.attempt(call, during_outage)
+        """``call()``, or ``during_outage`` while Redis is unreachable (see outage.py) or
+        after a key turned out to have another type (the spider is closed)."""
+        try:
+            result = self._guard.attempt(call, during_outage)
+        except ResponseError as exc:
+            if not is_wrong_type(exc):
+                raise
+            self._wrong_type(exc)
+            return during_outage
         if self._guard.down:
             self._check_outage()
         return result
@@ -926,6 +970,22 @@ class Scheduler:
         self._recover()
 
     # -- helpers ------------------------------------------------------------------------
+
+    def _wrong_type(self, exc: ResponseError) -> None:
+        """A key holds another type than ours: say which and how to fix it, once, and
+        stop (nothing more is written; the shared data is kept)."""
+        if self._halted:
+            return
+        try:
+            wrong = wrong_types(self.server, self._key_uses())
+        except Exception:  # only to word the message: Redis's own error will do
+            wrong = []
+        logger.error(
+            "%(problem)s Closing the spider.",
+            {"problem": describe(wrong) if wrong else exc},
+            extra={"spider": self.spider},
+        )
+        self._stop("redis_wrong_type")
 
     def _halt(self, exc: UndecodableRequestError) -> None:
         """Stop this worker: the queue holds data it cannot read (left in place)."""
