@@ -463,8 +463,8 @@ def test_giving_back_nothing_leaves_no_empty_priority(server):
     assert len(queue.pop_entries(2, ticket=ticket)) == 2
     assert server.zcard("q") == 0
     script("lease_ack")(server, book.keys, [ticket.id, 1, 1])  # the first one is done
-    keys = [*book.keys, "q", "q:prio:5"]
-    assert script("lease_requeue")(server, keys, ["all", ticket.id, 1, 1]) == 0
+    keys = [*book.requeue_keys, "q", "q:prio:5"]
+    assert script("lease_requeue")(server, keys, ["all", 3, ticket.id, 1, 1]) == [0, 0]
     assert server.zcard("q") == 0  # no priority without a list behind it
     assert queue.is_empty() and len(queue) == 0
 

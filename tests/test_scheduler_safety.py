@@ -3,6 +3,7 @@ keys of the wrong type, undecodable entries and requests that kill every worker.
 
 from __future__ import annotations
 
+import json
 import logging
 import pickle
 import time
@@ -16,6 +17,7 @@ from scrapy.utils.test import get_crawler
 
 from helpers import DemoSpider, leased_entries, open_scheduler
 from redis_server import RedisServer
+from scrapy_redis.deadletters import dead_letters, requeue_dead_letters
 from scrapy_redis.exceptions import ConfigurationError, WrongKeyTypeError
 from scrapy_redis.outage import outage_guard
 from scrapy_redis.scheduler import Scheduler
@@ -210,3 +212,99 @@ def test_a_key_changing_type_during_the_crawl_stops_the_worker_once(
     # What was accepted after that could not be pushed, and is said to be lost.
     assert errors[1:] == [f"1 requests could not be pushed to Redis: {errors[1].split(': ', 1)[1]}"]
     assert server.get("demo:requests") == b"written by hand"
+
+
+@pytest.mark.parametrize(
+    "queue_cls", ["scrapy_redis.queue.FifoQueue", "scrapy_redis.queue.PriorityQueue"]
+)
+def test_a_request_every_worker_dies_with_goes_to_the_dead_letters(
+    settings_dict, server, schedulers, caplog, queue_cls
+):
+    settings = {
+        **settings_dict,
+        "SCHEDULER_WORKER_TIMEOUT": 0.3,
+        "SCHEDULER_QUEUE_CLASS": queue_cls,
+        "SCHEDULER_PERSIST": True,
+    }
+    first = schedulers(settings)
+    urls = ["http://example.com/poison", *(f"http://example.com/{n}" for n in range(4))]
+    for url in urls:
+        first.enqueue_request(Request(url, priority=3))
+    assert first.send_enqueued()
+    assert first.next_request().url == urls[0]  # leases all five, then dies with the poison
+    for _ in range(2):  # two more workers take it (alone now), and die with it
+        time.sleep(0.35)
+        worker = schedulers(settings)  # opening recovers the dead worker's leases
+        assert worker.next_request().url == urls[0]
+        assert leased_entries(server) == 1  # the others were not leased with it
+    time.sleep(0.35)
+    with caplog.at_level(logging.ERROR, logger="scrapy_redis.scheduler"):
+        last = schedulers(settings)
+    assert "Moved 1 requests to demo:requests:dead" in caplog.text
+    assert "SCHEDULER_MAX_DELIVERIES" in caplog.text
+    assert last.stats.get_value("scheduler/leases/dead_lettered") == 1
+    # The requests leased with the poison the first time are neither lost nor blamed:
+    # suspects now, each worker works on one at a time.
+    assert last.next_request().url == urls[1]
+    assert last.next_request() is None  # while it works on that one
+    assert [schedulers(settings).next_request().url for _ in range(3)] == urls[2:]
+    assert dead_letters(server, "demo:requests")[0].request_dict()["url"] == urls[0]
+
+    [letter] = dead_letters(server, "demo:requests")
+    assert letter.request_dict()["url"] == urls[0]
+    assert letter.priority == (3 if queue_cls.endswith("PriorityQueue") else None)
+    assert requeue_dead_letters(server, "demo:requests") == 1
+    assert dead_letters(server, "demo:requests") == []
+    again = schedulers(settings).next_request()
+    assert (again.url, again.priority) == (urls[0], 3)
+
+
+def test_max_deliveries_zero_never_gives_up(settings_dict, server, schedulers):
+    settings = {
+        **settings_dict,
+        "SCHEDULER_WORKER_TIMEOUT": 0.2,
+        "SCHEDULER_MAX_DELIVERIES": 0,
+        "SCHEDULER_PERSIST": True,
+    }
+    worker = schedulers(settings)
+    worker.enqueue_request(Request("http://example.com/poison"))
+    for _ in range(4):
+        assert worker.next_request().url == "http://example.com/poison"
+        time.sleep(0.25)
+        worker = schedulers(settings)
+    assert dead_letters(server, "demo:requests") == []
+
+
+@pytest.mark.e2e
+def test_a_page_that_kills_every_worker_ends_in_the_dead_letters(server, redis_url, tmp_path):
+    """Real workers, one after the other, each killed by the same page: the fourth one
+    moves it to the dead letters and crawls the rest of the site."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from test_e2e import DemoSite, expected_pages, parse_stats
+
+    spider_file = Path(__file__).parent / "spiders" / "poison_spider.py"
+    command = [sys.executable, "-m", "scrapy", "runspider", str(spider_file)]
+    command += ["-s", f"REDIS_URL={redis_url}", "-s", "LOG_LEVEL=INFO"]
+    with DemoSite(pages=60) as site:
+        server.lpush("poison:start_urls", site.url)
+        logs, codes = [], []
+        for n in range(4):
+            logs.append(tmp_path / f"worker-{n}.log")
+            with logs[-1].open("wb") as log:
+                run = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, timeout=120)
+            codes.append(run.returncode)
+            time.sleep(1.4)  # the dead worker's lease expires (SCHEDULER_WORKER_TIMEOUT = 1)
+        hits = site.snapshot()
+    last = logs[-1].read_text()
+    assert codes == [3, 3, 3, 0], last[-3000:]
+    assert "Moved 1 requests to poison:requests:dead" in last
+    assert parse_stats(last)["scheduler/leases/dead_lettered"] == 1
+    assert hits["/p/7.html"] == 3  # three deliveries, then never again
+    [letter] = dead_letters(server, "poison:requests")
+    assert letter.request_dict()["url"] == site.url.rstrip("/") + "/p/7.html"
+    items = {json.loads(raw)["url"] for raw in server.lrange("poison:items", 0, -1)}
+    base = site.url.rstrip("/")
+    assert items == {base + path for path in expected_pages(60) - {"/p/7.html"}}

@@ -67,6 +67,10 @@ SCHEDULER_FLUSH_ON_START = False
 #: SCHEDULER_IDLE_BEFORE_CLOSE: seconds to wait for new requests before idling.
 SCHEDULER_IDLE_BEFORE_CLOSE = 0
 
+#: SCHEDULER_MAX_DELIVERIES: a leased request whose worker died this many times is moved
+#: to the dead letters ``<queue key>:dead`` instead of the queue (0: never).
+SCHEDULER_MAX_DELIVERIES = 3
+
 #: SCHEDULER_PERSIST: keep queue, fingerprints and stats when the last worker closes.
 SCHEDULER_PERSIST = False
 

@@ -61,3 +61,13 @@ def lease_deadlines_key(base_key: str) -> str:
 def news_channel(queue_key: str) -> str:
     """The pub/sub channel on which pushes to a queue are announced (see wakeup.py)."""
     return f"{queue_key}:news"
+
+
+def deliveries_key(base_key: str) -> str:
+    """The hash counting, per leased entry, the deliveries that ended with its worker gone."""
+    return f"{base_key}:deliveries"
+
+
+def dead_letters_key(base_key: str) -> str:
+    """Where entries delivered SCHEDULER_MAX_DELIVERIES times are moved (never deleted)."""
+    return f"{base_key}:dead"

@@ -11,18 +11,26 @@ what it did not finish when it closes. A lease whose deadline has passed
 belongs to a dead worker: any worker puts its entries that are not done back
 where they came from (same queue, same priority, at the end popped next), so
 nothing popped is lost. Lease ids are ``<worker id>:<sequence number>``.
+
+Each such recovery counts a delivery of each entry in ``<base>:deliveries``
+(by the SHA1 of the entry): an entry delivered SCHEDULER_MAX_DELIVERIES times
+(a request that kills or hangs every worker that takes it) goes to the dead
+letters ``<base>:dead`` instead; an entry with a delivery counted is leased
+alone, so that the entries popped with it are not blamed for it; the count is
+forgotten when the entry is done.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgpack  # type: ignore[import-untyped]
 from redis.client import NEVER_DECODE
 
-from scrapy_redis.keys import lease_deadlines_key, leases_key
+from scrapy_redis import defaults
+from scrapy_redis.keys import dead_letters_key, deliveries_key, lease_deadlines_key, leases_key
 from scrapy_redis.scripts import script
 
 # How many expired leases one recovery pass puts back at most.
@@ -54,6 +62,8 @@ class Ticket:
     first: int
     #: Leases whose work is done, released by the same pop script (see release_args()).
     releases: tuple[tuple[Lease, tuple[int, ...]], ...] = ()
+    #: The deliveries hash (an entry with deliveries counted is leased alone).
+    deliveries_key: str = ""
 
     @property
     def id(self) -> str:
@@ -78,7 +88,16 @@ def _positions_arg(lease: Lease, positions: Sequence[int]) -> list[int]:
     return [0] if len(positions) >= lease.unreleased else [len(positions), *positions]
 
 
-def _record_keys(raw: bytes) -> list[str]:
+class Recovery(NamedTuple):
+    """What one recovery of expired leases did."""
+
+    #: Entries put back where they came from.
+    requeued: int
+    #: Entries moved to the dead letters (delivered SCHEDULER_MAX_DELIVERIES times).
+    dead_lettered: int
+
+
+def record_keys(raw: bytes) -> list[str]:
     """The keys a lease record names (where its entries go back to)."""
     op, key, key2 = msgpack.unpackb(raw, raw=True)[:3]
     keys = [key.decode()]
@@ -94,10 +113,20 @@ def _seq(lease_id: str) -> int:
 class LeaseBook:
     """This worker's leases on one pair of lease keys."""
 
-    def __init__(self, server: Any, base_key: str, worker_id: str, timeout: float) -> None:
+    def __init__(
+        self,
+        server: Any,
+        base_key: str,
+        worker_id: str,
+        timeout: float,
+        max_deliveries: int = defaults.SCHEDULER_MAX_DELIVERIES,
+    ) -> None:
         self.server = server
         self.leases_key = leases_key(base_key)
         self.deadlines_key = lease_deadlines_key(base_key)
+        self.deliveries_key = deliveries_key(base_key)
+        self.dead_letters_key = dead_letters_key(base_key)
+        self.max_deliveries = max_deliveries
         self.prefix = f"{worker_id}:"
         self.timeout_ms = max(1, int(timeout * 1000))
         self.held: set[str] = set()
@@ -106,6 +135,16 @@ class LeaseBook:
     @property
     def keys(self) -> list[str]:
         return [self.leases_key, self.deadlines_key]
+
+    @property
+    def flush_keys(self) -> list[str]:
+        """The keys deleted with the queue (the dead letters are kept, as invalid entries)."""
+        return [*self.keys, self.deliveries_key]
+
+    @property
+    def requeue_keys(self) -> list[str]:
+        """The first keys of lease_requeue.lua."""
+        return [*self.keys, self.deliveries_key, self.dead_letters_key]
 
     def ticket(self, count: int = 1, releases: Releases = ()) -> Ticket:
         """Reserve ``count`` lease ids for one pop, which also releases ``releases``."""
@@ -116,6 +155,7 @@ class LeaseBook:
             self.prefix,
             self._next,
             tuple((lease, tuple(positions)) for lease, positions in releases),
+            self.deliveries_key,
         )
         self._next += count
         return ticket
@@ -140,7 +180,7 @@ class LeaseBook:
     def release(self, releases: Releases) -> None:
         """Release entries whose work is done."""
         if args := release_args(releases):
-            script("lease_ack")(self.server, self.keys, args)
+            script("lease_ack")(self.server, [*self.keys, self.deliveries_key], args)
             self._released(releases)
 
     def set_aside(self, releases: Releases, key: str) -> int:
@@ -156,7 +196,7 @@ class LeaseBook:
     def ack(self, ids: Iterable[str]) -> None:
         """Release whole leases whose work is done."""
         if args := [arg for lease_id in ids for arg in (lease_id, 0)]:
-            script("lease_ack")(self.server, self.keys, args)
+            script("lease_ack")(self.server, [*self.keys, self.deliveries_key], args)
             self.held.difference_update(args[::2])
 
     def _released(self, releases: Releases) -> None:
@@ -168,7 +208,7 @@ class LeaseBook:
     def clear(self) -> None:
         """Delete every lease of these keys, this worker's and the others' (a flush):
         their entries never come back."""
-        self.server.unlink(*self.keys)
+        self.server.unlink(*self.flush_keys)
         self.held.clear()
 
     def renew(self) -> int:
@@ -203,10 +243,11 @@ class LeaseBook:
             "HMGET", self.leases_key, *ids, **{NEVER_DECODE: True}
         )
         pairs = [(i, r) for i, r in zip(ids, records, strict=True) if r is not None]
-        return self._requeue("all", pairs, positions_of)
+        return self._requeue("all", pairs, positions_of).requeued
 
-    def recover_expired(self) -> int:
-        """Put back the entries of leases past their deadline (dead workers)."""
+    def recover_expired(self) -> Recovery:
+        """Put back the entries of leases past their deadline (dead workers), or move
+        them to the dead letters once delivered ``max_deliveries`` times."""
         reply = script("lease_expired")(self.server, self.keys, [_RECOVER_BATCH])
         pairs = [(reply[i].decode(), reply[i + 1]) for i in range(0, len(reply), 2)]
         pairs = [(i, r) for i, r in pairs if i not in self.held]
@@ -222,14 +263,15 @@ class LeaseBook:
         mode: str,
         pairs: Sequence[tuple[str, bytes]],
         positions_of: dict[str, list[int]] | None = None,
-    ) -> int:
+    ) -> Recovery:
         """Put back the entries of ``pairs`` (lease id, record): all those each still
         holds, or those ``positions_of`` names (see _positions_arg())."""
         if not pairs:
-            return 0
+            return Recovery(0, 0)
         pairs = sorted(pairs, key=lambda pair: _seq(pair[0]), reverse=True)
-        keys = sorted({key for _, record in pairs for key in _record_keys(record)})
-        args: list[str | int] = [mode]
+        keys = sorted({key for _, record in pairs for key in record_keys(record)})
+        args: list[str | int] = [mode, self.max_deliveries]
         for lease_id, _ in pairs:
             args += [lease_id, *(positions_of or {}).get(lease_id, [0])]
-        return int(script("lease_requeue")(self.server, [*self.keys, *keys], args))
+        requeued, dead = script("lease_requeue")(self.server, [*self.requeue_keys, *keys], args)
+        return Recovery(int(requeued), int(dead))

@@ -271,7 +271,7 @@ class _ListQueue(Base):
         self, count: int, timeout: int = 0, ticket: Ticket | None = None
     ) -> list[Entry]:
         if ticket is not None:
-            keys = [self.key, ticket.leases_key, ticket.deadlines_key]
+            keys = [self.key, ticket.leases_key, ticket.deadlines_key, ticket.deliveries_key]
             release = release_args(ticket.releases)
             args = [self._pop_command, count, ticket.timeout_ms, ticket.id, *release]
             return [
@@ -384,7 +384,7 @@ class PriorityQueue(Base):
         lease_keys: list[str] = []
         lease_args: list[Any] = []
         if ticket is not None:
-            lease_keys = [ticket.leases_key, ticket.deadlines_key]
+            lease_keys = [ticket.leases_key, ticket.deadlines_key, ticket.deliveries_key]
             lease_args = [ticket.timeout_ms, ticket.id, *release_args(ticket.releases)]
         for _ in range(self._POP_ATTEMPTS):
             keys = [self.key, priority_list_key(self.key, self._top), *lease_keys]
@@ -392,7 +392,7 @@ class PriorityQueue(Base):
             if ticket is not None:
                 lease_args = lease_args[:2]  # released by this call
             kind = reply[0]
-            if kind == 0:
+            if kind in (0, 4):  # empty, or only requests this worker must not take now
                 return []
             if kind == 3:
                 return [Entry(reply[1], legacy_score=reply[2])]

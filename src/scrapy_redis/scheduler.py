@@ -182,6 +182,9 @@ def _scheduler_kwargs(settings: BaseSettings) -> dict[str, Any]:
         "worker_timeout": settings.getfloat(
             "SCHEDULER_WORKER_TIMEOUT", defaults.SCHEDULER_WORKER_TIMEOUT
         ),
+        "max_deliveries": settings.getint(
+            "SCHEDULER_MAX_DELIVERIES", defaults.SCHEDULER_MAX_DELIVERIES
+        ),
         "enqueue_delay": settings.getfloat(
             "SCHEDULER_ENQUEUE_DELAY", defaults.SCHEDULER_ENQUEUE_DELAY
         ),
@@ -257,6 +260,7 @@ class Scheduler:
         serializer: Any = None,
         *,
         worker_timeout: float = defaults.SCHEDULER_WORKER_TIMEOUT,
+        max_deliveries: int = defaults.SCHEDULER_MAX_DELIVERIES,
         enqueue_delay: float = defaults.SCHEDULER_ENQUEUE_DELAY,
         enqueue_batch_size: int = defaults.SCHEDULER_ENQUEUE_BATCH_SIZE,
         prefetch: int = defaults.SCHEDULER_PREFETCH,
@@ -270,6 +274,11 @@ class Scheduler:
             )
         if worker_timeout <= 0:
             raise ValueError(f"SCHEDULER_WORKER_TIMEOUT = {worker_timeout!r} must be positive.")
+        if max_deliveries < 0:
+            raise ValueError(
+                f"SCHEDULER_MAX_DELIVERIES = {max_deliveries!r} cannot be negative; use 0 to "
+                "put a dead worker's requests back in the queue however often it happens."
+            )
         if enqueue_delay < 0:
             raise ValueError(
                 f"SCHEDULER_ENQUEUE_DELAY = {enqueue_delay!r} cannot be negative; use 0 to "
@@ -293,6 +302,7 @@ class Scheduler:
             defaults.SCHEDULER_SERIALIZER if serializer is None else serializer
         )
         self.worker_timeout = worker_timeout
+        self.max_deliveries = max_deliveries
         self.enqueue_delay = enqueue_delay
         self.enqueue_batch_size = enqueue_batch_size
         self.prefetch = prefetch
@@ -368,7 +378,13 @@ class Scheduler:
         if self.df is None:
             self.df = load_configured("DUPEFILTER_CLASS", self.dupefilter_cls).from_spider(spider)
         if _supports_leases(self.queue):
-            self._book = LeaseBook(self.server, self.queue.key, self.worker_id, self.worker_timeout)
+            self._book = LeaseBook(
+                self.server,
+                self.queue.key,
+                self.worker_id,
+                self.worker_timeout,
+                self.max_deliveries,
+            )
         self._in_script = _dedups_in_script(self.df, self.queue)
         check_key_types(self.server, self._key_uses())
         self._join()
@@ -464,7 +480,7 @@ class Scheduler:
     def _shared_keys(self) -> list[str]:
         keys = list(self.queue.flush_keys()) if hasattr(self.queue, "flush_keys") else []
         if self._book is not None:
-            keys += self._book.keys
+            keys += self._book.flush_keys
         key = getattr(self.df, "key", None)
         return [*keys, key] if isinstance(key, str) else keys
 
@@ -938,8 +954,12 @@ class Scheduler:
                 self._announce("returned")
 
     def _recover(self) -> None:
-        """Put back the requests leased by workers that died."""
-        if self._book is not None and (recovered := self._book.recover_expired()):
+        """Put back the requests leased by workers that died; those that every worker
+        taking them died with go to the dead letters."""
+        if self._book is None:
+            return
+        recovered, dead = self._book.recover_expired()
+        if recovered:
             logger.info(
                 "Recovered %(count)d requests leased by workers that stopped responding",
                 {"count": recovered},
@@ -947,6 +967,15 @@ class Scheduler:
             )
             self._inc("scheduler/leases/recovered", recovered)
             self._announce("recovered")
+        if dead:
+            logger.error(
+                "Moved %(count)d requests to %(key)s: each was leased %(max)d times by workers "
+                "that stopped responding (SCHEDULER_MAX_DELIVERIES). See 'Dead letters' in the "
+                "scheduler docs to look at them and requeue them.",
+                {"count": dead, "key": self._book.dead_letters_key, "max": self.max_deliveries},
+                extra={"spider": self.spider},
+            )
+            self._inc("scheduler/leases/dead_lettered", dead)
 
     def _beat(self) -> None:
         """Every third of SCHEDULER_WORKER_TIMEOUT: renew, acknowledge, recover."""

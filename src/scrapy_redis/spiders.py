@@ -150,7 +150,15 @@ class RedisMixin:
         timeout = crawler.settings.getfloat(
             "SCHEDULER_WORKER_TIMEOUT", defaults.SCHEDULER_WORKER_TIMEOUT
         )
-        self._leases = LeaseBook(self.server, self._redis_keys[0], new_worker_id(), timeout)
+        self._leases = LeaseBook(
+            self.server,
+            self._redis_keys[0],
+            new_worker_id(),
+            timeout,
+            crawler.settings.getint(
+                "SCHEDULER_MAX_DELIVERIES", defaults.SCHEDULER_MAX_DELIVERIES
+            ),
+        )
         self._unacked: list[str] = []
         self._idle_since: float | None = None
         self._poller: task.LoopingCall | None = None
@@ -350,13 +358,26 @@ class RedisMixin:
             return
         try:
             self._leases.renew()
-            if recovered := self._leases.recover_expired():
+            recovery = self._leases.recover_expired()
+            if recovered := recovery.requeued:
                 logger.info(
                     "Recovered %(count)d start messages leased by workers that stopped responding",
                     {"count": recovered},
                     extra={"spider": self},
                 )
                 self._inc("redis/start_messages/recovered", recovered)
+            if dead := recovery.dead_lettered:
+                logger.error(
+                    "Moved %(count)d start messages to %(key)s: each was leased "
+                    "%(max)d times by workers that stopped responding (SCHEDULER_MAX_DELIVERIES)",
+                    {
+                        "count": dead,
+                        "key": self._leases.dead_letters_key,
+                        "max": self._leases.max_deliveries,
+                    },
+                    extra={"spider": self},
+                )
+                self._inc("redis/start_messages/dead_lettered", dead)
         except OUTAGE_ERRORS as exc:
             guard.failed(exc)
         except Exception:  # a missed heartbeat must not kill the loop

@@ -2,6 +2,8 @@
 -- KEYS[1] = the queue (list)
 -- KEYS[2] = the leases hash: lease id -> cmsgpack {op, key, key2, arg, entry...}
 -- KEYS[3] = the lease deadlines sorted set: lease id -> deadline in ms (server clock)
+-- KEYS[4] = the deliveries hash (see lease_requeue.lua and select_leasable() in
+--           _leases.lua): a worker takes at most one suspect at a time
 -- ARGV[1] = "RPOP" (FIFO) or "LPOP" (LIFO)
 -- ARGV[2] = how many entries to pop at most
 -- ARGV[3] = lease timeout in ms
@@ -12,7 +14,7 @@
 --         popped ones, in pop order: one reply for the client to parse), "" if none
 --#include _leases.lua
 
-release_leases(KEYS[2], KEYS[3], 5)
+release_leases(KEYS[2], KEYS[3], 5, KEYS[4])
 -- A lease with this id exists: this call is a retry (the reply to the first was lost),
 -- so answer what the first call leased instead of popping more.
 local leased = redis.call('HGET', KEYS[2], ARGV[4])
@@ -27,6 +29,12 @@ end
 local restore = 'lpush'
 if ARGV[1] == 'RPOP' then
   restore = 'rpush'
+end
+local back
+items, back = select_leasable(KEYS[2], KEYS[4], ARGV[4], items)
+put_back(restore, KEYS[1], '', '', back)
+if #items == 0 then
+  return ''
 end
 local packed = pack_record(restore, KEYS[1], '', '', items)
 lease(KEYS[2], KEYS[3], ARGV[4], ARGV[3], packed)

@@ -1,55 +1,59 @@
--- Put leased entries back where they were popped from, at the end popped next.
+-- Put leased entries back where they were popped from, at the end popped next; in
+-- "expired" mode, count the delivery that ended with its worker gone, and move an entry
+-- delivered that many times to the dead letters instead (a request that kills or hangs
+-- every worker that takes it).
 -- KEYS[1] = the leases hash: lease id -> cmsgpack {op, key, key2, arg, entry...}
 -- KEYS[2] = the lease deadlines sorted set
--- KEYS[3..n] = every key the records name (read them first: lease_expired.lua or HMGET)
--- ARGV[1] = "expired" to put back only leases past their deadline, "all" for any
--- ARGV[2..n] = groups of (lease id, n, n positions), the most recently popped lease
+-- KEYS[3] = the deliveries hash: sha1 of an entry -> deliveries ended by a dead worker
+-- KEYS[4] = the dead letters list: cmsgpack {op, key, key2, arg, entry}, one per entry
+-- KEYS[5..n] = every key the records name (read them first: lease_expired.lua or HMGET)
+-- ARGV[1] = "expired" to put back only leases past their deadline, "all" for any (a
+--           graceful give-back: no delivery is counted)
+-- ARGV[2] = deliveries after which an entry is a dead letter (0: never)
+-- ARGV[3..n] = groups of (lease id, n, n positions), the most recently popped lease
 --              first: n = 0 puts back every entry of the lease still held, otherwise
 --              the entries at those positions (1 = the first)
--- returns how many entries were put back
--- Record ops: "rpush"/"lpush" (list queue or list of start messages), "prio" (LPUSH to a
--- priority list key, ZADD its priority arg to the index key2), "zadd" (score arg), "sadd".
+-- returns {entries put back, entries moved to the dead letters}
 --#include _leases.lua
 
 local declared = {}
-for i = 3, #KEYS do
+for i = 5, #KEYS do
   declared[KEYS[i]] = true
 end
+local expired_only = ARGV[1] == 'expired'
+local max_deliveries = tonumber(ARGV[2])
 local now = redis.call('TIME')
 local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
 
--- Push entries back so that the first of them is popped first.
-local function put_back(op, key, key2, arg, entries)
-  if #entries == 0 then
-    return
+-- The entries that go back, after counting a delivery of each (expired leases only);
+-- those delivered max_deliveries times go to the dead letters.
+local dead = 0
+local function count_deliveries(op, key, key2, arg, entries)
+  if not expired_only then
+    return entries
   end
-  local reversed = {}
-  for i = #entries, 1, -1 do
-    reversed[#reversed + 1] = entries[i]
-  end
-  if op == 'rpush' then
-    call_in_chunks('RPUSH', key, reversed)
-  elseif op == 'lpush' then
-    call_in_chunks('LPUSH', key, reversed)
-  elseif op == 'prio' then
-    call_in_chunks('LPUSH', key, reversed)
-    redis.call('ZADD', key2, -tonumber(arg), arg)
-  elseif op == 'zadd' then
-    for _, entry in ipairs(entries) do
-      redis.call('ZADD', key, arg, entry)
+  local back = {}
+  for _, entry in ipairs(entries) do
+    local digest = redis.sha1hex(entry)
+    local delivered = redis.call('HINCRBY', KEYS[3], digest, 1)
+    if max_deliveries > 0 and delivered >= max_deliveries then
+      redis.call('RPUSH', KEYS[4], cmsgpack.pack({op, key, key2, arg, entry}))
+      redis.call('HDEL', KEYS[3], digest)
+      dead = dead + 1
+    else
+      back[#back + 1] = entry
     end
-  elseif op == 'sadd' then
-    call_in_chunks('SADD', key, entries)
   end
+  return back
 end
 
 local requeued = 0
-local i = 2
+local i = 3
 while i <= #ARGV do
   local id, n = ARGV[i], tonumber(ARGV[i + 1])
   local raw = redis.call('HGET', KEYS[1], id)
   local deadline = tonumber(redis.call('ZSCORE', KEYS[2], id))
-  if raw and (ARGV[1] == 'all' or deadline == nil or deadline < ms) then
+  if raw and (not expired_only or deadline == nil or deadline < ms) then
     local record = cmsgpack.unpack(raw)
     local op, key, key2, arg = record[1], record[2], record[3], record[4]
     if not declared[key] or (op == 'prio' and not declared[key2]) then
@@ -73,15 +77,17 @@ while i <= #ARGV do
         record[4 + p] = false
       end
     end
-    put_back(op, key, key2, arg, entries)
-    requeued = requeued + #entries
+    local back = count_deliveries(op, key, key2, arg, entries)
+    put_back(op, key, key2, arg, back)
+    requeued = requeued + #back
     if holds_entries(record) then
       redis.call('HSET', KEYS[1], id, cmsgpack.pack(record))
     else
       redis.call('HDEL', KEYS[1], id)
       redis.call('ZREM', KEYS[2], id)
     end
+    forget_done_suspect(KEYS[1], KEYS[3], id)
   end
   i = i + 2 + n
 end
-return requeued
+return {requeued, dead}

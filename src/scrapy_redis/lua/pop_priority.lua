@@ -4,6 +4,8 @@
 --           serialized request, score = -priority)
 -- KEYS[2] = the list of the priority the caller expects to be the highest
 -- KEYS[3], KEYS[4] = (to lease) the leases hash and the lease deadlines sorted set
+-- KEYS[5] = (to lease) the deliveries hash (see lease_requeue.lua and select_leasable()
+--           in _leases.lua): a worker takes at most one suspect at a time
 -- ARGV[1] = that priority, as text
 -- ARGV[2] = how many requests to pop at most
 -- ARGV[3], ARGV[4] = (to lease) timeout in ms, the id to lease the popped entries under
@@ -14,11 +16,12 @@
 --         {op, key, key2, arg, entry...} packed, its entries the popped ones in pop order
 --         (the list may have been emptied by another worker: then no record follows);
 --         {2, priority} when the highest priority is another one: call again with it;
---         {3, entry, score} after removing an entry written by the original scrapy-redis
+--         {3, entry, score} after removing an entry written by the original scrapy-redis;
+--         {4} when the worker holds a suspect and the highest priority has only suspects
 --#include _leases.lua
 
 if #KEYS >= 4 then
-  release_leases(KEYS[3], KEYS[4], 5)
+  release_leases(KEYS[3], KEYS[4], 5, KEYS[5])
   -- A lease with this id exists: this call is a retry (the reply to the first was lost),
   -- so answer what the first call leased instead of popping more.
   local leased = redis.call('HGET', KEYS[3], ARGV[4])
@@ -47,6 +50,14 @@ if member ~= ARGV[1] then
   return {2, member}
 end
 local items = redis.call('LPOP', KEYS[2], ARGV[2])
+if items and #KEYS >= 4 then
+  local back
+  items, back = select_leasable(KEYS[3], KEYS[5], ARGV[4], items)
+  put_back('prio', KEYS[2], KEYS[1], member, back)
+  if #items == 0 then
+    return {4}
+  end
+end
 if redis.call('EXISTS', KEYS[2]) == 0 then
   redis.call('ZREM', KEYS[1], member)
 end
