@@ -638,3 +638,37 @@ def test_push_script_replies_are_checked():
     for reply in (b"10", b"1x1", b"", [1, 0, 1]):
         with pytest.raises(ValueError, match="unexpected reply"):
             _new_flags(reply, 3)
+
+
+# -- untrusted entries: callbacks and error lines ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name", ["__init__", "_set_crawler", "close", "from_crawler", "update_settings", "name"]
+)
+@pytest.mark.parametrize("field", ["callback", "errback"])
+def test_entry_naming_a_private_or_non_method_callback_is_set_aside(server, name, field):
+    """Only public methods bound to the spider: the rule start messages follow too
+    (test_spiders.py). Scrapy's own request_from_dict() takes any attribute."""
+    spider = make_spider()
+    queue = FifoQueue(server, spider, "q")
+    crafted = {**Request("https://example.com/").to_dict(), field: name}
+    server.lpush("q", msgpack_serializer.dumps(crafted))
+    with pytest.raises(UndecodableRequestError, match="spider has no method"):
+        queue.pop()
+    assert server.llen("q:invalid") == 1
+    good = {**Request("https://example.com/").to_dict(), field: "parse_item"}
+    server.lpush("q", msgpack_serializer.dumps(good))
+    assert getattr(queue.pop(), field) == spider.parse_item
+
+
+@pytest.mark.parametrize("field", ["url", "callback", "_class"])
+def test_errors_about_huge_values_are_short(server, field):
+    queue = FifoQueue(server, make_spider(), "q")
+    value = {"url": "no-scheme-", "callback": "x", "_class": "a."}[field] + "x" * 1024 * 1024
+    crafted = {**Request("https://example.com/").to_dict(), field: value}
+    server.lpush("q", msgpack_serializer.dumps(crafted))
+    with pytest.raises(UndecodableRequestError) as info:
+        queue.pop()
+    assert len(str(info.value)) < 1500, str(info.value)[:3000]
+    assert "characters)" in str(info.value)

@@ -394,3 +394,43 @@ def test_a_retried_start_message_pop_answers_what_the_first_one_leased(server):
         == [2, b"https://example.com/0", b"https://example.com/1", b"https://example.com/2"]
     )
     assert server.llen("start") == 2 and server.hlen("start:leases") == 3
+
+
+# -- untrusted messages: callbacks and log lines -------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name", ["_private", "__init__", "_stop_polling", "close", "from_crawler", "name", "logger"]
+)
+def test_callback_must_be_a_public_method_of_the_spider(spider, name):
+    """The same rule as for queue entries (test_queue.py): a public, bound method of the
+    spider; private names, static and class methods and other attributes are refused."""
+    for field in ("callback", "errback"):
+        message = json.dumps({"url": "https://example.com", field: name})
+        with pytest.raises(InvalidStartMessageError, match="no method"):
+            request_from_message(parse_message(message), spider)
+
+
+HUGE = 1024 * 1024
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "x" * HUGE,  # no scheme: Scrapy's error quotes the URL
+        json.dumps({"url": "https://example.com", "priority": "9" * HUGE}),
+        json.dumps({"url": "https://example.com", "callback": "p" * HUGE}),
+        json.dumps({"url": "https://example.com", "page": [1] * (HUGE // 3)}),
+        "{" + "x" * HUGE,
+        b"\xff" * HUGE,
+    ],
+    ids=["url", "type", "callback", "form", "json", "encoding"],
+)
+def test_a_huge_rejected_message_logs_a_short_line(spider, server, caplog, message):
+    server.rpush("myspider:start_urls", message)
+    with caplog.at_level(logging.DEBUG):
+        assert spider.next_requests() == []
+    [line] = [r.getMessage() for r in caplog.records if "Skipping start message" in r.getMessage()]
+    assert len(line) < 1500, line[:3000]
+    assert f"({HUGE}" in line or f"({len(message)}" in line  # says how long the whole was
+    assert max(len(r.getMessage()) for r in caplog.records) < 1500

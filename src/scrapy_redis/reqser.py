@@ -23,7 +23,11 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy import Request
 
+from scrapy_redis.logsafe import short_repr, shorten
+
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from scrapy import Spider
 
 
@@ -104,9 +108,9 @@ def owned_dict_to_request(data: Any, spider: Spider | None) -> Request:
     )
     if spider is not None:
         if callback := kwargs.get("callback"):
-            kwargs["callback"] = _spider_method(spider, callback)
+            kwargs["callback"] = spider_method(spider, callback)
         if errback := kwargs.get("errback"):
-            kwargs["errback"] = _spider_method(spider, errback)
+            kwargs["errback"] = spider_method(spider, errback)
     meta = kwargs.get("meta")
     own_meta = not meta or (type(meta) is dict and _VERBATIM not in meta)
     verbatim = own_meta and _SAFE_URL.fullmatch(url) is not None
@@ -118,7 +122,7 @@ def owned_dict_to_request(data: Any, spider: Spider | None) -> Request:
     try:
         request = cls(**kwargs)
     except (TypeError, AttributeError, KeyError) as exc:
-        raise ValueError(f"invalid request dict: {exc!r}") from exc
+        raise ValueError(f"invalid request dict: {shorten(repr(exc))}") from exc
     if verbatim:
         del request.meta[_VERBATIM]
     return request
@@ -135,21 +139,29 @@ def _attributes(cls: type[Request]) -> frozenset[str]:
     return attributes
 
 
-def _spider_method(spider: Spider, name: Any) -> Any:
-    try:
-        return getattr(spider, str(name))
-    except AttributeError:
-        raise ValueError(f"Method {str(name)!r} not found in: {spider}") from None
+def spider_method(spider: Spider, name: Any) -> Callable[..., Any]:
+    """The callback (or errback) ``name`` of ``spider``, for data read from Redis.
+
+    Only a public method bound to ``spider`` itself is accepted: not a name
+    starting with ``_`` (``__init__``, ``_stop_polling``), nor a static or class
+    method (``close``, ``from_crawler``), nor another attribute. ValueError otherwise.
+    """
+    public = isinstance(name, str) and not name.startswith("_")
+    method = getattr(spider, name, None) if public else None
+    if method is None or getattr(method, "__self__", None) is not spider:
+        raise ValueError(f"spider has no method {short_repr(name)}")
+    return method  # type: ignore[return-value]
 
 
 def _request_class(path: Any) -> type[Request]:
     if not isinstance(path, str) or "." not in path:
-        raise ValueError(f"invalid request class {path!r}")
+        raise ValueError(f"invalid request class {short_repr(path)}")
     module_name, _, name = path.rpartition(".")
     module = sys.modules.get(module_name)
     cls = getattr(module, name, None) if module is not None else None
     if not (isinstance(cls, type) and issubclass(cls, Request)):
         raise ValueError(
-            f"request class {path!r} is not a scrapy.Request subclass of an imported module"
+            f"request class {short_repr(path)} is not a scrapy.Request subclass of an imported "
+            "module"
         )
     return cls

@@ -25,6 +25,7 @@ from scrapy_redis._engine import engine_accepts_requests, engine_scheduler
 from scrapy_redis.connection import get_redis_from_crawler
 from scrapy_redis.keys import format_key
 from scrapy_redis.leases import LeaseBook
+from scrapy_redis.logsafe import short_repr, shorten
 from scrapy_redis.messages import parse_message, request_from_message
 from scrapy_redis.outage import OUTAGE_ERRORS, outage_guard
 from scrapy_redis.start_urls import StartUrlSource
@@ -229,14 +230,16 @@ class RedisMixin:
         except Exception as exc:  # a bad message must never stop the spider
             self._inc("redis/start_messages/invalid")
             logger.warning(
-                "Skipping start message from %(key)s: %(reason)s: %(data)r",
-                {"key": key, "reason": exc, "data": data[:200]},
+                "Skipping start message from %(key)s: %(reason)s: %(data)s",
+                {"key": key, "reason": shorten(exc), "data": short_repr(data, 200)},
                 extra={"spider": self},
             )
             return []
         if not requests:
             logger.debug(
-                "Request not made from data: %(data)r", {"data": data[:200]}, extra={"spider": self}
+                "Request not made from data: %(data)s",
+                {"data": short_repr(data, 200)},
+                extra={"spider": self},
             )
         return requests
 
