@@ -125,6 +125,7 @@ def _spider_method(spider: Spider, name: str | None) -> Callable[..., Any] | Non
     if name is None:
         return None
     try:
-        return spider_method(spider, name)  # the rule queue entries follow too
+        # the rule of queue entries, and no private method: not an API for producers
+        return spider_method(spider, name, private=False)
     except ValueError as exc:
         raise InvalidStartMessageError(str(exc)) from None

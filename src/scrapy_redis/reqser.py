@@ -21,14 +21,12 @@ import re
 import sys
 from typing import TYPE_CHECKING, Any
 
-from scrapy import Request
+from scrapy import Request, Spider
 
 from scrapy_redis.logsafe import short_repr, shorten
 
 if TYPE_CHECKING:
     from collections.abc import Callable
-
-    from scrapy import Spider
 
 
 def request_to_dict(request: Request, spider: Spider | None) -> dict[str, Any]:
@@ -139,18 +137,37 @@ def _attributes(cls: type[Request]) -> frozenset[str]:
     return attributes
 
 
-def spider_method(spider: Spider, name: Any) -> Callable[..., Any]:
-    """The callback (or errback) ``name`` of ``spider``, for data read from Redis.
+def spider_method(spider: Spider, name: Any, *, private: bool = True) -> Callable[..., Any]:
+    """The callback (or errback) ``name`` of ``spider``, for a name read from Redis.
 
-    Only a public method bound to ``spider`` itself is accepted: not a name
-    starting with ``_`` (``__init__``, ``_stop_polling``), nor a static or class
-    method (``close``, ``from_crawler``), nor another attribute. ValueError otherwise.
+    It must name a method bound to ``spider`` that the spider's own classes
+    define (CrawlSpider's ``_callback`` included), not Scrapy's base ``Spider``
+    (``log``, ``_set_crawler``) nor scrapy-redis (``setup_redis``,
+    ``_stop_polling``); not a name starting with ``__`` (``__init__``), a static or
+    class method (``close``, ``from_crawler``) or another attribute; and, unless
+    ``private``, not a name starting with ``_``. ValueError otherwise.
     """
-    public = isinstance(name, str) and not name.startswith("_")
-    method = getattr(spider, name, None) if public else None
-    if method is None or getattr(method, "__self__", None) is not spider:
-        raise ValueError(f"spider has no method {short_repr(name)}")
-    return method  # type: ignore[return-value]
+    if isinstance(name, str) and not name.startswith("__" if private else "_"):
+        method = getattr(spider, name, None)
+        if getattr(method, "__self__", None) is spider and _is_callback(type(spider), name):
+            return method  # type: ignore[return-value]
+    raise ValueError(f"spider has no method {short_repr(name)}")
+
+
+# (spider class, attribute name) -> whether a class of the spider's own defines it.
+_CALLBACKS: dict[tuple[type[Any], str], bool] = {}
+
+
+def _is_callback(cls: type[Any], name: str) -> bool:
+    known = _CALLBACKS.get((cls, name))
+    if known is None:
+        owner = next((klass for klass in cls.__mro__ if name in vars(klass)), None)
+        if owner is None:  # an instance attribute: never written by request_to_dict()
+            return False
+        known = _CALLBACKS[(cls, name)] = not (
+            owner is Spider or owner is object or owner.__module__.startswith("scrapy_redis.")
+        )
+    return known
 
 
 def _request_class(path: Any) -> type[Request]:

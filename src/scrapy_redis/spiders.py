@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import AsyncIterator, Iterable
+from weakref import WeakSet
 from typing import TYPE_CHECKING, Any
 
 from scrapy import Request, Spider, signals
@@ -153,6 +154,8 @@ class RedisMixin:
         )
         self._leases = LeaseBook(self.server, self._redis_keys[0], new_worker_id(), timeout)
         self._unacked: list[str] = []
+        self._filterable: WeakSet[Request] = WeakSet()  # start requests the filter may drop
+        self._filtered = 0
         self._idle_since: float | None = None
         self._poller: task.LoopingCall | None = None
         self._heartbeat: task.LoopingCall | None = None
@@ -170,6 +173,7 @@ class RedisMixin:
         crawler.signals.connect(self._on_activity, signal=signals.response_received)
         crawler.signals.connect(self._start_polling, signal=signals.spider_opened)
         crawler.signals.connect(self._stop_polling, signal=signals.spider_closed)
+        crawler.signals.connect(self._on_dropped, signal=signals.request_dropped)
 
     def _read_redis_settings(self, settings: BaseSettings) -> None:
         self._redis_keys = normalize_redis_key(
@@ -235,6 +239,7 @@ class RedisMixin:
                 extra={"spider": self},
             )
             return []
+        self._filterable.update(request for request in requests if not request.dont_filter)
         if not requests:
             logger.debug(
                 "Request not made from data: %(data)s",
@@ -276,6 +281,23 @@ class RedisMixin:
         if self._unacked:
             self._leases.ack(self._unacked)
             self._unacked = []
+        self._report_filtered()  # every request of the batch has met the filter now
+
+    def _on_dropped(self, request: Request) -> None:
+        if request in self._filterable:
+            self._filterable.discard(request)
+            self._filtered += 1
+            self._inc("redis/start_requests/filtered")
+
+    def _report_filtered(self) -> None:
+        if self._filtered:
+            logger.info(
+                "Filtered %(count)d start requests as duplicates of requests seen before "
+                "(REDIS_START_URLS_DONT_FILTER = False)",
+                {"count": self._filtered},
+                extra={"spider": self},
+            )
+            self._filtered = 0
 
     # -- idling -------------------------------------------------------------------------
 
@@ -333,6 +355,7 @@ class RedisMixin:
             self._schedule_safely()
 
     def _stop_polling(self) -> None:
+        self._report_filtered()
         for loop in (self._poller, self._heartbeat):
             if loop is not None and loop.running:
                 loop.stop()

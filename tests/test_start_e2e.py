@@ -1,0 +1,44 @@
+"""End-to-end: what a user sees from ``scrapy crawl`` when re-pushing start URLs, and when
+Redis cannot be reached (real processes of example-project, see test_e2e.py)."""
+
+from __future__ import annotations
+
+import pytest
+from test_e2e import DOMAIN, start_worker, wait_all  # puts example-project on sys.path
+
+from demo_site import DemoSite  # noqa: E402 (isort: skip)
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
+
+#: MAX_IDLE_TIME_BEFORE_CLOSE of the workers: they stop soon after the crawl is done.
+IDLE = 1
+
+
+def test_a_start_url_pushed_again_is_crawled_again(server, redis_url, tmp_path):
+    """As in the original, start requests bypass the duplicate filter: a URL pushed
+    again after a persisted crawl is fetched again (the pages it links to, already
+    seen, are not). With REDIS_START_URLS_DONT_FILTER = False it is filtered, and an
+    INFO line says so."""
+    settings = {"MAX_IDLE_TIME_BEFORE_CLOSE": IDLE, "SCHEDULER_PERSIST": True}
+    filtering = {**settings, "REDIS_START_URLS_DONT_FILTER": False}
+    with DemoSite(pages=30) as site:
+        logs = []
+        for run, run_settings in enumerate((filtering, settings, filtering)):
+            server.lpush("myspider:start_urls", site.url)
+            log = tmp_path / f"run{run}.log"
+            worker = start_worker("myspider_redis", redis_url, log, run_settings, DOMAIN)
+            wait_all([worker])
+            logs.append(worker.log)
+            if run == 0:
+                first_crawl = site.snapshot()
+        hits = site.snapshot()
+    assert first_crawl["/"] == 1 and first_crawl["/p/0.html"] == 1
+    # the second run fetched the start URL again, and nothing else
+    assert hits["/"] == 2
+    assert {path: count for path, count in hits.items() if path != "/"} == {
+        path: count for path, count in first_crawl.items() if path != "/"
+    }
+    # the third filtered it, and said so
+    filtered = "Filtered 1 start requests as duplicates"
+    assert [filtered in log for log in logs] == [False, False, True]
+    assert "INFO: " + filtered in logs[2]
