@@ -7,6 +7,7 @@ import pytest
 from test_e2e import DOMAIN, start_worker, wait_all  # puts example-project on sys.path
 
 from demo_site import DemoSite  # noqa: E402 (isort: skip)
+from redis_server import free_port  # noqa: E402 (isort: skip)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
@@ -42,3 +43,22 @@ def test_a_start_url_pushed_again_is_crawled_again(server, redis_url, tmp_path):
     filtered = "Filtered 1 start requests as duplicates"
     assert [filtered in log for log in logs] == [False, False, True]
     assert "INFO: " + filtered in logs[2]
+
+
+@pytest.mark.parametrize("spider", ["myspider_redis", "dmoz"])
+def test_an_unreachable_redis_fails_the_crawl_with_one_clear_line(tmp_path, spider):
+    """A Redis spider (its start URLs come from Redis) and a plain spider using the Redis
+    scheduler and pipeline: the crawl fails (exit code 1) with the one line that names
+    the server and the settings, not a 25-line 'Task exception was never retrieved'."""
+    url = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
+    worker = start_worker(spider, url, tmp_path / f"{spider}.log")
+    worker.process.wait(60)
+    log = worker.log_path.read_text(encoding="utf-8", errors="replace")
+    assert worker.process.returncode == 1, log
+    assert "Traceback" not in log and "never retrieved" not in log, log
+    [error] = [line for line in log.splitlines() if "ERROR" in line or "CRITICAL" in line]
+    assert error.endswith(
+        f"ERROR: Cannot connect to Redis at {url}: Error 111 connecting to "
+        f"127.0.0.1:{url.split(':')[2].split('/')[0]}. Connection refused. Check REDIS_URL "
+        "(or REDIS_HOST / REDIS_PORT / REDIS_PARAMS) and that the server is running."
+    ), log
