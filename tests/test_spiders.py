@@ -478,9 +478,7 @@ class FilteringEngine(FakeEngine):
             )
 
 
-def test_filtered_start_requests_are_counted_at_info_once_per_batch(
-    settings_dict, server, caplog
-):
+def test_filtered_start_requests_are_counted_at_info_once_per_batch(settings_dict, server, caplog):
     spider = make({**settings_dict, "REDIS_START_URLS_DONT_FILTER": False})
     drop = {"https://example.com/1", "https://example.com/2", "https://example.com/other"}
     spider.crawler.engine = FilteringEngine(spider.crawler, drop)

@@ -3,11 +3,17 @@ Redis cannot be reached (real processes of example-project, see test_e2e.py)."""
 
 from __future__ import annotations
 
-import pytest
-from test_e2e import DOMAIN, start_worker, wait_all  # puts example-project on sys.path
+import sys
+from pathlib import Path
 
-from demo_site import DemoSite  # noqa: E402 (isort: skip)
-from redis_server import free_port  # noqa: E402 (isort: skip)
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "example-project"))
+
+from demo_site import DemoSite
+
+from redis_server import free_port
+from test_e2e import DOMAIN, start_worker, wait_all
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 

@@ -12,9 +12,11 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from test_e2e import ROOT  # puts example-project on sys.path
 
-from demo_site import DemoSite  # noqa: E402 (isort: skip)
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "example-project"))
+
+from demo_site import DemoSite  # noqa: E402
 
 README = (ROOT / "README.rst").read_text(encoding="utf-8")
 
@@ -37,9 +39,7 @@ def test_install_instructions_get_this_package_not_the_original(path):
     """On the package index, scrapy-redis is the original 0.9.1: the install commands
     given install this checkout, and the text says which is which."""
     text = (ROOT / path).read_text(encoding="utf-8")
-    commands = [
-        re.sub(r"^\$ ", "", line) for line in literal_lines(text) if "pip install" in line
-    ]
+    commands = [re.sub(r"^\$ ", "", line) for line in literal_lines(text) if "pip install" in line]
     assert commands
     for command in commands:
         target = command.split("pip install", 1)[1].split("#")[0].replace("-e ", "")
@@ -89,7 +89,11 @@ def test_the_readme_example_crawls_a_site_and_stops(server, redis_url, tmp_path)
         for setting in (f"REDIS_URL={redis_url}", "TELNETCONSOLE_ENABLED=False"):
             command += ["-s", setting]
         result = subprocess.run(
-            command, cwd=tmp_path, capture_output=True, text=True, timeout=100,
+            command,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=100,
             env={**os.environ, "PYTHONWARNINGS": "default"},
         )
         hits = site.snapshot()

@@ -17,10 +17,10 @@ LIMIT = 300
 
 def shorten(text: Any, limit: int = LIMIT) -> str:
     """``str(text)``, cut to ``limit`` characters followed by ``… (N characters)``."""
-    text = str(text)
-    if len(text) <= limit:
-        return text
-    return f"{text[:limit]}… ({len(text)} characters)"
+    whole = str(text)
+    if len(whole) <= limit:
+        return whole
+    return f"{whole[:limit]}… ({len(whole)} characters)"
 
 
 def short_repr(value: Any, limit: int = LIMIT) -> str:

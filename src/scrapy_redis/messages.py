@@ -99,9 +99,7 @@ def _check_types(fields: dict[str, Any]) -> None:
             continue
         if not isinstance(value, types) or (name == "priority" and isinstance(value, bool)):
             expected = " or ".join(t.__name__ for t in types)
-            raise InvalidStartMessageError(
-                f"'{name}' must be {expected}, not {short_repr(value)}"
-            )
+            raise InvalidStartMessageError(f"'{name}' must be {expected}, not {short_repr(value)}")
 
 
 def _extra_form_fields(fields: dict[str, Any]) -> dict[str, Any]:

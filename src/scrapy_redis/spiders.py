@@ -13,8 +13,8 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import AsyncIterator, Iterable
-from weakref import WeakSet
 from typing import TYPE_CHECKING, Any
+from weakref import WeakSet
 
 from scrapy import Request, Spider, signals
 from scrapy.exceptions import DontCloseSpider
