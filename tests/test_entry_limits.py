@@ -152,3 +152,19 @@ def test_pickle_is_not_limited(server, spider):
     queue.push(request)
     out = queue.pop()
     assert out.body == request.body and out.meta == request.meta
+
+
+def test_a_request_too_large_to_store_is_logged_in_a_short_line(
+    settings_dict, server, schedulers, caplog
+):
+    """A 2 MB URL (a start message can carry one) makes a request over the limit: kept in
+    the worker's memory, with a warning that quotes it bounded."""
+    scheduler = schedulers(settings_dict)
+    request = Request("https://example.com/" + "a" * 2 * MiB)
+    with caplog.at_level(logging.WARNING):
+        scheduler.enqueue_request(request)
+        assert scheduler.send_enqueued()
+    [line] = [r.getMessage() for r in caplog.records if "Unable to serialize" in r.getMessage()]
+    assert len(line) < 1500, line[:3000]
+    assert "over the 1 MiB limit" in line
+    assert scheduler.next_request() is request

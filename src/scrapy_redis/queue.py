@@ -101,7 +101,7 @@ class Base:
         try:
             data = self.serializer.dumps(request_to_dict(request, self.spider))
         except Exception as exc:  # any serializer, any failure: normalised here, once
-            raise UnserializableRequestError(str(exc) or repr(exc)) from exc
+            raise UnserializableRequestError(shorten(str(exc) or repr(exc), 1000)) from exc
         return data.encode() if isinstance(data, str) else data
 
     def _decode_request(self, encoded: bytes) -> Request:
