@@ -488,12 +488,12 @@ def test_filtered_start_requests_are_counted_at_info_once_per_batch(settings_dic
         # a request the spider did not make from a start message is not counted
         spider.crawler.engine.crawl(Request("https://example.com/other"))
         assert spider.schedule_next_requests() == 0
-    lines = [r for r in caplog.records if "start request" in r.getMessage()]
+    lines = [r for r in caplog.records if "start requests" in r.getMessage().lower()]
     assert [(r.levelno, r.getMessage()) for r in lines] == [
         (
             logging.INFO,
-            "Filtered 2 start requests as duplicates of requests seen before "
-            "(REDIS_START_URLS_DONT_FILTER = False)",
+            "Start requests filtered as duplicates of requests seen before: 2 "
+            "(see REDIS_START_URLS_DONT_FILTER)",
         )
     ]
     assert spider.crawler.stats.get_value("redis/start_requests/filtered") == 2

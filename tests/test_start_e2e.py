@@ -46,7 +46,7 @@ def test_a_start_url_pushed_again_is_crawled_again(server, redis_url, tmp_path):
         path: count for path, count in first_crawl.items() if path != "/"
     }
     # the third filtered it, and said so
-    filtered = "Filtered 1 start requests as duplicates"
+    filtered = "Start requests filtered as duplicates of requests seen before: 1 "
     assert [filtered in log for log in logs] == [False, False, True]
     assert "INFO: " + filtered in logs[2]
 

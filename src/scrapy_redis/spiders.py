@@ -292,8 +292,8 @@ class RedisMixin:
     def _report_filtered(self) -> None:
         if self._filtered:
             logger.info(
-                "Filtered %(count)d start requests as duplicates of requests seen before "
-                "(REDIS_START_URLS_DONT_FILTER = False)",
+                "Start requests filtered as duplicates of requests seen before: %(count)d "
+                "(see REDIS_START_URLS_DONT_FILTER)",
                 {"count": self._filtered},
                 extra={"spider": self},
             )
