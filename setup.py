@@ -26,6 +26,7 @@ setup(
     extras_require={
         "hiredis": ["hiredis>=2.0"],
         "test": ["pytest>=8", "pytest-timeout>=2", "sphinx>=7.4"],
+        "docs": ["sphinx>=7.4"],
     },
     classifiers=[
         "Framework :: Scrapy",

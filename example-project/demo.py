@@ -289,7 +289,13 @@ def report_items(report: Report, client: redis.Redis[bytes], site: DemoSite) -> 
     # A CrawlSpider makes no item of its start page.
     wanted = {site.url.rstrip("/") + path for path in expected_pages(site.pages, site.seed)}
     wanted.discard(site.url)
+    retried = sum(1 for url in wanted if "/error/" in url)
     report.add("items", f"{len(items)} in {ITEMS_KEY} ({len(urls)} distinct URLs)")
+    report.add(
+        "",
+        f"one per page: the {len(wanted) - retried} pages, and {retried} /error/ pages that "
+        "answered 500 once, then 200 when Scrapy retried them",
+    )
     report.check(len(items) == len(urls), f"{len(items) - len(urls)} duplicate items")
     report.check(urls == wanted, f"items: {len(wanted ^ urls)} URLs missing or unexpected")
 
@@ -325,6 +331,15 @@ def connect(redis_url: str) -> redis.Redis[bytes]:
     return client
 
 
+def logs_note(log_dir: Path, keep: bool) -> str:
+    if keep:
+        return f"their logs go to {log_dir}"
+    return (
+        f"their logs go to {log_dir} and are deleted at the end unless something goes "
+        "wrong; --log-dir DIR keeps them"
+    )
+
+
 def run(args: argparse.Namespace, redis_url: str, log_dir: Path) -> int:
     client = connect(redis_url)
     clear_demo_keys(client)
@@ -332,7 +347,8 @@ def run(args: argparse.Namespace, redis_url: str, log_dir: Path) -> int:
         print(f"Demo site: {site.url} ({args.pages} pages); Redis: {describe_server(client)}")
         client.lpush(START_KEY, site.url)
         print(
-            f"Pushed {site.url} to {START_KEY}; starting {args.workers} workers (logs in {log_dir})"
+            f"Pushed {site.url} to {START_KEY}; starting {args.workers} workers: "
+            f"{logs_note(log_dir, args.log_dir is not None)}"
         )
         observer = Observer(client, site)
         started = time.monotonic()
@@ -352,7 +368,17 @@ def run(args: argparse.Namespace, redis_url: str, log_dir: Path) -> int:
         print("\nFAILED:\n  " + "\n  ".join(report.problems))
         return 1
     print("\nOK: every page was fetched once and scraped into exactly one item.")
+    print(WHAT_NEXT)
     return 0
+
+
+WHAT_NEXT = """
+What next
+  - More workers, a bigger site: bash example-project/demo.sh --workers 4 --pages 10000
+  - The same crawl by hand, one worker per terminal (or per machine), and the other
+    example spiders: example-project/README.rst, "Step by step"
+  - Distribute your own project: the settings and the spider in README.rst, then
+    docs/quickstart.rst; every setting: docs/settings.rst"""
 
 
 def positive(text: str) -> int:

@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
 # The scrapy-redis demo: two workers crawl a local 2,000-page site through one Redis queue.
 #
-#   bash example-project/demo.sh [--pages N] [--workers N] [--idle SECONDS]
+#   bash example-project/demo.sh [--pages N] [--workers N] [--idle SECONDS] [--log-dir DIR]
 #
-# On a fresh Debian/Ubuntu machine it first installs what is missing: redis-server
-# (apt-get, unless REDIS_URL points at a server) and this repository's package
-# (pip install -e, into ./.venv-demo if the system Python refuses). Then it runs
-# demo.py, which starts a throwaway redis-server unless REDIS_URL is set.
+# Everything Python is installed into a virtual environment, never into the system
+# Python: the repository's .venv, the one `bash scripts/test.sh` uses (created here if
+# missing; VENV=path chooses another). On a fresh Debian/Ubuntu machine it also installs
+# redis-server with apt-get (unless REDIS_URL points at a server), and python3-venv if
+# needed. Then it runs demo.py, which starts a throwaway redis-server unless REDIS_URL is set.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(dirname "$here")"
+venv="${VENV:-$root/.venv}"
 python="${PYTHON:-$(command -v python3 || command -v python || true)}"
 
 as_root() {
@@ -26,29 +28,23 @@ apt_install() {
 if [ -z "${REDIS_URL:-}" ] && ! command -v redis-server >/dev/null 2>&1; then
     apt_install redis-server
 fi
-if [ -z "$python" ]; then
-    apt_install python3 python3-pip python3-venv
-    python="$(command -v python3)"
-fi
 
-if ! "$python" -c "import scrapy_redis" >/dev/null 2>&1; then
-    venv="$root/.venv-demo"
-    if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c "import scrapy_redis" >/dev/null 2>&1; then
-        python="$venv/bin/python"
-    elif "$python" -m pip --version >/dev/null 2>&1 \
-            && "$python" -m pip install -q -e "$root" 2>/dev/null; then
-        :  # installed for this Python
-    else
-        # No pip, or an "externally managed" system Python (PEP 668): use a virtualenv.
-        echo "Installing scrapy-redis into $venv..."
-        "$python" -m venv "$venv" >/dev/null 2>&1 || {
-            apt_install python3-venv python3-pip
-            rm -rf "$venv"
-            "$python" -m venv "$venv"
-        }
-        "$venv/bin/python" -m pip install -q -e "$root"
-        python="$venv/bin/python"
+if [ ! -x "$venv/bin/python" ]; then
+    if [ -z "$python" ]; then
+        apt_install python3 python3-venv
+        python="$(command -v python3)"
     fi
+    echo "Creating the virtual environment $venv (nothing is installed into the system Python)..."
+    "$python" -m venv "$venv" >/dev/null 2>&1 || {
+        apt_install python3-venv
+        rm -rf "$venv"
+        "$python" -m venv "$venv"
+    }
 fi
+if ! "$venv/bin/python" -c "import scrapy_redis, scrapy" >/dev/null 2>&1; then
+    echo "Installing scrapy-redis from $root and its dependencies into $venv..."
+    "$venv/bin/python" -m pip install -q -e "$root"
+fi
+echo "Using the virtual environment $venv"
 
-exec "$python" "$here/demo.py" "$@"
+exec "$venv/bin/python" "$here/demo.py" "$@"

@@ -35,6 +35,7 @@ from scrapy_redis.reqser import (
     request_to_dict,
 )
 from scrapy_redis.serializers import msgpack_serializer, with_defaults
+from scrapy_redis.spiders import RedisCrawlSpider
 
 
 class QueueTestMixin:
@@ -638,3 +639,73 @@ def test_push_script_replies_are_checked():
     for reply in (b"10", b"1x1", b"", [1, 0, 1]):
         with pytest.raises(ValueError, match="unexpected reply"):
             _new_flags(reply, 3)
+
+
+# -- untrusted entries: callbacks and error lines ------------------------------------------
+
+
+class RedisDemoSpider(RedisCrawlSpider):
+    name = "redisdemo"
+
+    def parse_item(self, response):  # pragma: no cover
+        return None
+
+    def _parse_detail(self, response):  # pragma: no cover
+        return None
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "__init__",
+        "__class__",
+        "_set_crawler",  # scrapy.Spider's
+        "log",
+        "close",  # a static method
+        "from_crawler",  # class methods
+        "update_settings",
+        "setup_redis",  # scrapy-redis's
+        "_stop_polling",
+        "spider_idle",
+        "name",  # not methods
+        "crawler",
+        "nope",
+    ],
+)
+@pytest.mark.parametrize("field", ["callback", "errback"])
+def test_entry_naming_a_callback_that_is_not_the_spiders_own_is_set_aside(
+    server, redis_url, name, field
+):
+    """Only methods of the spider's own classes, bound to it: the rule start messages
+    follow too (test_spiders.py). Scrapy's own request_from_dict() takes any attribute."""
+    spider = make_spider({"REDIS_URL": redis_url}, RedisDemoSpider)
+    queue = FifoQueue(server, spider, "q")
+    crafted = {**Request("https://example.com/").to_dict(), field: name}
+    server.lpush("q", msgpack_serializer.dumps(crafted))
+    with pytest.raises(UndecodableRequestError, match="spider has no method"):
+        queue.pop()
+    assert server.llen("q:invalid") == 1
+
+
+@pytest.mark.parametrize("name", ["parse_item", "_parse_detail", "_callback", "_errback"])
+def test_entry_naming_a_method_of_the_spiders_own_classes_is_read(server, redis_url, name):
+    """Private callbacks of the user's spider, and CrawlSpider's _callback/_errback (its
+    rules' requests), are written by request_to_dict() and read back."""
+    spider = make_spider({"REDIS_URL": redis_url}, RedisDemoSpider)
+    queue = FifoQueue(server, spider, "q")
+    method = getattr(spider, name)
+    queue.push(Request("https://example.com/", callback=method, errback=method))
+    request = queue.pop()
+    assert request.callback == method and request.errback == method
+
+
+@pytest.mark.parametrize("field", ["url", "callback", "_class"])
+def test_errors_about_huge_values_are_short(server, field):
+    queue = FifoQueue(server, make_spider(), "q")
+    value = {"url": "no-scheme-", "callback": "x", "_class": "a."}[field] + "x" * 900_000
+    crafted = {**Request("https://example.com/").to_dict(), field: value}
+    server.lpush("q", msgpack_serializer.dumps(crafted))
+    with pytest.raises(UndecodableRequestError) as info:
+        queue.pop()
+    assert len(str(info.value)) < 1500, str(info.value)[:3000]
+    assert "characters)" in str(info.value)

@@ -7,7 +7,7 @@ import json
 import logging
 
 import pytest
-from scrapy import FormRequest, Request
+from scrapy import FormRequest, Request, signals
 from scrapy.exceptions import DontCloseSpider
 from scrapy.utils.test import get_crawler
 
@@ -23,6 +23,9 @@ class MySpider(RedisSpider):
         return None
 
     def parse_item(self, response):  # pragma: no cover
+        return None
+
+    def _parse_private(self, response):  # pragma: no cover
         return None
 
 
@@ -55,7 +58,7 @@ def test_bare_url(spider):
     assert (request.url, request.method, request.dont_filter) == (
         "https://example.com/a",
         "GET",
-        False,
+        True,  # start requests are not filtered, as in the original
     )
 
 
@@ -268,9 +271,18 @@ def test_crawl_spider_variant(settings_dict, server):
     assert urls(spider.next_requests()) == ["https://example.com/x"]
 
 
-def test_dont_filter_setting_restores_original_behaviour(settings_dict, server):
-    spider = make({**settings_dict, "REDIS_START_URLS_DONT_FILTER": True})
-    assert spider.make_request_from_data(b"https://example.com").dont_filter is True
+def test_start_requests_are_not_filtered_unless_the_setting_says_so(settings_dict, server):
+    """As in the original, a start request bypasses the duplicate filter, so a URL
+    pushed again is crawled again; REDIS_START_URLS_DONT_FILTER = False filters them.
+    A message's own "dont_filter" wins over the setting, both ways."""
+    default = make(settings_dict)
+    filtering = make({**settings_dict, "REDIS_START_URLS_DONT_FILTER": False})
+    assert default.make_request_from_data(b"https://example.com").dont_filter is True
+    assert filtering.make_request_from_data(b"https://example.com").dont_filter is False
+    for dont_filter in (True, False):
+        message = json.dumps({"url": "https://example.com", "dont_filter": dont_filter})
+        for spider in (default, filtering):
+            assert spider.make_request_from_data(message.encode()).dont_filter is dont_filter
 
 
 def test_make_request_from_data_override(settings_dict, server):
@@ -394,3 +406,94 @@ def test_a_retried_start_message_pop_answers_what_the_first_one_leased(server):
         == [2, b"https://example.com/0", b"https://example.com/1", b"https://example.com/2"]
     )
     assert server.llen("start") == 2 and server.hlen("start:leases") == 3
+
+
+# -- untrusted messages: callbacks and log lines -------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "_parse_private",
+        "__init__",
+        "_stop_polling",
+        "setup_redis",
+        "log",
+        "close",
+        "from_crawler",
+        "name",
+        "logger",
+    ],
+)
+def test_callback_must_be_a_public_method_of_the_spider(spider, name):
+    """The rule of queue entries (test_queue.py): a method of the spider's own classes,
+    bound to it (not Scrapy's Spider's, not scrapy-redis's, not static or class methods,
+    not other attributes), and no private name."""
+    for field in ("callback", "errback"):
+        message = json.dumps({"url": "https://example.com", field: name})
+        with pytest.raises(InvalidStartMessageError, match="no method"):
+            request_from_message(parse_message(message), spider)
+
+
+HUGE = 1024 * 1024
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "x" * HUGE,  # no scheme: Scrapy's error quotes the URL
+        json.dumps({"url": "https://example.com", "priority": "9" * HUGE}),
+        json.dumps({"url": "https://example.com", "callback": "p" * HUGE}),
+        json.dumps({"url": "https://example.com", "page": [1] * (HUGE // 3)}),
+        "{" + "x" * HUGE,
+        b"\xff" * HUGE,
+    ],
+    ids=["url", "type", "callback", "form", "json", "encoding"],
+)
+def test_a_huge_rejected_message_logs_a_short_line(spider, server, caplog, message):
+    server.rpush("myspider:start_urls", message)
+    with caplog.at_level(logging.DEBUG):
+        assert spider.next_requests() == []
+    [line] = [r.getMessage() for r in caplog.records if "Skipping start message" in r.getMessage()]
+    assert len(line) < 1500, line[:3000]
+    assert f"({HUGE}" in line or f"({len(message)}" in line  # says how long the whole was
+    assert max(len(r.getMessage()) for r in caplog.records) < 1500
+
+
+# -- start requests and the duplicate filter ------------------------------------------
+
+
+class FilteringEngine(FakeEngine):
+    """An engine whose scheduler drops every request it was told to (as a duplicate)."""
+
+    def __init__(self, crawler, drop):
+        super().__init__()
+        self.crawler, self.drop = crawler, drop
+
+    def crawl(self, request):
+        super().crawl(request)
+        if request.url in self.drop:
+            self.crawler.signals.send_catch_log(
+                signals.request_dropped, request=request, spider=self.crawler.spider
+            )
+
+
+def test_filtered_start_requests_are_counted_at_info_once_per_batch(settings_dict, server, caplog):
+    spider = make({**settings_dict, "REDIS_START_URLS_DONT_FILTER": False})
+    drop = {"https://example.com/1", "https://example.com/2", "https://example.com/other"}
+    spider.crawler.engine = FilteringEngine(spider.crawler, drop)
+    server.rpush("myspider:start_urls", *(f"https://example.com/{i}" for i in range(4)))
+    with caplog.at_level(logging.INFO, logger="scrapy_redis"):
+        assert spider.schedule_next_requests() == 4
+        # a request the spider did not make from a start message is not counted
+        spider.crawler.engine.crawl(Request("https://example.com/other"))
+        assert spider.schedule_next_requests() == 0
+    lines = [r for r in caplog.records if "start requests" in r.getMessage().lower()]
+    assert [(r.levelno, r.getMessage()) for r in lines] == [
+        (
+            logging.INFO,
+            "Start requests filtered as duplicates of requests seen before: 2 "
+            "(see REDIS_START_URLS_DONT_FILTER)",
+        )
+    ]
+    assert spider.crawler.stats.get_value("redis/start_requests/filtered") == 2

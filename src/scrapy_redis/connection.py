@@ -16,6 +16,7 @@ import redis
 from scrapy.utils.misc import load_object
 
 from scrapy_redis import defaults
+from scrapy_redis.bootstrap import report_if_it_stops_the_crawl
 from scrapy_redis.exceptions import RedisUnavailableError
 
 if TYPE_CHECKING:
@@ -92,7 +93,11 @@ def get_redis_from_crawler(crawler: Crawler) -> redis.Redis[Any]:
     client = _clients.get(crawler)
     if client is None:
         client = get_redis_from_settings(crawler.settings)
-        ensure_reachable(client)
+        try:
+            ensure_reachable(client)
+        except RedisUnavailableError as exc:
+            report_if_it_stops_the_crawl(exc)  # one line, not asyncio's traceback
+            raise
         _clients[crawler] = client
     return client
 

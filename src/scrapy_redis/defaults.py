@@ -103,8 +103,9 @@ START_URLS_AS_ZSET = False
 #: REDIS_START_URLS_BATCH_SIZE: start messages read per fetch (None: CONCURRENT_REQUESTS).
 START_URLS_BATCH_SIZE = None
 
-#: REDIS_START_URLS_DONT_FILTER: default ``dont_filter`` of requests made from start messages.
-START_URLS_DONT_FILTER = False
+#: REDIS_START_URLS_DONT_FILTER: default ``dont_filter`` of requests made from start messages
+#: (True, as in the original: a URL pushed again is crawled again).
+START_URLS_DONT_FILTER = True
 
 #: REDIS_START_URLS_KEY: where start messages are read from.
 START_URLS_KEY = "%(name)s:start_urls"

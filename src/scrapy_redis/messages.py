@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any
 from scrapy import FormRequest, Request
 
 from scrapy_redis.exceptions import InvalidStartMessageError
+from scrapy_redis.logsafe import short_repr, shorten
+from scrapy_redis.reqser import spider_method
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -87,7 +89,7 @@ def request_from_message(
             return FormRequest(formdata=formdata, **kwargs)
         return Request(**kwargs)
     except (ValueError, TypeError) as exc:
-        raise InvalidStartMessageError(str(exc)) from exc
+        raise InvalidStartMessageError(shorten(exc)) from exc
 
 
 def _check_types(fields: dict[str, Any]) -> None:
@@ -97,7 +99,7 @@ def _check_types(fields: dict[str, Any]) -> None:
             continue
         if not isinstance(value, types) or (name == "priority" and isinstance(value, bool)):
             expected = " or ".join(t.__name__ for t in types)
-            raise InvalidStartMessageError(f"'{name}' must be {expected}, not {value!r}")
+            raise InvalidStartMessageError(f"'{name}' must be {expected}, not {short_repr(value)}")
 
 
 def _extra_form_fields(fields: dict[str, Any]) -> dict[str, Any]:
@@ -105,8 +107,8 @@ def _extra_form_fields(fields: dict[str, Any]) -> dict[str, Any]:
     for name, value in extra.items():
         if not _is_form_value(value):
             raise InvalidStartMessageError(
-                f"unknown key {name!r}: extra keys are form data and need a string value "
-                f"(or a list of strings), not {value!r}"
+                f"unknown key {short_repr(name)}: extra keys are form data and need a string "
+                f"value (or a list of strings), not {short_repr(value)}"
             )
     return extra
 
@@ -120,7 +122,8 @@ def _is_form_value(value: Any) -> bool:
 def _spider_method(spider: Spider, name: str | None) -> Callable[..., Any] | None:
     if name is None:
         return None
-    method = getattr(spider, name, None)
-    if not callable(method) or name.startswith("_"):
-        raise InvalidStartMessageError(f"spider has no method {name!r}")
-    return method  # type: ignore[no-any-return]
+    try:
+        # the rule of queue entries, and no private method: not an API for producers
+        return spider_method(spider, name, private=False)
+    except ValueError as exc:
+        raise InvalidStartMessageError(str(exc)) from None

@@ -34,6 +34,7 @@ from scrapy_redis.exceptions import (
 )
 from scrapy_redis.keys import format_key, invalid_entries_key, needs_formatting, priority_list_key
 from scrapy_redis.leases import Ticket, release_args
+from scrapy_redis.logsafe import shorten
 from scrapy_redis.reqser import dict_to_request, owned_dict_to_request, request_to_dict
 from scrapy_redis.scripts import script
 from scrapy_redis.serializers import (
@@ -100,7 +101,7 @@ class Base:
         try:
             data = self.serializer.dumps(request_to_dict(request, self.spider))
         except Exception as exc:  # any serializer, any failure: normalised here, once
-            raise UnserializableRequestError(str(exc) or repr(exc)) from exc
+            raise UnserializableRequestError(shorten(str(exc) or repr(exc), 1000)) from exc
         return data.encode() if isinstance(data, str) else data
 
     def _decode_request(self, encoded: bytes) -> Request:
@@ -125,7 +126,7 @@ class Base:
     def _decode_error_message(self, exc: Exception, pickled: bool) -> str:
         message = (
             f"Cannot decode a request read from Redis key {self.key!r} with "
-            f"SCHEDULER_SERIALIZER = {self.serializer!r}: {exc}."
+            f"SCHEDULER_SERIALIZER = {self.serializer!r}: {shorten(exc)}."
         )
         if pickled:
             message += (

@@ -21,10 +21,12 @@ import re
 import sys
 from typing import TYPE_CHECKING, Any
 
-from scrapy import Request
+from scrapy import Request, Spider
+
+from scrapy_redis.logsafe import short_repr, shorten
 
 if TYPE_CHECKING:
-    from scrapy import Spider
+    from collections.abc import Callable
 
 
 def request_to_dict(request: Request, spider: Spider | None) -> dict[str, Any]:
@@ -104,9 +106,9 @@ def owned_dict_to_request(data: Any, spider: Spider | None) -> Request:
     )
     if spider is not None:
         if callback := kwargs.get("callback"):
-            kwargs["callback"] = _spider_method(spider, callback)
+            kwargs["callback"] = spider_method(spider, callback)
         if errback := kwargs.get("errback"):
-            kwargs["errback"] = _spider_method(spider, errback)
+            kwargs["errback"] = spider_method(spider, errback)
     meta = kwargs.get("meta")
     own_meta = not meta or (type(meta) is dict and _VERBATIM not in meta)
     verbatim = own_meta and _SAFE_URL.fullmatch(url) is not None
@@ -118,7 +120,7 @@ def owned_dict_to_request(data: Any, spider: Spider | None) -> Request:
     try:
         request = cls(**kwargs)
     except (TypeError, AttributeError, KeyError) as exc:
-        raise ValueError(f"invalid request dict: {exc!r}") from exc
+        raise ValueError(f"invalid request dict: {shorten(repr(exc))}") from exc
     if verbatim:
         del request.meta[_VERBATIM]
     return request
@@ -135,21 +137,48 @@ def _attributes(cls: type[Request]) -> frozenset[str]:
     return attributes
 
 
-def _spider_method(spider: Spider, name: Any) -> Any:
-    try:
-        return getattr(spider, str(name))
-    except AttributeError:
-        raise ValueError(f"Method {str(name)!r} not found in: {spider}") from None
+def spider_method(spider: Spider, name: Any, *, private: bool = True) -> Callable[..., Any]:
+    """The callback (or errback) ``name`` of ``spider``, for a name read from Redis.
+
+    It must name a method bound to ``spider`` that the spider's own classes
+    define (CrawlSpider's ``_callback`` included), not Scrapy's base ``Spider``
+    (``log``, ``_set_crawler``) nor scrapy-redis (``setup_redis``,
+    ``_stop_polling``); not a name starting with ``__`` (``__init__``), a static or
+    class method (``close``, ``from_crawler``) or another attribute; and, unless
+    ``private``, not a name starting with ``_``. ValueError otherwise.
+    """
+    if isinstance(name, str) and not name.startswith("__" if private else "_"):
+        method = getattr(spider, name, None)
+        if getattr(method, "__self__", None) is spider and _is_callback(type(spider), name):
+            return method  # type: ignore[return-value]
+    raise ValueError(f"spider has no method {short_repr(name)}")
+
+
+# (spider class, attribute name) -> whether a class of the spider's own defines it.
+_CALLBACKS: dict[tuple[type[Any], str], bool] = {}
+
+
+def _is_callback(cls: type[Any], name: str) -> bool:
+    known = _CALLBACKS.get((cls, name))
+    if known is None:
+        owner = next((klass for klass in cls.__mro__ if name in vars(klass)), None)
+        if owner is None:  # an instance attribute: never written by request_to_dict()
+            return False
+        known = _CALLBACKS[(cls, name)] = not (
+            owner is Spider or owner is object or owner.__module__.startswith("scrapy_redis.")
+        )
+    return known
 
 
 def _request_class(path: Any) -> type[Request]:
     if not isinstance(path, str) or "." not in path:
-        raise ValueError(f"invalid request class {path!r}")
+        raise ValueError(f"invalid request class {short_repr(path)}")
     module_name, _, name = path.rpartition(".")
     module = sys.modules.get(module_name)
     cls = getattr(module, name, None) if module is not None else None
     if not (isinstance(cls, type) and issubclass(cls, Request)):
         raise ValueError(
-            f"request class {path!r} is not a scrapy.Request subclass of an imported module"
+            f"request class {short_repr(path)} is not a scrapy.Request subclass of an imported "
+            "module"
         )
     return cls

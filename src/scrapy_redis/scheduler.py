@@ -44,6 +44,7 @@ from scrapy_redis.exceptions import (
 from scrapy_redis.keys import format_key, invalid_entries_key, news_channel, workers_key
 from scrapy_redis.keytypes import KeyUse, check_key_types, describe, is_wrong_type, wrong_types
 from scrapy_redis.leases import Lease, LeaseBook
+from scrapy_redis.logsafe import shorten
 from scrapy_redis.outage import OUTAGE_ERRORS, OutageGuard, outage_guard
 from scrapy_redis.queue import Base, Candidate, Entry
 from scrapy_redis.serializers import resolve_serializer
@@ -1039,7 +1040,7 @@ class Scheduler:
                 "Unable to serialize request: %(request)s - reason: %(reason)s - kept in this "
                 "worker's memory; no more unserializable requests will be logged (stats being "
                 "collected)",
-                {"request": request, "reason": exc},
+                {"request": shorten(request), "reason": shorten(exc, 1000)},
                 extra={"spider": self.spider},
             )
             self._unserializable_logged = True

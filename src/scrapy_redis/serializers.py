@@ -28,11 +28,18 @@ _DEFLATED_TAG = b"\xc1\xc1"
 _DEFLATE_FROM = 128
 # Entries up to this size are deflated with fixed codes (see _deflater()).
 _FIXED_CODES_UP_TO = 4096
-# Decoding stops past this size: a crafted entry cannot exhaust a worker's memory.
-_MAX_INFLATED = 64 * 1024 * 1024
-# Deflate expands a byte into at most ~1032: an entry up to this size cannot inflate
-# past _MAX_INFLATED, so it is inflated in one call, without a bounded decompressor.
-_INFLATE_AT_ONCE = _MAX_INFLATED // 1100
+#: Most bytes of msgpack one entry may hold (once inflated), by default. Decoding builds
+#: at most one Python object per byte, ~70 bytes each at worst (an empty map): reading
+#: any entry allocates at most ~70 MiB, in well under a second. Larger entries are
+#: refused when written (the request stays in the worker's memory) and when read (the
+#: entry is set aside).
+MAX_ENTRY_SIZE = 1024 * 1024
+#: Most items (elements, or key/value pairs) one list or map of an entry may hold, by
+#: default: a hostile entry of one huge container is refused when its header is read.
+MAX_ITEMS = 100_000
+# Deflate expands a byte into at most ~1032: an entry up to max_entry_size // _MAX_RATIO
+# bytes cannot inflate past the limit, so it is inflated in one call.
+_MAX_RATIO = 1100
 
 _DEFAULTS: dict[str, Any] = {
     "callback": None,
@@ -70,7 +77,22 @@ _NO_DEFAULT = object()
 
 
 class MsgpackSerializer:
-    """The default request serializer: safe, compact, bytes-aware."""
+    """The default request serializer: safe, compact, bytes-aware.
+
+    An entry may hold at most ``max_entry_size`` bytes of msgpack (once inflated),
+    and no list or map of more than ``max_items`` items: data read from Redis is
+    untrusted, and these bound what decoding one entry may build. A request over
+    these limits cannot be stored (ValueError). For larger requests, on every worker::
+
+        SCHEDULER_SERIALIZER = MsgpackSerializer(max_entry_size=16 * 1024 * 1024)
+    """
+
+    def __init__(self, max_entry_size: int = MAX_ENTRY_SIZE, max_items: int = MAX_ITEMS) -> None:
+        if max_entry_size < 1 or max_items < 1:
+            raise ValueError("max_entry_size and max_items must be positive")
+        self.max_entry_size = max_entry_size
+        self.max_items = max_items
+        self._inflate_at_once = max_entry_size // _MAX_RATIO
 
     def dumps(self, obj: dict[str, Any]) -> bytes:
         packed = {}
@@ -82,6 +104,7 @@ class MsgpackSerializer:
             packed_bytes: bytes = msgpack.packb(packed, use_bin_type=True)
         except (TypeError, ValueError, OverflowError) as exc:
             raise ValueError(f"msgpack cannot encode it: {exc}") from exc
+        self._check_limits(packed_bytes)
         if len(packed_bytes) >= _DEFLATE_FROM:
             deflater = _deflater(len(packed_bytes))
             deflated: bytes = deflater.compress(packed_bytes) + deflater.flush()
@@ -99,7 +122,7 @@ class MsgpackSerializer:
         if not s.startswith(_TAG):
             raise ValueError("not written by scrapy-redis' msgpack serializer")
         try:
-            packed = msgpack.unpackb(_inflate(s), raw=False, strict_map_key=False)
+            packed = self._unpack(self._inflate(s))
         except (ValueError, zlib.error, msgpack.UnpackException) as exc:
             raise ValueError(f"corrupt msgpack data: {exc}") from exc
         if not isinstance(packed, dict):
@@ -110,8 +133,66 @@ class MsgpackSerializer:
             for key, value in packed.items()
         }
 
+    def _unpack(self, data: bytes) -> Any:
+        size, items = self.max_entry_size, self.max_items
+        return msgpack.unpackb(
+            data,
+            raw=False,
+            strict_map_key=False,
+            max_str_len=size,
+            max_bin_len=size,
+            max_array_len=items,
+            max_map_len=items,
+            max_ext_len=0,  # never written
+        )
+
+    def _check_limits(self, packed: bytes) -> None:
+        """ValueError, with the fix, for an entry that :meth:`loads` would refuse."""
+        problem = ""
+        if len(packed) > self.max_entry_size:
+            problem = f"its {_size(len(packed))} are over the {_size(self.max_entry_size)} limit"
+        elif len(packed) > self.max_items:  # else no container can hold more items
+            try:
+                self._unpack(packed)
+            except ValueError:
+                problem = f"a list or map in it holds more than {self.max_items} items"
+        if problem:
+            raise ValueError(
+                f"the request is too large to store: {problem}. To store such requests set, "
+                f"on every worker, SCHEDULER_SERIALIZER = "
+                f"MsgpackSerializer(max_entry_size=..., max_items=...) "
+                f"(from scrapy_redis.serializers)"
+            )
+
+    def _inflate(self, s: bytes) -> bytes:
+        """The msgpack bytes of an entry (``s`` starts with the tag), up to the size limit."""
+        limit = self.max_entry_size
+        if not s.startswith(_DEFLATED_TAG):
+            data = s[1:]
+        elif len(s) <= self._inflate_at_once:
+            data = zlib.decompress(s[2:], -15)
+        else:
+            inflater = zlib.decompressobj(wbits=-15)
+            data = inflater.decompress(s[2:], limit + 1)
+            if len(data) <= limit and (inflater.unconsumed_tail or not inflater.eof):
+                raise ValueError("truncated deflate data")
+        if len(data) > limit:
+            raise ValueError(f"larger than {_size(limit)} once inflated (max_entry_size)")
+        return data
+
     def __repr__(self) -> str:
-        return "scrapy_redis.serializers.msgpack_serializer"
+        if (self.max_entry_size, self.max_items) == (MAX_ENTRY_SIZE, MAX_ITEMS):
+            return "scrapy_redis.serializers.msgpack_serializer"
+        return (
+            f"scrapy_redis.serializers.MsgpackSerializer(max_entry_size={self.max_entry_size}, "
+            f"max_items={self.max_items})"
+        )
+
+
+def _size(count: int) -> str:
+    if count % (1024 * 1024) == 0:
+        return f"{count // (1024 * 1024)} MiB"
+    return f"{count} bytes"
 
 
 def with_defaults(stored: dict[str, Any]) -> dict[str, Any]:
@@ -134,19 +215,6 @@ def _deflater(size: int) -> Any:
     """
     strategy = zlib.Z_FIXED if size <= _FIXED_CODES_UP_TO else zlib.Z_DEFAULT_STRATEGY
     return zlib.compressobj(1, zlib.DEFLATED, -15, 8, strategy)
-
-
-def _inflate(s: bytes) -> bytes:
-    """The msgpack bytes of an entry (``s`` starts with the tag)."""
-    if not s.startswith(_DEFLATED_TAG):
-        return s[1:]
-    if len(s) <= _INFLATE_AT_ONCE:
-        return zlib.decompress(s[2:], -15)
-    inflater = zlib.decompressobj(wbits=-15)
-    data = inflater.decompress(s[2:], _MAX_INFLATED)
-    if inflater.unconsumed_tail or not inflater.eof:
-        raise ValueError("truncated deflate data, or larger than 64 MiB once inflated")
-    return data
 
 
 #: The default SCHEDULER_SERIALIZER.

@@ -14,6 +14,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Iterable
 from typing import TYPE_CHECKING, Any
+from weakref import WeakSet
 
 from scrapy import Request, Spider, signals
 from scrapy.exceptions import DontCloseSpider
@@ -25,6 +26,7 @@ from scrapy_redis._engine import engine_accepts_requests, engine_scheduler
 from scrapy_redis.connection import get_redis_from_crawler
 from scrapy_redis.keys import format_key
 from scrapy_redis.leases import LeaseBook
+from scrapy_redis.logsafe import short_repr, shorten
 from scrapy_redis.messages import parse_message, request_from_message
 from scrapy_redis.outage import OUTAGE_ERRORS, outage_guard
 from scrapy_redis.start_urls import StartUrlSource
@@ -160,6 +162,8 @@ class RedisMixin:
             ),
         )
         self._unacked: list[str] = []
+        self._filterable: WeakSet[Request] = WeakSet()  # start requests the filter may drop
+        self._filtered = 0
         self._idle_since: float | None = None
         self._poller: task.LoopingCall | None = None
         self._heartbeat: task.LoopingCall | None = None
@@ -177,6 +181,7 @@ class RedisMixin:
         crawler.signals.connect(self._on_activity, signal=signals.response_received)
         crawler.signals.connect(self._start_polling, signal=signals.spider_opened)
         crawler.signals.connect(self._stop_polling, signal=signals.spider_closed)
+        crawler.signals.connect(self._on_dropped, signal=signals.request_dropped)
 
     def _read_redis_settings(self, settings: BaseSettings) -> None:
         self._redis_keys = normalize_redis_key(
@@ -237,14 +242,17 @@ class RedisMixin:
         except Exception as exc:  # a bad message must never stop the spider
             self._inc("redis/start_messages/invalid")
             logger.warning(
-                "Skipping start message from %(key)s: %(reason)s: %(data)r",
-                {"key": key, "reason": exc, "data": data[:200]},
+                "Skipping start message from %(key)s: %(reason)s: %(data)s",
+                {"key": key, "reason": shorten(exc), "data": short_repr(data, 200)},
                 extra={"spider": self},
             )
             return []
+        self._filterable.update(request for request in requests if not request.dont_filter)
         if not requests:
             logger.debug(
-                "Request not made from data: %(data)r", {"data": data[:200]}, extra={"spider": self}
+                "Request not made from data: %(data)s",
+                {"data": short_repr(data, 200)},
+                extra={"spider": self},
             )
         return requests
 
@@ -281,6 +289,23 @@ class RedisMixin:
         if self._unacked:
             self._leases.ack(self._unacked)
             self._unacked = []
+        self._report_filtered()  # every request of the batch has met the filter now
+
+    def _on_dropped(self, request: Request) -> None:
+        if request in self._filterable:
+            self._filterable.discard(request)
+            self._filtered += 1
+            self._inc("redis/start_requests/filtered")
+
+    def _report_filtered(self) -> None:
+        if self._filtered:
+            logger.info(
+                "Start requests filtered as duplicates of requests seen before: %(count)d "
+                "(see REDIS_START_URLS_DONT_FILTER)",
+                {"count": self._filtered},
+                extra={"spider": self},
+            )
+            self._filtered = 0
 
     # -- idling -------------------------------------------------------------------------
 
@@ -338,6 +363,7 @@ class RedisMixin:
             self._schedule_safely()
 
     def _stop_polling(self) -> None:
+        self._report_filtered()
         for loop in (self._poller, self._heartbeat):
             if loop is not None and loop.running:
                 loop.stop()
