@@ -20,9 +20,8 @@ from scrapy.exceptions import DontCloseSpider
 from scrapy.spiders import CrawlSpider
 from twisted.internet import task
 
-from scrapy_redis import defaults
+from scrapy_redis import connection, defaults
 from scrapy_redis._engine import engine_accepts_requests, engine_scheduler
-from scrapy_redis.connection import get_redis_from_crawler
 from scrapy_redis.keys import format_key
 from scrapy_redis.leases import LeaseBook
 from scrapy_redis.messages import parse_message, request_from_message
@@ -140,7 +139,7 @@ class RedisMixin:
         if crawler is None:
             raise ValueError("crawler is required")
         self._read_redis_settings(crawler.settings)
-        self.server = get_redis_from_crawler(crawler)
+        self.server = connection.from_settings(crawler.settings)  # the original's lookup
         self._start_source = StartUrlSource(
             self.server,
             self._redis_keys,
@@ -172,7 +171,9 @@ class RedisMixin:
 
     def _read_redis_settings(self, settings: BaseSettings) -> None:
         self._redis_keys = normalize_redis_key(
-            self.redis_key or settings.get("REDIS_START_URLS_KEY", defaults.START_URLS_KEY),
+            self.redis_key
+            if self.redis_key is not None  # "" and [] are refused, not replaced
+            else settings.get("REDIS_START_URLS_KEY", defaults.START_URLS_KEY),
             self.name,
         )
         self.redis_key = self._redis_keys[0]
