@@ -239,6 +239,38 @@ def test_stats_subclass_without_our_init(settings_dict, server):
     assert server.hget("demo:stats", "pages") == b"2"
 
 
+class OwnSetupSpider(RedisSpider):
+    """A spider written for the original: its own setup_redis() and next_requests()."""
+
+    name = "own"
+
+    def setup_redis(self, crawler=None):
+        from scrapy import signals
+
+        self.redis_key = f"{self.name}:start_urls"
+        self.server = connection.from_settings(crawler.settings)
+        crawler.signals.connect(self.spider_idle, signal=signals.spider_idle)
+
+    def next_requests(self):
+        for data in self.server.lpop(self.redis_key, 10) or []:
+            yield Request(data.decode())
+
+
+def test_spider_subclass_with_its_own_setup_redis(settings_dict, server, caplog):
+    from scrapy.exceptions import DontCloseSpider
+
+    crawler = get_crawler(OwnSetupSpider, settings_dict)
+    spider = OwnSetupSpider.from_crawler(crawler)
+    crawler.spider = spider
+    crawler.engine = mock.Mock()  # Scrapy's engine, not Redis: it only records crawl() calls
+    server.rpush("own:start_urls", "http://example.com/1", "http://example.com/2")
+    with pytest.raises(DontCloseSpider):
+        spider.spider_idle()
+    crawled = [call.args[0].url for call in crawler.engine.crawl.call_args_list]
+    assert crawled == ["http://example.com/1", "http://example.com/2"]
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
+
+
 # -- 2. the names users' tests patch --------------------------------------------------------
 
 

@@ -21,6 +21,7 @@ from scrapy.spiders import CrawlSpider
 from twisted.internet import task
 
 from scrapy_redis import connection, defaults
+from scrapy_redis._compat import PerInstance
 from scrapy_redis._engine import engine_accepts_requests, engine_scheduler
 from scrapy_redis.keys import format_key
 from scrapy_redis.leases import LeaseBook
@@ -110,6 +111,11 @@ class RedisMixin:
     server: Any = None
     #: Wall-clock time (seconds) at which the current idle period began, or None.
     spider_idle_start_time: int | None = None
+    # Defaults for subclasses whose setup_redis() does not call ours.
+    _unacked = PerInstance(lambda _: list[str]())
+    _idle_since: float | None = None
+    _poller: task.LoopingCall | None = None
+    _heartbeat: task.LoopingCall | None = None
 
     # provided by scrapy.Spider
     name: str
@@ -150,10 +156,10 @@ class RedisMixin:
             "SCHEDULER_WORKER_TIMEOUT", defaults.SCHEDULER_WORKER_TIMEOUT
         )
         self._leases = LeaseBook(self.server, self._redis_keys[0], new_worker_id(), timeout)
-        self._unacked: list[str] = []
-        self._idle_since: float | None = None
-        self._poller: task.LoopingCall | None = None
-        self._heartbeat: task.LoopingCall | None = None
+        self._unacked = []
+        self._idle_since = None
+        self._poller = None
+        self._heartbeat = None
         logger.info(
             "Reading start URLs from redis key(s) %(keys)s (batch size: %(size)s, encoding: "
             "%(encoding)s)",
@@ -258,7 +264,7 @@ class RedisMixin:
 
     def schedule_next_requests(self) -> int:
         """Pop one batch and hand its requests to the engine; returns how many."""
-        requests = self.next_requests()
+        requests = list(self.next_requests())  # an override may be a generator
         for request in requests:
             self.crawler.engine.crawl(request)
         self._ack_start_messages()
