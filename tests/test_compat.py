@@ -484,3 +484,20 @@ def test_server_identity_counts_changes(own_server):
 
 def test_server_identity_of_a_client_it_did_not_build():
     assert connection.server_identity(redis.Redis()).changes == 0
+
+
+def test_client_works_for_a_user_denied_info(own_server):
+    """An ACL user may not run INFO: connections still work; each new one counts as a
+    change (the cache cannot tell the server stayed the same)."""
+    admin = redis.Redis.from_url(own_server.url)
+    admin.acl_setuser("crawler", enabled=True, passwords=["+pw"], keys=["~*"],
+                      channels=["*"], commands=["+@all", "-info"])  # fmt: skip
+    url = own_server.url.replace("redis://", "redis://crawler:pw@")
+    client = connection.from_settings(Settings({"REDIS_URL": url}))
+    assert client.set("k", "v") and client.get("k") == b"v"
+    identity = connection.server_identity(client)
+    assert identity.changes == 1
+    client.connection_pool.disconnect()
+    assert client.get("k") == b"v"
+    assert identity.changes == 2
+    admin.close()
