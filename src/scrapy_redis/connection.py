@@ -84,9 +84,12 @@ def get_redis_from_settings(settings: BaseSettings) -> redis.Redis[Any]:
         if cached is not None and cached[0]() is settings and cached[1] == signature:
             return cached[2]
     client = _new_client(redis_params_from_settings(settings))
-    with _clients_lock:
-        key = id(settings)
+    key = id(settings)
+    try:
         ref = weakref.ref(settings, lambda _: _clients.pop(key, None))
+    except TypeError:  # cannot tell when it is gone: not cached
+        return client
+    with _clients_lock:
         _clients[key] = (ref, signature, client)
     return client
 
