@@ -446,11 +446,20 @@ def test_seen_cache_dropped_when_the_server_restarts_with_less_data(own_server, 
     assert _pushed(scheduler, "http://example.com/a"), "dropped by the stale seen cache"
 
 
+class UnhookedClient:
+    """Builds plain clients but is no redis.Redis subclass: its connections are not
+    hooked, so the server's identity is never read (as with a custom REDIS_PARAMS
+    redis_cls)."""
+
+    from_url = staticmethod(redis.Redis.from_url)
+
+
 def test_seen_cache_dropped_at_outage_recovery(own_server, schedulers):
     settings = {
         "REDIS_URL": own_server.url,
         "SCHEDULER_PERSIST": True,
         "SCHEDULER_ENQUEUE_DELAY": 0,
+        "REDIS_PARAMS": {"redis_cls": f"{__name__}.UnhookedClient"},
     }
     scheduler = schedulers(settings)
     assert _pushed(scheduler, "http://example.com/a")
