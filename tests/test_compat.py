@@ -176,14 +176,21 @@ def test_scheduler_with_dupefilter_subclass_with_its_own_init(settings_dict, ser
 
 
 def test_scheduler_subclass_without_our_init(settings_dict, server):
+    from scrapy import signals
+
     settings = {**settings_dict, "SCHEDULER_PERSIST": True}
     crawler = _crawler(settings)
+    dropped = []
+    crawler.signals.connect(
+        lambda request, spider: dropped.append(request.url), signals.request_dropped, weak=False
+    )
     scheduler = build_from_crawler(OriginalStyleScheduler, crawler)
     assert _run_scheduler(scheduler, crawler.spider) == [
         "http://example.com/a",
         "http://example.com/b",
     ]
     assert server.scard("demo:dupefilter") == 2
+    assert dropped == ["http://example.com/a"]  # the duplicate, reported as Scrapy does
 
 
 def test_scheduler_subclass_without_our_init_flushes_without_persist(settings_dict, server):

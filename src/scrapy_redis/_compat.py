@@ -42,3 +42,20 @@ class PerInstance(Generic[T]):
         value = self.factory(instance)
         instance.__dict__[self.name] = value
         return value
+
+
+class Derived(Generic[T]):
+    """A class attribute computed from the instance on every read, until the instance
+    sets a value of its own (e.g. a scheduler's crawler, from its spider)."""
+
+    def __init__(self, getter: Callable[[Any], T]) -> None:
+        self.getter = getter
+
+    @overload
+    def __get__(self, instance: None, owner: type | None = None) -> Derived[T]: ...
+
+    @overload
+    def __get__(self, instance: object, owner: type | None = None) -> T: ...
+
+    def __get__(self, instance: object | None, owner: type | None = None) -> Any:
+        return self if instance is None else self.getter(instance)

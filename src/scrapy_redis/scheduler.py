@@ -29,7 +29,7 @@ from scrapy.utils.misc import build_from_crawler, load_object
 from twisted.internet import task
 
 from scrapy_redis import connection, defaults
-from scrapy_redis._compat import PerInstance
+from scrapy_redis._compat import Derived, PerInstance
 from scrapy_redis._engine import engine_in_progress, engine_of, installed_reactor, wake_engine
 from scrapy_redis.connection import ServerIdentity, server_identity
 from scrapy_redis.dupefilter import RFPDupeFilter
@@ -278,7 +278,7 @@ class Scheduler:
     enqueue_delay: float = defaults.SCHEDULER_ENQUEUE_DELAY
     enqueue_batch_size = defaults.SCHEDULER_ENQUEUE_BATCH_SIZE
     prefetch = defaults.SCHEDULER_PREFETCH
-    crawler: Crawler | None = None
+    crawler = Derived["Crawler | None"](lambda self: getattr(self.spider, "crawler", None))
     cleared_shared_data: bool | None = None
     worker_id = PerInstance(lambda _: new_worker_id())
     _batch = min(defaults.SCHEDULER_PREFETCH, _FIRST_PREFETCH)
