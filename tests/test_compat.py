@@ -210,6 +210,29 @@ def test_scheduler_subclass_with_positional_super_call(settings_dict, server):
     ]
 
 
+class PositionalDupeFilter(RFPDupeFilter):
+    def __init__(self, server, key, debug, extra):
+        super().__init__(server, key, debug)
+        self.extra = extra
+
+
+class PositionalPipeline(RedisPipeline):
+    def __init__(self, server, key, serialize_func):
+        super().__init__(server, key, serialize_func)
+
+
+def test_dupefilter_and_pipeline_subclasses_with_positional_super_calls(server):
+    df = PositionalDupeFilter(server, "dupefilter:1", False, "x")
+    assert df.request_seen(Request("http://example.com")) is False
+    assert df.request_seen(Request("http://example.com")) is True
+    df.close("finished")
+    assert not server.exists("dupefilter:1")
+    pipeline = PositionalPipeline(server, "items:%(spider)s", str)
+    pipeline.process_item({"a": 1}, DemoSpider())
+    pipeline.close_spider(None)
+    assert server.lrange("items:demo", 0, -1) == [b"{'a': 1}"]
+
+
 class OwnInitPipeline(RedisPipeline):
     def __init__(self, server, key):
         self.server = server
