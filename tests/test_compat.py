@@ -320,6 +320,15 @@ def test_patching_spiders_connection_from_settings(settings_dict):
     assert spider.server is from_settings.return_value
 
 
+def test_spider_fails_fast_when_redis_is_unreachable():
+    from redis_server import free_port
+    from scrapy_redis.exceptions import RedisUnavailableError
+
+    crawler = get_crawler(StartSpider, {"REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"})
+    with pytest.raises(RedisUnavailableError, match="Cannot connect to Redis"):
+        StartSpider.from_crawler(crawler)
+
+
 def test_patching_dupefilter_get_redis_from_settings(settings_dict):
     crawler = _crawler(settings_dict)
     with mock.patch("scrapy_redis.dupefilter.get_redis_from_settings") as get_redis:

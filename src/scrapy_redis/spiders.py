@@ -146,6 +146,7 @@ class RedisMixin:
             raise ValueError("crawler is required")
         self._read_redis_settings(crawler.settings)
         self.server = connection.from_settings(crawler.settings)  # the original's lookup
+        connection.ensure_reachable(self.server)  # fail fast, naming the server
         self._start_source = StartUrlSource(
             self.server,
             self._redis_keys,
