@@ -239,9 +239,10 @@ def test_dmoz_interrupted_then_resumed_by_two_workers(site, server, redis_url, t
     wait_all([first], finish_reason="shutdown")
     assert server.exists("dmoz:requests"), "the crawl ended before it was interrupted"
 
+    resumed = {**persist, "LOG_LEVEL": "DEBUG"}  # "Resuming crawl": the spider's logger, DEBUG
     workers = [
-        start_worker("dmoz", redis_url, tmp_path / "dmoz-1.log", persist, {"start_url": site.url}),
-        start_worker("dmoz", redis_url, tmp_path / "dmoz-2.log", persist, env=site_env),
+        start_worker("dmoz", redis_url, tmp_path / "dmoz-1.log", resumed, {"start_url": site.url}),
+        start_worker("dmoz", redis_url, tmp_path / "dmoz-2.log", resumed, env=site_env),
     ]
     wait_all(workers)
 

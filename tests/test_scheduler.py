@@ -139,7 +139,7 @@ def test_resume_logs_pending_requests(settings_dict, server, schedulers, caplog)
     for i in range(3):
         first.enqueue_request(Request(f"http://example.com/{i}"))
     first.close("shutdown")
-    with caplog.at_level(logging.INFO, logger="scrapy_redis.scheduler"):
+    with caplog.at_level(logging.DEBUG, logger="demo"):  # spider.log()'s route
         second = schedulers({**settings_dict, "SCHEDULER_PERSIST": True})
     assert "Resuming crawl (3 requests scheduled)" in caplog.text
     assert second.next_request().url == "http://example.com/0"

@@ -2,15 +2,24 @@
 
 One client, hence one connection pool, is shared by every scrapy-redis
 component of a crawler (scheduler, dupefilter, pipeline, stats, spider):
-:func:`get_redis_from_crawler`. :func:`get_redis_from_settings` (alias
-:func:`from_settings`) builds a new client each call, as the original did.
+:func:`get_redis_from_settings` (alias :func:`from_settings`) returns the
+client built for that settings object (a new one if its Redis settings
+changed). Each component looks its client up through the same module-level
+name the original used, so tests that patch those names keep working.
+
+Every connection such a client opens reads the server's ``run_id`` and
+``master_replid`` first: :func:`server_identity` counts how often they changed,
+so that what a worker remembers of the server's data (the scheduler's seen
+cache) is dropped when the server restarted, was restored or failed over.
 """
 
 from __future__ import annotations
 
 import copy
+import threading
+import weakref
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
-from weakref import WeakKeyDictionary
 
 import redis
 from scrapy.utils.misc import load_object
@@ -37,7 +46,9 @@ _INT_PARAMS = {"port", "db"}
 _BOOL_PARAMS = {"decode_responses"}
 _URL_OVERRIDES = {"host", "port"}
 
-_clients: WeakKeyDictionary[Crawler, redis.Redis[Any]] = WeakKeyDictionary()
+#: Settings object (by id) -> (a weak reference to it, its Redis settings, the client).
+_clients: dict[int, tuple[weakref.ref[BaseSettings], str, redis.Redis[Any]]] = {}
+_clients_lock = threading.Lock()
 
 
 def redis_params_from_settings(settings: BaseSettings) -> dict[str, Any]:
@@ -63,8 +74,31 @@ def redis_params_from_settings(settings: BaseSettings) -> dict[str, Any]:
 
 
 def get_redis_from_settings(settings: BaseSettings) -> redis.Redis[Any]:
-    """A new Redis client configured by ``settings``."""
-    return get_redis(**redis_params_from_settings(settings))
+    """The Redis client configured by ``settings``, shared by all its callers.
+
+    The first call for a settings object builds the client; later calls with the
+    same object return it, unless its Redis settings changed in between.
+    """
+    signature = _redis_settings_signature(settings)
+    with _clients_lock:
+        cached = _clients.get(id(settings))
+        if cached is not None and cached[0]() is settings and cached[1] == signature:
+            return cached[2]
+    client = _new_client(redis_params_from_settings(settings))
+    key = id(settings)
+    try:
+        ref = weakref.ref(settings, lambda _: _clients.pop(key, None))
+    except TypeError:  # cannot tell when it is gone: not cached
+        return client
+    with _clients_lock:
+        _clients[key] = (ref, signature, client)
+    return client
+
+
+def _redis_settings_signature(settings: BaseSettings) -> str:
+    """The settings a client is built from, as text (objects by identity)."""
+    params = sorted(settings.getdict("REDIS_PARAMS").items(), key=str)
+    return repr((params, [settings.get(name) for name in SETTINGS_PARAMS_MAP]))
 
 
 #: Backwards compatible alias.
@@ -86,20 +120,95 @@ def get_redis(**kwargs: Any) -> redis.Redis[Any]:
 
 
 def get_redis_from_crawler(crawler: Crawler) -> redis.Redis[Any]:
-    """The client shared by all scrapy-redis components of ``crawler``.
-
-    Created, and checked with a ``PING``, on first use.
-    """
-    client = _clients.get(crawler)
-    if client is None:
-        client = get_redis_from_settings(crawler.settings)
-        try:
-            ensure_reachable(client)
-        except RedisUnavailableError as exc:
-            report_if_it_stops_the_crawl(exc)  # one line, not asyncio's traceback
-            raise
-        _clients[crawler] = client
+    """The client shared by all scrapy-redis components of ``crawler``, checked with
+    a ``PING`` (:func:`from_settings` looked up at call time, so patches apply)."""
+    client = from_settings(crawler.settings)
+    try:
+        ensure_reachable(client)
+    except RedisUnavailableError as exc:
+        report_if_it_stops_the_crawl(exc)  # one line, not asyncio's traceback
+        raise
     return client
+
+
+class ServerIdentity:
+    """The identity (``run_id``, ``master_replid``) of the server a client's connections
+    reached. ``changes`` counts how often it differed from the one before (or could
+    not be read): the server was restarted, restored from a dump or failed over, so
+    its data may be older than what was read from it before."""
+
+    def __init__(self) -> None:
+        self.changes = 0
+        self._last: tuple[str, str] | None = None
+        self._lock = threading.Lock()
+
+    def observe(self, identity: tuple[str, str] | None) -> None:
+        with self._lock:
+            if identity is None or (self._last is not None and identity != self._last):
+                self.changes += 1
+            self._last = identity
+
+    def on_connect(self, user_callback: Callable[[Any], None] | None) -> Callable[[Any], None]:
+        """A ``redis_connect_func`` that handshakes as usual, then reads the identity."""
+
+        def connected(conn: Any) -> None:
+            if user_callback is not None:
+                user_callback(conn)
+            else:
+                conn.on_connect()
+            self.observe(_read_identity(conn))
+
+        return connected
+
+
+#: A client -> the identity of its server (clients built by get_redis_from_settings).
+_identities: weakref.WeakKeyDictionary[Any, ServerIdentity] = weakref.WeakKeyDictionary()
+
+
+def server_identity(client: Any) -> ServerIdentity:
+    """The :class:`ServerIdentity` of ``client`` (one that never changes if it was not
+    built by :func:`get_redis_from_settings`)."""
+    try:
+        identity = _identities.get(client)
+    except TypeError:  # not weakly referenceable
+        identity = None
+    return identity if identity is not None else ServerIdentity()
+
+
+def _new_client(params: dict[str, Any]) -> redis.Redis[Any]:
+    """:func:`get_redis`, with the identity check on every connection when it can be
+    hooked (clients of redis.Redis and its subclasses)."""
+    redis_cls = params.get("redis_cls", defaults.REDIS_CLS)
+    if not (isinstance(redis_cls, type) and issubclass(redis_cls, redis.Redis)):
+        return get_redis(**params)
+    identity = ServerIdentity()
+    params["redis_connect_func"] = identity.on_connect(params.get("redis_connect_func"))
+    client = get_redis(**params)
+    _identities[client] = identity
+    return client
+
+
+def _read_identity(conn: Any) -> tuple[str, str] | None:
+    """``run_id`` and ``master_replid`` of the server ``conn`` is connected to (None if
+    the user may not run INFO)."""
+    conn.send_command("INFO", "server")
+    conn.send_command("INFO", "replication")
+    fields: dict[str, str] = {}
+    denied = False
+    for _ in range(2):
+        try:
+            text = conn.read_response()
+        except redis.ResponseError:
+            denied = True
+            continue
+        if isinstance(text, bytes):
+            text = text.decode("utf-8", "replace")
+        for line in str(text).splitlines():
+            name, _, value = line.partition(":")
+            fields[name] = value.strip()
+    if denied or "run_id" not in fields:
+        return None
+    return fields["run_id"], fields.get("master_replid", "")
 
 
 def ensure_reachable(client: redis.Redis[Any]) -> None:

@@ -21,7 +21,7 @@ from scrapy.utils.request import referer_str
 
 from scrapy_redis import defaults
 from scrapy_redis.canonical import canonical_url
-from scrapy_redis.connection import get_redis_from_crawler, get_redis_from_settings
+from scrapy_redis.connection import get_redis_from_settings
 from scrapy_redis.exceptions import warn_from_settings
 from scrapy_redis.keys import format_key, standalone_dupefilter_key
 
@@ -77,10 +77,20 @@ class RFPDupeFilter(BaseDupeFilter):
     :meth:`from_spider` on the shared key SCHEDULER_DUPEFILTER_KEY. Under
     Scrapy's own scheduler (``DUPEFILTER_CLASS`` only) it is built by
     :meth:`from_crawler` on a one-time key ``dupefilter:<timestamp>`` that
-    :meth:`close` deletes.
+    :meth:`close` deletes, as it deletes the key of a filter built directly.
+
+    Every attribute has a class-level default, for subclasses whose ``__init__``
+    sets only the original's (``server``, ``key``, ``debug``).
     """
 
     logger = logging.getLogger(__name__)
+    debug = False
+    logdupes = True
+    #: Scrapy's fingerprinter, if the project chose one (None: the original's algorithm).
+    fingerprinter: RequestFingerprinterProtocol | None = None
+    stats: StatsCollector | None = None
+    #: Whether :meth:`close` deletes the key (False for the scheduler's shared filter).
+    temporary = True
 
     def __init__(
         self,
@@ -90,7 +100,7 @@ class RFPDupeFilter(BaseDupeFilter):
         *,
         fingerprinter: RequestFingerprinterProtocol | None = None,
         stats: StatsCollector | None = None,
-        temporary: bool = False,
+        temporary: bool = True,
     ) -> None:
         self.server = server
         self.key = key
@@ -116,7 +126,7 @@ class RFPDupeFilter(BaseDupeFilter):
     @classmethod
     def _build(cls, crawler: Crawler, key: str, temporary: bool) -> Self:
         return cls(
-            get_redis_from_crawler(crawler),
+            get_redis_from_settings(crawler.settings),
             key=key,
             debug=crawler.settings.getbool("DUPEFILTER_DEBUG"),
             fingerprinter=configured_fingerprinter(crawler),
@@ -144,7 +154,8 @@ class RFPDupeFilter(BaseDupeFilter):
         return request_fingerprint(request)
 
     def close(self, reason: str = "") -> None:
-        """Delete the one-time standalone key; a shared key is kept (see Scheduler)."""
+        """Delete the fingerprints, as the original did, unless this is the scheduler's
+        shared filter (built by :meth:`from_spider`)."""
         if self.temporary:
             self.clear()
 

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 from scrapy.utils.misc import load_object
 from scrapy.utils.serialize import ScrapyJSONEncoder
 
-from scrapy_redis import defaults
-from scrapy_redis.connection import get_redis_from_crawler, get_redis_from_settings
+from scrapy_redis import connection, defaults
+from scrapy_redis._compat import PerInstance
 from scrapy_redis.exceptions import warn_from_settings
 from scrapy_redis.keys import format_key
 from scrapy_redis.outage import OUTAGE_ERRORS, OutageGuard, outage_guard
@@ -35,6 +35,14 @@ class RedisPipeline:
     encoder).
     """
 
+    # Defaults for subclasses whose __init__ does not call ours.
+    server: Any = None
+    key = defaults.PIPELINE_KEY
+    serialize: Callable[[Any], str | bytes] = staticmethod(default_serialize)
+    crawler: Crawler | None = None
+    guard = PerInstance(lambda _: OutageGuard(300))
+    _pending = PerInstance(lambda _: list[tuple[str, str | bytes]]())
+
     def __init__(
         self,
         server: Any,
@@ -46,11 +54,12 @@ class RedisPipeline:
         self.serialize = serialize_func
         self.crawler: Crawler | None = None
         self.guard = OutageGuard(300)
-        self._pending: list[tuple[str, str | bytes]] = []
+        self._pending = []
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
-        pipeline = cls(get_redis_from_crawler(crawler), **cls._kwargs(crawler.settings))
+        server = connection.from_settings(crawler.settings)  # the original's lookup
+        pipeline = cls(server, **cls._kwargs(crawler.settings))
         pipeline.crawler = crawler
         pipeline.guard = outage_guard(crawler)
         pipeline.guard.on_recovery(pipeline._push_pending)
@@ -60,7 +69,7 @@ class RedisPipeline:
     def from_settings(cls, settings: BaseSettings) -> Self:
         """Deprecated: use :meth:`from_crawler` (Scrapy no longer calls from_settings)."""
         warn_from_settings("RedisPipeline")
-        return cls(get_redis_from_settings(settings), **cls._kwargs(settings))
+        return cls(connection.from_settings(settings), **cls._kwargs(settings))
 
     @staticmethod
     def _kwargs(settings: BaseSettings) -> dict[str, Any]:

@@ -28,13 +28,10 @@ from scrapy.settings import SETTINGS_PRIORITIES
 from scrapy.utils.misc import build_from_crawler
 from twisted.internet import task
 
-from scrapy_redis import defaults
+from scrapy_redis import connection, defaults
+from scrapy_redis._compat import Derived, PerInstance
 from scrapy_redis._engine import engine_in_progress, engine_of, installed_reactor, wake_engine
-from scrapy_redis.connection import (
-    ensure_reachable,
-    get_redis_from_crawler,
-    get_redis_from_settings,
-)
+from scrapy_redis.connection import ServerIdentity, server_identity
 from scrapy_redis.dupefilter import RFPDupeFilter
 from scrapy_redis.exceptions import (
     UndecodableRequestError,
@@ -89,19 +86,36 @@ class _Unsent:
 class _SeenCache:
     """Fingerprints this worker knows are in the shared set (bounded, oldest out).
 
-    The set only grows while a crawl runs, so a fingerprint found there once is
-    a duplicate for good: repeated links are dropped without a round trip.
+    The set only grows while the server keeps its data, so a fingerprint found
+    there once is a duplicate: repeated links are dropped without a round trip.
+    A server that restarted, was restored from an older dump or failed over to
+    a replica that was behind may have lost fingerprints (and the requests that
+    went with them, which come back to be crawled again): the cache is dropped
+    whenever the server's identity changes (see ServerIdentity) and when an
+    outage ends, so that their links are checked with Redis again.
     """
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, identity: ServerIdentity | None = None) -> None:
         self.size = size
+        self._identity = identity if identity is not None else ServerIdentity()
+        self._epoch = self._identity.changes
         self._fingerprints: dict[str, None] = {}
 
     def __contains__(self, fingerprint: str) -> bool:
+        if self._identity.changes != self._epoch:
+            self.clear()
         return fingerprint in self._fingerprints
 
-    def add(self, fingerprints: Iterable[str]) -> None:
-        if self.size <= 0:
+    def epoch(self) -> int:
+        """Take before a call that records fingerprints; give it to :meth:`add`."""
+        return self._identity.changes
+
+    def add(self, fingerprints: Iterable[str], epoch: int) -> None:
+        """Remember ``fingerprints``, recorded by a call that started at ``epoch``
+        (nothing if the server changed since: what it recorded may be lost)."""
+        if self._identity.changes != self._epoch:
+            self.clear()
+        if self.size <= 0 or epoch != self._epoch:
             return
         known = self._fingerprints
         for fingerprint in fingerprints:
@@ -111,6 +125,7 @@ class _SeenCache:
 
     def clear(self) -> None:
         self._fingerprints.clear()
+        self._epoch = self._identity.changes
 
 
 class _LocalQueue:
@@ -245,7 +260,61 @@ class Scheduler:
     SCHEDULER_DUPEFILTER_KEY, DUPEFILTER_CLASS, SCHEDULER_SERIALIZER,
     SCHEDULER_WORKER_TIMEOUT, SCHEDULER_ENQUEUE_DELAY, SCHEDULER_ENQUEUE_BATCH_SIZE,
     SCHEDULER_PREFETCH, SCHEDULER_SEEN_CACHE_SIZE.
+
+    Every attribute has a class-level default, for subclasses written for the
+    original whose ``__init__`` (and ``open()``) set only the original's.
     """
+
+    # The original's attributes.
+    server: Any = None
+    persist = False
+    flush_on_start = False
+    queue_key = defaults.SCHEDULER_QUEUE_KEY
+    queue_cls: Any = defaults.SCHEDULER_QUEUE_CLASS
+    df: Any = None
+    dupefilter_key = defaults.SCHEDULER_DUPEFILTER_KEY
+    dupefilter_cls: Any = defaults.SCHEDULER_DUPEFILTER_CLASS
+    idle_before_close: float = 0
+    serializer: Any = None
+    stats: Any = None
+    spider: Spider | None = None
+    queue: Any = None
+    # Ours.
+    worker_timeout: float = defaults.SCHEDULER_WORKER_TIMEOUT
+    max_deliveries = defaults.SCHEDULER_MAX_DELIVERIES
+    enqueue_delay: float = defaults.SCHEDULER_ENQUEUE_DELAY
+    enqueue_batch_size = defaults.SCHEDULER_ENQUEUE_BATCH_SIZE
+    prefetch = defaults.SCHEDULER_PREFETCH
+    crawler = Derived["Crawler | None"](lambda self: getattr(self.spider, "crawler", None))
+    cleared_shared_data: bool | None = None
+    worker_id = PerInstance(lambda _: new_worker_id())
+    _batch = min(defaults.SCHEDULER_PREFETCH, _FIRST_PREFETCH)
+    _popped_at = 0.0
+    _last_full = False
+    _df_from_spider = True  # a subclass's open() builds it with from_spider()
+    _local = PerInstance(lambda _: _LocalQueue())
+    _registry: WorkerRegistry | None = None
+    _heartbeat: task.LoopingCall | None = None
+    _watcher = PerInstance(lambda _: QueueWatcher(lambda: False, lambda: None))
+    _news = ""
+    _listener: NewsListener | None = None
+    _others_leased = False
+    _guard = PerInstance[OutageGuard](lambda self: self._new_guard())
+    _unsent = PerInstance(lambda _: deque[_Unsent]())
+    _seen = PerInstance(
+        lambda self: _SeenCache(defaults.SCHEDULER_SEEN_CACHE_SIZE, server_identity(self.server))
+    )
+    _send_call: DelayedCall | None = None
+    _in_script = False
+    _book: LeaseBook | None = None
+    _prefetched = PerInstance(lambda _: deque[tuple[Entry, Lease, int]]())
+    _leased = PerInstance(lambda _: set[_HandedOut]())
+    _invalid = PerInstance(lambda _: list[tuple[Entry, Lease, int, str]]())
+    _uncounted = 0
+    _empty_since: float | None = None
+    _unserializable_logged = False
+    _halted = False
+    _opening = False
 
     def __init__(
         self,
@@ -323,19 +392,19 @@ class Scheduler:
         self._news = ""  # the queue's news channel (set in open())
         self._listener: NewsListener | None = None
         self._others_leased = False
-        self._guard = outage_guard(crawler) if crawler else OutageGuard(300)
+        self._seen = _SeenCache(seen_cache_size, server_identity(server))
+        self._guard = self._new_guard()
         # Requests accepted and not pushed yet (buffered, or Redis unreachable).
-        self._unsent: deque[_Unsent] = deque()
-        self._seen = _SeenCache(seen_cache_size)
+        self._unsent = deque()
         self._send_call: DelayedCall | None = None
         self._in_script = False  # whether the push script checks fingerprints
         self._book: LeaseBook | None = None
         # Leased, not handed out yet: each entry with its lease and position in it.
-        self._prefetched: deque[tuple[Entry, Lease, int]] = deque()
+        self._prefetched = deque()
         # Handed to the engine, not done yet (see _HandedOut).
-        self._leased: set[_HandedOut] = set()
+        self._leased = set()
         # Undecodable entries not set aside yet (Redis was unreachable), with the error.
-        self._invalid: list[tuple[Entry, Lease, int, str]] = []
+        self._invalid = []
         self._uncounted = 0  # requests handed out from the shared queue, not in stats yet
         self._empty_since: float | None = None
         self._unserializable_logged = False
@@ -345,6 +414,11 @@ class Scheduler:
         self._opening = False
         #: After close: whether this worker, the last one, deleted the shared data.
         self.cleared_shared_data: bool | None = None
+
+    def _new_guard(self) -> OutageGuard:
+        guard = outage_guard(self.crawler) if self.crawler is not None else OutageGuard(300)
+        guard.on_recovery(self._seen.clear)  # Redis may have lost data meanwhile
+        return guard
 
     def __len__(self) -> int:
         self.send_enqueued()
@@ -356,7 +430,9 @@ class Scheduler:
         dupefilter_cls = load_configured("DUPEFILTER_CLASS", kwargs["dupefilter_cls"])
         if not hasattr(dupefilter_cls, "from_spider"):
             kwargs["dupefilter"] = build_from_crawler(dupefilter_cls, crawler)
-        return cls(get_redis_from_crawler(crawler), crawler=crawler, **kwargs)
+        server = connection.from_settings(crawler.settings)
+        connection.ensure_reachable(server)
+        return cls(server, crawler=crawler, **kwargs)
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> Self:
@@ -366,8 +442,8 @@ class Scheduler:
         dupefilter_cls = load_configured("DUPEFILTER_CLASS", kwargs["dupefilter_cls"])
         if not hasattr(dupefilter_cls, "from_spider"):
             kwargs["dupefilter"] = dupefilter_cls()
-        server = get_redis_from_settings(settings)
-        ensure_reachable(server)
+        server = connection.from_settings(settings)
+        connection.ensure_reachable(server)
         return cls(server, **kwargs)
 
     # -- lifecycle -------------------------------------------------------------------
@@ -390,12 +466,9 @@ class Scheduler:
         check_key_types(self.server, self._key_uses())
         self._join()
         self._recover()
-        if pending := len(self.queue):
-            logger.info(
-                "Resuming crawl (%(count)d requests scheduled)",
-                {"count": pending},
-                extra={"spider": spider},
-            )
+        if pending := len(self.queue):  # the original's spider.log(): spider's logger, DEBUG
+            spider_logger = getattr(spider, "logger", logger)
+            spider_logger.debug("Resuming crawl (%(count)d requests scheduled)", {"count": pending})
         self._opening = False
         return self.df.open() if not self._df_from_spider and hasattr(self.df, "open") else None
 
@@ -623,8 +696,9 @@ class Scheduler:
             except UnserializableRequestError as exc:
                 refused[index] = exc
             candidates.append(Candidate(unsent.fingerprint, entry))
+        epoch = self._seen.epoch()
         new: list[bool] = self.queue.push_new(candidates, self.df.key, self._news)
-        self._seen.add(unsent.fingerprint for unsent in batch if unsent.fingerprint)
+        self._seen.add((unsent.fingerprint for unsent in batch if unsent.fingerprint), epoch)
         pushed = sum(new) - sum(new[index] for index in refused)
         self._inc("scheduler/enqueued/redis", pushed)
         self._inc("scheduler/enqueued", pushed)

@@ -21,9 +21,9 @@ from scrapy.exceptions import DontCloseSpider
 from scrapy.spiders import CrawlSpider
 from twisted.internet import task
 
-from scrapy_redis import defaults
+from scrapy_redis import connection, defaults
+from scrapy_redis._compat import PerInstance
 from scrapy_redis._engine import engine_accepts_requests, engine_scheduler
-from scrapy_redis.connection import get_redis_from_crawler
 from scrapy_redis.keys import format_key
 from scrapy_redis.leases import LeaseBook
 from scrapy_redis.logsafe import short_repr, shorten
@@ -113,6 +113,13 @@ class RedisMixin:
     server: Any = None
     #: Wall-clock time (seconds) at which the current idle period began, or None.
     spider_idle_start_time: int | None = None
+    # Defaults for subclasses whose setup_redis() does not call ours.
+    _unacked = PerInstance(lambda _: list[str]())
+    _filterable = PerInstance(lambda _: WeakSet[Request]())  # start requests the filter may drop
+    _filtered = 0
+    _idle_since: float | None = None
+    _poller: task.LoopingCall | None = None
+    _heartbeat: task.LoopingCall | None = None
 
     # provided by scrapy.Spider
     name: str
@@ -142,7 +149,8 @@ class RedisMixin:
         if crawler is None:
             raise ValueError("crawler is required")
         self._read_redis_settings(crawler.settings)
-        self.server = get_redis_from_crawler(crawler)
+        self.server = connection.from_settings(crawler.settings)  # the original's lookup
+        connection.ensure_reachable(self.server)  # fail fast, naming the server
         self._start_source = StartUrlSource(
             self.server,
             self._redis_keys,
@@ -161,12 +169,12 @@ class RedisMixin:
                 "SCHEDULER_MAX_DELIVERIES", defaults.SCHEDULER_MAX_DELIVERIES
             ),
         )
-        self._unacked: list[str] = []
-        self._filterable: WeakSet[Request] = WeakSet()  # start requests the filter may drop
+        self._unacked = []
+        self._filterable = WeakSet()
         self._filtered = 0
-        self._idle_since: float | None = None
-        self._poller: task.LoopingCall | None = None
-        self._heartbeat: task.LoopingCall | None = None
+        self._idle_since = None
+        self._poller = None
+        self._heartbeat = None
         logger.info(
             "Reading start URLs from redis key(s) %(keys)s (batch size: %(size)s, encoding: "
             "%(encoding)s)",
@@ -185,7 +193,9 @@ class RedisMixin:
 
     def _read_redis_settings(self, settings: BaseSettings) -> None:
         self._redis_keys = normalize_redis_key(
-            self.redis_key or settings.get("REDIS_START_URLS_KEY", defaults.START_URLS_KEY),
+            self.redis_key
+            if self.redis_key is not None  # "" and [] are refused, not replaced
+            else settings.get("REDIS_START_URLS_KEY", defaults.START_URLS_KEY),
             self.name,
         )
         self.redis_key = self._redis_keys[0]
@@ -273,7 +283,7 @@ class RedisMixin:
 
     def schedule_next_requests(self) -> int:
         """Pop one batch and hand its requests to the engine; returns how many."""
-        requests = self.next_requests()
+        requests = list(self.next_requests())  # an override may be a generator
         for request in requests:
             self.crawler.engine.crawl(request)
         self._ack_start_messages()

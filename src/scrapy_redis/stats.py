@@ -25,10 +25,11 @@ from redis.exceptions import ResponseError
 from scrapy.statscollectors import StatsCollector
 
 from scrapy_redis import defaults
+from scrapy_redis._compat import PerInstance
 from scrapy_redis._engine import engine_scheduler, installed_reactor
-from scrapy_redis.connection import get_redis_from_crawler
+from scrapy_redis.connection import from_settings as redis_from_settings
 from scrapy_redis.keys import format_key
-from scrapy_redis.outage import OUTAGE_ERRORS, outage_guard
+from scrapy_redis.outage import OUTAGE_ERRORS, OutageGuard, outage_guard
 from scrapy_redis.scripts import script
 from scrapy_redis.utils import bytes_to_str
 
@@ -139,10 +140,26 @@ class RedisStatsCollector(StatsCollector):
     unreachable they are kept (merged) in memory and written when it is back.
     """
 
+    # Defaults for subclasses whose __init__ does not call ours (read from the crawler).
+    server = PerInstance(lambda self: redis_from_settings(self._crawler.settings))
+    spider_name = PerInstance(lambda self: self._crawler.spidercls.name or "scrapy")
+    stats_key = PerInstance(lambda self: self._setting("STATS_KEY", defaults.STATS_KEY))
+    persist = PerInstance(
+        lambda self: self._crawler.settings.getbool("SCHEDULER_PERSIST", defaults.SCHEDULER_PERSIST)
+    )
+    flush_interval = PerInstance(
+        lambda self: self._crawler.settings.getfloat(
+            "STATS_FLUSH_INTERVAL", defaults.STATS_FLUSH_INTERVAL
+        )
+    )
+    _flush_call: Any = None
+    _guard = PerInstance[OutageGuard](lambda self: self._new_guard())
+    _backlog = PerInstance(lambda _: _Backlog())
+
     def __init__(self, crawler: Crawler, spider: Spider | None = None) -> None:
         super().__init__(crawler)
         self._crawler = crawler  # set by Scrapy >= 2.14 too
-        self.server = get_redis_from_crawler(crawler)
+        self.server = redis_from_settings(crawler.settings)  # the original's lookup
         self.spider_name = spider.name if spider else (crawler.spidercls.name or "scrapy")
         self.stats_key = crawler.settings.get("STATS_KEY", defaults.STATS_KEY)
         self.persist = crawler.settings.getbool("SCHEDULER_PERSIST", defaults.SCHEDULER_PERSIST)
@@ -150,9 +167,16 @@ class RedisStatsCollector(StatsCollector):
             "STATS_FLUSH_INTERVAL", defaults.STATS_FLUSH_INTERVAL
         )
         self._flush_call: Any = None
-        self._guard = outage_guard(crawler)
-        self._guard.on_recovery(self._replay)
+        self._guard = self._new_guard()
         self._backlog = _Backlog()
+
+    def _setting(self, name: str, default: Any) -> Any:
+        return self._crawler.settings.get(name, default)
+
+    def _new_guard(self) -> OutageGuard:
+        guard = outage_guard(self._crawler)
+        guard.on_recovery(self._replay)
+        return guard
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
