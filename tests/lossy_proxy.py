@@ -2,10 +2,11 @@
 
 ``proxy.lose_next_reply()`` makes the proxy forward the next command a client
 sends (connection set-up commands aside) to the server, which runs it, and then
-lose the server's reply: ``how="drop"`` closes the client's connection instead
-(redis-py sees a ``ConnectionError``), ``how="stall"`` holds the reply back, so
-the client waits for its ``socket_timeout`` (a ``TimeoutError``). Either way
-redis-py's retry sends the command again, as it would after a network blip or a
+lose the server's reply (``times=2``: the reply to the command sent again too).
+``how="drop"`` closes the client's connection instead (redis-py sees a
+``ConnectionError``), ``how="stall"`` holds the reply back, so the client waits
+for its ``socket_timeout`` (a ``TimeoutError``). Either way redis-py's retry
+sends the command again, as it would after a network blip or a
 stall of the server longer than ``socket_timeout``.
 """
 
@@ -34,7 +35,7 @@ class LossyProxy:
         self.target_port = target_port
         self.port = free_port()
         self.lost: list[bytes] = []  # the names of the commands whose reply was lost
-        self._armed: str | None = None
+        self._armed: list[str] = []  # how the next replies are lost
         self._lock = threading.Lock()
         self._listener = socket.create_server(("127.0.0.1", self.port))
         self._sockets: list[socket.socket] = [self._listener]
@@ -44,9 +45,9 @@ class LossyProxy:
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
-    def lose_next_reply(self, how: str = "drop") -> None:
+    def lose_next_reply(self, how: str = "drop", times: int = 1) -> None:
         assert how in ("drop", "stall")
-        self._armed = how
+        self._armed += [how] * times
 
     def close(self) -> None:
         for sock in self._sockets:
@@ -73,9 +74,8 @@ class LossyProxy:
             name = _command_name(data)
             with self._lock:
                 if self._armed and name not in _SETUP:
-                    losing.append(self._armed)
+                    losing.append(self._armed.pop(0))
                     self.lost.append(name)
-                    self._armed = None
             upstream.sendall(data)
         upstream.close()
 

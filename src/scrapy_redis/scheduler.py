@@ -48,6 +48,7 @@ from scrapy_redis.queue import Base, Candidate, Entry
 from scrapy_redis.serializers import resolve_serializer
 from scrapy_redis.wakeup import NewsListener, QueueWatcher
 from scrapy_redis.workers import WorkerRegistry, new_worker_id
+from scrapy_redis.writes import WriteIds, writes_ttl
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
@@ -313,6 +314,9 @@ class Scheduler:
         self._guard = outage_guard(crawler) if crawler else OutageGuard(300)
         # Requests accepted and not pushed yet (buffered, or Redis unreachable).
         self._unsent: deque[_Unsent] = deque()
+        # The batch whose push failed (an outage): its write number and size, kept to send
+        # it again as it was, so that it is applied once (see writes.py).
+        self._failed_push: tuple[int, int] | None = None
         self._seen = _SeenCache(seen_cache_size)
         self._send_call: DelayedCall | None = None
         self._in_script = False  # whether the push script checks fingerprints
@@ -364,6 +368,9 @@ class Scheduler:
         if _supports_leases(self.queue):
             self._book = LeaseBook(self.server, self.queue.key, self.worker_id, self.worker_timeout)
         self._in_script = _dedups_in_script(self.df, self.queue)
+        if isinstance(self.queue, Base):
+            settings = self.crawler.settings if self.crawler is not None else None
+            self.queue.writes = WriteIds(writes_ttl(settings), writer=self.worker_id)
         self._join()
         self._recover()
         if pending := len(self.queue):
@@ -528,7 +535,8 @@ class Scheduler:
             # One script call per batch; otherwise one request at a time, so that a
             # failure half-way never pushes again what was already pushed.
             if self._in_script:
-                batch = list(islice(self._unsent, self.enqueue_batch_size))
+                size = self._failed_push[1] if self._failed_push else self.enqueue_batch_size
+                batch = list(islice(self._unsent, size))
                 new = self._send_in_script(batch)
             else:
                 batch = [self._unsent[0]]
@@ -560,7 +568,11 @@ class Scheduler:
             except UnserializableRequestError as exc:
                 refused[index] = exc
             candidates.append(Candidate(unsent.fingerprint, entry))
-        new: list[bool] = self.queue.push_new(candidates, self.df.key, self._news)
+        if self._failed_push is None:
+            self._failed_push = (self.queue.writes.take(), len(batch))
+        write = self._failed_push[0]
+        new: list[bool] = self.queue.push_new(candidates, self.df.key, self._news, write=write)
+        self._failed_push = None
         self._seen.add(unsent.fingerprint for unsent in batch if unsent.fingerprint)
         pushed = sum(new) - sum(new[index] for index in refused)
         self._inc("scheduler/enqueued/redis", pushed)

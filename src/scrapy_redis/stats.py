@@ -17,7 +17,6 @@ import json
 import logging
 import pprint
 import re
-from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
