@@ -207,3 +207,25 @@ def test_items_kept_during_an_outage_are_pushed_once_when_the_pipeline_sees_redi
     pipe.process_item({"n": 3})
     assert not pipe.guard.down
     assert stored_items(pipe.server) == [0, 1, 2, 3]
+
+
+def test_the_record_key_is_in_the_slot_of_the_key_it_guards():
+    from redis.crc import key_slot
+
+    from scrapy_redis.keys import writes_key
+
+    for data_key in ["demo:items", "{demo}:requests", "demo:{x}:stats", "a{b"]:
+        record = writes_key(data_key, "host:1:abcd")
+        assert key_slot(record.encode()) == key_slot(data_key.encode()), record
+    assert writes_key("demo:items", "w") == "{demo:items}:writes:w"
+    assert writes_key("{demo}:requests", "w") == "{demo}:requests:writes:w"
+
+
+@pytest.mark.parametrize(("timeout", "ttl"), [(300, 600), (5, 60), (float("inf"), 86400)], ids=str)
+def test_records_outlive_the_outage_timeout(timeout, ttl):
+    from scrapy.settings import Settings
+
+    from scrapy_redis.writes import WriteIds, writes_ttl
+
+    assert writes_ttl(Settings({"REDIS_OUTAGE_TIMEOUT": timeout})) == ttl
+    assert WriteIds(writes_ttl(Settings({"REDIS_OUTAGE_TIMEOUT": timeout}))).ttl_ms == ttl * 1000

@@ -17,9 +17,9 @@ and requests, incrementing stats) is a Lua script that carries a write number:
   script answers the recorded reply and writes nothing.
 
 The record expires :func:`writes_ttl` seconds after the writer's last write to
-that key (twice REDIS_OUTAGE_TIMEOUT, at least a minute): longer than redis-py's
-retry (two ``socket_timeout``) and than our replays, which stop when the
-outage has lasted REDIS_OUTAGE_TIMEOUT. So one small key per writer and data key
+that key (twice REDIS_OUTAGE_TIMEOUT, from a minute to a day): longer than
+redis-py's retry (two ``socket_timeout``) and than our replays, which stop when
+the outage has lasted REDIS_OUTAGE_TIMEOUT. So one small key per writer and data key
 exists while a worker writes, and none stays after it.
 """
 
@@ -34,15 +34,15 @@ from scrapy_redis.workers import new_worker_id
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
 
-_MIN_TTL = 60.0
+_MIN_TTL, _MAX_TTL = 60.0, 86400.0
 
 
 def writes_ttl(settings: BaseSettings | None = None) -> float:
-    """Seconds a write's record is kept: twice REDIS_OUTAGE_TIMEOUT, at least a minute."""
+    """Seconds a write's record is kept: twice REDIS_OUTAGE_TIMEOUT, from a minute to a day."""
     timeout = float(defaults.REDIS_OUTAGE_TIMEOUT)
     if settings is not None:
         timeout = settings.getfloat("REDIS_OUTAGE_TIMEOUT", timeout)
-    return max(_MIN_TTL, 2 * timeout)
+    return min(_MAX_TTL, max(_MIN_TTL, 2 * timeout))
 
 
 class WriteIds:
