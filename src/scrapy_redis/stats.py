@@ -241,24 +241,30 @@ class RedisStatsCollector(StatsCollector):
 
     def _replay(self, force: bool = False) -> None:
         """Write the backlog: one script call (two after a failed one, sent again first)."""
-        if not self._unwritten() or not (force or self._guard.may_try()):
+        # Locals: every attribute read of a StatsCollector goes through Scrapy's slow
+        # __getattribute__, and this runs for each update with STATS_FLUSH_INTERVAL = 0.
+        guard, sending = self._guard, self._sending
+        if (sending is None and not self._backlog) or not (force or guard.may_try()):
             return
-        while self._unwritten():
-            if self._sending is None:  # a failed batch keeps its number: applied once
-                self._sending = (self._writes.take(), self._backlog)
+        while True:
+            if sending is None:  # a failed batch keeps its number: applied once
+                backlog = self._backlog
+                if not backlog:
+                    break
+                sending = self._sending = (self._writes.take(), backlog)
                 self._backlog = _Backlog()
             try:
-                self._store(*self._sending)
+                self._store(*sending)
             except OUTAGE_ERRORS as exc:
-                self._guard.failed(exc)
+                guard.failed(exc)
                 return
-            self._sending = None
-        self._guard.succeeded()
+            sending = self._sending = None
+        guard.succeeded()
 
     def _store(self, write: int, backlog: _Backlog) -> None:
         """Write ``backlog`` in one script call, as write number ``write``."""
-        name = self._get_key()
-        args: list[Any] = [self._writes.ttl_ms, write]
+        name, writes = self._get_key(), self._writes
+        args: list[Any] = [writes.ttl_ms, write]
         for key, value in backlog.values.items():
             args += ["set", key, encode_value(value), ""]
         for key, (count, start) in backlog.increments.items():
@@ -266,7 +272,7 @@ class RedisStatsCollector(StatsCollector):
         for key, (mode, value) in backlog.bounds.items():
             numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
             args += [mode, key, encode_value(value), "n" if numeric else "s"]
-        refused = script("stats_write")(self.server, [name, self._writes.key(name)], args)
+        refused = script("stats_write")(self.server, [name, writes.key(name)], args)
         if refused:
             logger.error(
                 "Redis refused updates of stats in %(key)s:\n%(refused)s",

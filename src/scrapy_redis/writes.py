@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
 
 _MIN_TTL, _MAX_TTL = 60.0, 86400.0
+_KEYS_CACHED = 1024
 
 
 def writes_ttl(settings: BaseSettings | None = None) -> float:
@@ -52,6 +53,7 @@ class WriteIds:
         self.writer = writer or new_worker_id()
         self.ttl_ms = int((writes_ttl() if ttl is None else ttl) * 1000)
         self._next = 1
+        self._keys: dict[str, str] = {}
 
     def take(self, count: int = 1) -> int:
         """Reserve ``count`` consecutive numbers; the first of them."""
@@ -61,4 +63,9 @@ class WriteIds:
 
     def key(self, data_key: str) -> str:
         """The record key of this writer's writes to ``data_key``."""
-        return writes_key(data_key, self.writer)
+        key = self._keys.get(data_key)
+        if key is None:
+            if len(self._keys) >= _KEYS_CACHED:  # items routed to many lists
+                self._keys.clear()
+            key = self._keys[data_key] = writes_key(data_key, self.writer)
+        return key
