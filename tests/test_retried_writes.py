@@ -73,6 +73,7 @@ def test_items_sent_again_after_an_outage_are_stored_once(proxy, server):
     pipe.process_item({"n": 3})  # kept in memory (backing off)
     pipe.close_spider()  # pushes what it kept: 2 again, then 3
     assert stored_items(server) == [1, 2, 3]
+    assert server.keys("*:writes:*") == []  # its record is deleted when it closes
 
 
 @pytest.mark.parametrize("how", LOSSES)
@@ -117,6 +118,7 @@ def test_updates_sent_again_after_an_outage_are_written_once(proxy, server):
     stats.inc_value("pages", 2)  # kept in memory (backing off)
     stats.close_spider(reason="finished")  # writes what it kept: +5 again, then +2
     assert server.hget("demo:stats", "pages") == b"8"
+    assert server.keys("*:writes:*") == []  # its record is deleted when it closes
 
 
 def test_an_update_redis_refuses_is_logged_and_the_others_written(settings_dict, server, caplog):
@@ -182,6 +184,9 @@ def test_a_batch_sent_again_after_an_outage_is_not_reported_as_duplicates(
     urls = sorted(scheduler.next_request().url for _ in range(3))
     assert urls == ["https://example.com/", "https://example.com/a", "https://example.com/b"]
     assert scheduler.next_request() is None
+    assert server.keys("*:writes:*") != []
+    scheduler.close("finished")
+    assert server.keys("*:writes:*") == []  # its records are deleted when it closes
 
 
 @pytest.fixture

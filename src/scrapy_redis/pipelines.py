@@ -91,6 +91,8 @@ class RedisPipeline:
                 "Redis is unreachable: %(count)d items could not be stored",
                 {"count": len(self._pending)},
             )
+        else:
+            self.guard.attempt(lambda: self._writes.forget(self.server), None)
 
     def _push_pending(self, force: bool = False) -> None:
         """Push the items kept while Redis was unreachable, in order, all or none."""

@@ -393,6 +393,8 @@ class Scheduler:
         try:
             self._send_unsent()
             self._give_back_leases()
+            if isinstance(self.queue, Base):
+                self.queue.writes.forget(self.server)
             if self._registry is not None:
                 self._leave()
             elif not self.persist:  # a subclass replaced open(): no registry, original behaviour

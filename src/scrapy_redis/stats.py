@@ -296,6 +296,8 @@ class RedisStatsCollector(StatsCollector):
                 "Redis is unreachable: updates of %(count)d stats are lost",
                 {"count": len(self._unwritten_applied_to({}))},
             )
+        else:
+            self._guard.attempt(lambda: self._writes.forget(self.server), None)
         self._stats = self.get_stats()
         if self._dump:
             logger.info(

@@ -20,12 +20,13 @@ The record expires :func:`writes_ttl` seconds after the writer's last write to
 that key (twice REDIS_OUTAGE_TIMEOUT, from a minute to a day): longer than
 redis-py's retry (two ``socket_timeout``) and than our replays, which stop when
 the outage has lasted REDIS_OUTAGE_TIMEOUT. So one small key per writer and data key
-exists while a worker writes, and none stays after it.
+exists while a worker writes; a component deletes its records when it closes
+(:meth:`WriteIds.forget`), and those of a worker that dies expire.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from scrapy_redis import defaults
 from scrapy_redis.keys import writes_key
@@ -69,3 +70,11 @@ class WriteIds:
                 self._keys.clear()
             key = self._keys[data_key] = writes_key(data_key, self.writer)
         return key
+
+    def forget(self, server: Any) -> None:
+        """Delete this writer's records, once it writes no more: its calls have returned,
+        so none of its writes can be sent again (a worker that dies leaves them to expire)."""
+        keys = list(self._keys.values())
+        self._keys.clear()
+        if keys:
+            server.unlink(*keys)
