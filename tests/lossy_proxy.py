@@ -76,13 +76,15 @@ class LossyProxy:
                 if self._armed and name not in _SETUP:
                     losing.append(self._armed.pop(0))
                     self.lost.append(name)
-            upstream.sendall(data)
-        upstream.close()
+            if not _send(upstream, data):
+                break
+        _close(upstream)
 
     def _replies(self, upstream: socket.socket, client: socket.socket, losing: list[str]) -> None:
         while data := _recv(upstream):
             if not losing:
-                client.sendall(data)
+                if not _send(client, data):
+                    break
             elif losing[0] == "drop":
                 break
             # "stall": the reply is held back for good; the client gives up and reconnects
@@ -94,6 +96,15 @@ def _recv(sock: socket.socket) -> bytes:
         return sock.recv(65536)
     except OSError:
         return b""
+
+
+def _send(sock: socket.socket, data: bytes) -> bool:
+    """Whether ``data`` was sent (the other side, or the test, may have closed ``sock``)."""
+    try:
+        sock.sendall(data)
+    except OSError:
+        return False
+    return True
 
 
 def _close(sock: socket.socket) -> None:
