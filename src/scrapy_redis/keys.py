@@ -71,3 +71,22 @@ def deliveries_key(base_key: str) -> str:
 def dead_letters_key(base_key: str) -> str:
     """Where entries delivered SCHEDULER_MAX_DELIVERIES times are moved (never deleted)."""
     return f"{base_key}:dead"
+
+
+def writes_key(data_key: str, writer: str) -> str:
+    """Where the last write of ``writer`` to ``data_key`` is recorded (see writes.py).
+
+    In the same Redis Cluster slot as ``data_key``: a key with a hash tag keeps it
+    (``<data key>:writes:<writer>``); a key without one, which is hashed whole, becomes
+    the tag (``{<data key>}:writes:<writer>``).
+    """
+    if _hash_tag(data_key) is None and "}" not in data_key:
+        return f"{{{data_key}}}:writes:{writer}"
+    return f"{data_key}:writes:{writer}"
+
+
+def _hash_tag(key: str) -> str | None:
+    """The hash tag of ``key`` on Redis Cluster (the text of its first ``{...}``), if any."""
+    start = key.find("{")
+    end = key.find("}", start + 1) if start >= 0 else -1
+    return key[start + 1 : end] if end > start + 1 else None

@@ -14,6 +14,8 @@ from scrapy_redis._compat import PerInstance
 from scrapy_redis.exceptions import warn_from_settings
 from scrapy_redis.keys import format_key
 from scrapy_redis.outage import OUTAGE_ERRORS, OutageGuard, outage_guard
+from scrapy_redis.scripts import script
+from scrapy_redis.writes import WriteIds, writes_ttl
 
 if TYPE_CHECKING:
     from scrapy import Spider
@@ -27,10 +29,11 @@ default_serialize = ScrapyJSONEncoder().encode
 class RedisPipeline:
     """Pushes serialized items to REDIS_ITEMS_KEY (default ``<spider>:items``).
 
-    Each item is appended (``RPUSH``) as it is processed, so a worker's items
-    are stored in the order it scraped them. While Redis is unreachable items
-    wait in memory, in order, and are pushed (in one transaction) when it is
-    back. Settings: REDIS_ITEMS_KEY,
+    Each item is appended (``RPUSH``, in a script) as it is processed, so a
+    worker's items are stored in the order it scraped them, each once even when
+    the call is sent again (see writes.py). While Redis is unreachable items wait
+    in memory, in order, and are pushed (in one script call) when it is back.
+    Settings: REDIS_ITEMS_KEY,
     REDIS_ITEMS_SERIALIZER (dotted path to a callable, default: Scrapy's JSON
     encoder).
     """
@@ -41,7 +44,8 @@ class RedisPipeline:
     serialize: Callable[[Any], str | bytes] = staticmethod(default_serialize)
     crawler: Crawler | None = None
     guard = PerInstance(lambda _: OutageGuard(300))
-    _pending = PerInstance(lambda _: list[tuple[str, str | bytes]]())
+    _pending = PerInstance(lambda _: list[tuple[str, str | bytes, int]]())
+    _writes = PerInstance(lambda _: WriteIds())
 
     def __init__(
         self,
@@ -54,7 +58,8 @@ class RedisPipeline:
         self.serialize = serialize_func
         self.crawler: Crawler | None = None
         self.guard = OutageGuard(300)
-        self._pending = []
+        self._pending = []  # items not stored yet: (list key, serialized item, write number)
+        self._writes = WriteIds()
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -63,6 +68,7 @@ class RedisPipeline:
         pipeline.crawler = crawler
         pipeline.guard = outage_guard(crawler)
         pipeline.guard.on_recovery(pipeline._push_pending)
+        pipeline._writes = WriteIds(writes_ttl(crawler.settings))
         return pipeline
 
     @classmethod
@@ -82,7 +88,8 @@ class RedisPipeline:
 
     def process_item(self, item: Any, spider: Spider | None = None) -> Any:
         spider = spider or (self.crawler.spider if self.crawler is not None else None)
-        self._pending.append((self.item_key(item, spider), self.serialize(item)))
+        data = self.serialize(item)
+        self._pending.append((self.item_key(item, spider), data, self._writes.take()))
         self._push_pending()
         return item
 
@@ -93,21 +100,33 @@ class RedisPipeline:
                 "Redis is unreachable: %(count)d items could not be stored",
                 {"count": len(self._pending)},
             )
+        else:
+            self.guard.attempt(lambda: self._writes.forget(self.server), None)
 
     def _push_pending(self, force: bool = False) -> None:
         """Push the items kept while Redis was unreachable, in order, all or none."""
         if not self._pending or not (force or self.guard.may_try()):
             return
-        pipe = self.server.pipeline(transaction=len(self._pending) > 1)
-        for key, data in self._pending:
-            pipe.rpush(key, data)
+        pushing = len(self._pending)
         try:
-            pipe.execute()
+            self._push(self._pending)
         except OUTAGE_ERRORS as exc:
             self.guard.failed(exc)
             return
+        del self._pending[:pushing]  # before succeeded(): it calls _push_pending() again
         self.guard.succeeded()
-        self._pending.clear()
+
+    def _push(self, pending: list[tuple[str, str | bytes, int]]) -> None:
+        """One script call: every item appended to its list, at most once."""
+        keys: list[str] = []
+        args: list[Any] = [self._writes.ttl_ms]
+        number: dict[str, int] = {}  # list key -> its pair's number in KEYS
+        for key, data, write in pending:
+            if key not in number:
+                number[key] = len(number) + 1
+                keys += [key, self._writes.key(key)]
+            args += [number[key], write, data]
+        script("push_items")(self.server, keys, args)
 
     def item_key(self, item: Any, spider: Spider | None) -> str:
         """The list ``item`` goes to (override to route items)."""

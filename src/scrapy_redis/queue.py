@@ -27,6 +27,7 @@ from redis.cluster import RedisCluster
 from redis.crc import key_slot
 
 from scrapy_redis import defaults
+from scrapy_redis._compat import PerInstance
 from scrapy_redis.exceptions import (
     ScrapyRedisDeprecationWarning,
     UndecodableRequestError,
@@ -44,11 +45,12 @@ from scrapy_redis.serializers import (
     resolve_serializer,
     with_defaults,
 )
+from scrapy_redis.writes import WriteIds
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
 
-# Lua's unpack() is limited to a few thousand values: larger pushes are split.
+# Lua's unpack() is limited to a few thousand values: larger push_entries() are split.
 _PUSH_CHUNK = 1000
 _PICKLE_SERIALIZERS = {"pickle", "scrapy_redis.picklecompat"}
 
@@ -86,6 +88,10 @@ class Base:
     formatted with the spider name.
     """
 
+    #: Numbers this queue's pushes, so that a push sent again is applied once (writes.py);
+    #: a class-level default for subclasses whose __init__ does not call ours.
+    writes = PerInstance(lambda _: WriteIds())
+
     def __init__(
         self, server: Any, spider: Spider, key: str, serializer: Serializer | Any = None
     ) -> None:
@@ -95,6 +101,7 @@ class Base:
         self.serializer = resolve_serializer(
             defaults.SCHEDULER_SERIALIZER if serializer is None else serializer
         )
+        self.writes = WriteIds()
 
     def _encode_request(self, request: Request) -> bytes:
         """The bytes stored for ``request``; UnserializableRequestError with the reason."""
@@ -192,17 +199,24 @@ class Base:
         raise NotImplementedError
 
     def push_new(
-        self, candidates: Sequence[Candidate], seen_key: str, news: str = ""
+        self,
+        candidates: Sequence[Candidate],
+        seen_key: str,
+        news: str = "",
+        write: int | None = None,
     ) -> list[bool]:
         """Record the fingerprints in the set ``seen_key`` and push the new requests.
 
         Returns, per candidate, whether it was new (a duplicate is not pushed).
         The script path publishes on the channel ``news`` (if given) when it
         pushed requests, which wakes idle workers at once.
-        Our queues do it atomically in one script call per batch when the set and
-        the queue may be used by one script (always, except on a Redis Cluster
-        without a shared hash tag); otherwise this one pipeline of ``SADD`` then
-        one push: a worker dying in between loses the batch's new requests.
+        Our queues do it atomically in one script call when the set and the queue
+        may be used by one script (always, except on a Redis Cluster without a
+        shared hash tag), numbered ``write`` (default: the next of ``self.writes``):
+        a call sent again with the same number, the same candidates, is answered
+        what the first was, and writes nothing. Otherwise this one pipeline of
+        ``SADD`` then one push: a worker dying in between loses the batch's new
+        requests, and a pipeline redis-py sends again finds them all duplicates.
         """
         checked = [c for c in candidates if c.fingerprint is not None]
         added: list[int] = []
@@ -247,26 +261,35 @@ class _ListQueue(Base):
         return length
 
     def push_entries(self, entries: Sequence[Entry]) -> None:
-        for start in range(0, len(entries), _PUSH_CHUNK):
-            chunk = entries[start : start + _PUSH_CHUNK]
-            self.server.lpush(self.key, *(entry.data for entry in chunk))
+        self._push("LPUSH", [entry.data for entry in entries])
+
+    def _push(self, command: str, datas: list[bytes]) -> None:
+        """``command`` (LPUSH or RPUSH) of ``datas``, in calls applied once each."""
+        keys = [self.key, self.writes.key(self.key)]
+        for start in range(0, len(datas), _PUSH_CHUNK):
+            args = [command, self.writes.ttl_ms, self.writes.take()]
+            script("push_list")(self.server, keys, [*args, *datas[start : start + _PUSH_CHUNK]])
 
     def push_new(
-        self, candidates: Sequence[Candidate], seen_key: str, news: str = ""
+        self,
+        candidates: Sequence[Candidate],
+        seen_key: str,
+        news: str = "",
+        write: int | None = None,
     ) -> list[bool]:
-        if not self._scripts_may_use(seen_key, self.key):
+        record = self.writes.key(seen_key)
+        if not self._scripts_may_use(seen_key, self.key, record):
             return super().push_new(candidates, seen_key)
-        new: list[bool] = []
-        for start in range(0, len(candidates), _PUSH_CHUNK // 2):
-            batch: list[Any] = []
-            for candidate in candidates[start : start + _PUSH_CHUNK // 2]:
-                data = candidate.entry.data if candidate.entry else ""
-                batch += [candidate.fingerprint or "", data]
-            reply = script("dedup_push_list")(
-                self.server, [seen_key, self.key], [news, _batch_arg(batch)]
-            )
-            new += _new_flags(reply, len(batch) // 2)
-        return new
+        if not candidates:
+            return []
+        batch: list[Any] = []
+        for candidate in candidates:
+            data = candidate.entry.data if candidate.entry else ""
+            batch += [candidate.fingerprint or "", data]
+        number = self.writes.take() if write is None else write
+        args = [news, _batch_arg(batch), self.writes.ttl_ms, number]
+        reply = script("dedup_push_list")(self.server, [seen_key, self.key, record], args)
+        return _new_flags(reply, len(candidates))
 
     def pop_entries(
         self, count: int, timeout: int = 0, ticket: Ticket | None = None
@@ -287,8 +310,8 @@ class _ListQueue(Base):
 
     def restore_entries(self, entries: Sequence[Entry]) -> None:
         if entries:
-            push = self.server.rpush if self._pop_command == "RPOP" else self.server.lpush
-            push(self.key, *(entry.data for entry in reversed(entries)))
+            command = "RPUSH" if self._pop_command == "RPOP" else "LPUSH"
+            self._push(command, [entry.data for entry in reversed(entries)])
 
 
 class FifoQueue(_ListQueue):
@@ -343,17 +366,14 @@ class PriorityQueue(Base):
             self._push_group(priority, [entry.data for entry in group], "back")
 
     def push_new(
-        self, candidates: Sequence[Candidate], seen_key: str, news: str = ""
+        self,
+        candidates: Sequence[Candidate],
+        seen_key: str,
+        news: str = "",
+        write: int | None = None,
     ) -> list[bool]:
-        new: list[bool] = []
-        for start in range(0, len(candidates), _PUSH_CHUNK // 3):
-            chunk = candidates[start : start + _PUSH_CHUNK // 3]
-            new += self._push_new_chunk(chunk, seen_key, news)
-        return new
-
-    def _push_new_chunk(
-        self, candidates: Sequence[Candidate], seen_key: str, news: str
-    ) -> list[bool]:
+        if not candidates:
+            return []
         number: dict[int, int] = {}  # priority -> its list's number in the script call
         batch: list[Any] = []
         for candidate in candidates:
@@ -365,19 +385,22 @@ class PriorityQueue(Base):
                 candidate.entry.data if candidate.entry else "",
             ]
         lists = [priority_list_key(self.key, priority) for priority in number]
-        if not self._scripts_may_use(seen_key, self.key, *lists):
+        record = self.writes.key(seen_key)
+        if not self._scripts_may_use(seen_key, self.key, record, *lists):
             return super().push_new(candidates, seen_key)
-        keys = [seen_key, self.key, *lists]
-        reply = script("dedup_push_priority")(
-            self.server, keys, [news, len(number), *number, _batch_arg(batch)]
-        )
+        keys = [seen_key, self.key, record, *lists]
+        write = self.writes.take() if write is None else write
+        args = [news, len(number), *number, _batch_arg(batch), self.writes.ttl_ms, write]
+        reply = script("dedup_push_priority")(self.server, keys, args)
         return _new_flags(reply, len(candidates))
 
     def _push_group(self, priority: int, datas: list[bytes], where: str) -> None:
-        keys = [self.key, priority_list_key(self.key, priority)]
+        key = priority_list_key(self.key, priority)
+        keys = [self.key, key, self.writes.key(key)]
         for start in range(0, len(datas), _PUSH_CHUNK):
             chunk = datas[start : start + _PUSH_CHUNK]
-            script("push_priority")(self.server, keys, [priority, where, *chunk])
+            args = [priority, where, self.writes.ttl_ms, self.writes.take()]
+            script("push_priority")(self.server, keys, [*args, *chunk])
 
     def pop_entries(
         self, count: int, timeout: int = 0, ticket: Ticket | None = None

@@ -48,6 +48,7 @@ from scrapy_redis.serializers import resolve_serializer
 from scrapy_redis.utils import load_configured
 from scrapy_redis.wakeup import NewsListener, QueueWatcher
 from scrapy_redis.workers import WorkerRegistry, new_worker_id
+from scrapy_redis.writes import WriteIds, writes_ttl
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
@@ -315,6 +316,7 @@ class Scheduler:
     _unserializable_logged = False
     _halted = False
     _opening = False
+    _failed_push: tuple[int, int] | None = None
 
     def __init__(
         self,
@@ -396,6 +398,9 @@ class Scheduler:
         self._guard = self._new_guard()
         # Requests accepted and not pushed yet (buffered, or Redis unreachable).
         self._unsent = deque()
+        # The batch whose push failed (an outage): its write number and size, kept to send
+        # it again as it was, so that it is applied once (see writes.py).
+        self._failed_push = None
         self._send_call: DelayedCall | None = None
         self._in_script = False  # whether the push script checks fingerprints
         self._book: LeaseBook | None = None
@@ -464,6 +469,9 @@ class Scheduler:
             )
         self._in_script = _dedups_in_script(self.df, self.queue)
         check_key_types(self.server, self._key_uses())
+        if isinstance(self.queue, Base):
+            settings = self.crawler.settings if self.crawler is not None else None
+            self.queue.writes = WriteIds(writes_ttl(settings), writer=self.worker_id)
         self._join()
         self._recover()
         if pending := len(self.queue):  # the original's spider.log(): spider's logger, DEBUG
@@ -486,6 +494,8 @@ class Scheduler:
         try:
             self._send_unsent_at_close()
             self._give_back_leases()
+            if isinstance(self.queue, Base):
+                self.queue.writes.forget(self.server)
             if self._registry is not None:
                 self._leave(keep)
             elif not keep and self.queue is not None:  # open() replaced by a subclass
@@ -664,7 +674,8 @@ class Scheduler:
             # One script call per batch; otherwise one request at a time, so that a
             # failure half-way never pushes again what was already pushed.
             if self._in_script:
-                batch = list(islice(self._unsent, self.enqueue_batch_size))
+                size = self._failed_push[1] if self._failed_push else self.enqueue_batch_size
+                batch = list(islice(self._unsent, size))
                 new = self._send_in_script(batch)
             else:
                 batch = [self._unsent[0]]
@@ -697,7 +708,11 @@ class Scheduler:
                 refused[index] = exc
             candidates.append(Candidate(unsent.fingerprint, entry))
         epoch = self._seen.epoch()
-        new: list[bool] = self.queue.push_new(candidates, self.df.key, self._news)
+        if self._failed_push is None:
+            self._failed_push = (self.queue.writes.take(), len(batch))
+        write = self._failed_push[0]
+        new: list[bool] = self.queue.push_new(candidates, self.df.key, self._news, write=write)
+        self._failed_push = None
         self._seen.add((unsent.fingerprint for unsent in batch if unsent.fingerprint), epoch)
         pushed = sum(new) - sum(new[index] for index in refused)
         self._inc("scheduler/enqueued/redis", pushed)

@@ -1,9 +1,10 @@
 """A stats collector whose stats live in a Redis hash shared by every worker.
 
 Updates are kept in the worker, merged per stat, for at most
-STATS_FLUSH_INTERVAL seconds, then written in one MULTI/EXEC round trip of atomic
-commands and Lua scripts (increments are sent as increments), so concurrent
-workers never lose increments; reads add what is not written yet. Values keep
+STATS_FLUSH_INTERVAL seconds, then written in one Lua script call (increments are
+sent as increments), so concurrent workers never lose increments, and a call sent
+again (a lost reply, see writes.py) is applied once; reads add what is not
+written yet. Values keep
 their type: integers and floats are stored as decimal text (``HINCRBY`` and
 ``HINCRBYFLOAT`` work on them), datetimes as ISO-8601 text in UTC, strings as
 they are (unless they would read back as another type), and anything else
@@ -16,12 +17,9 @@ import json
 import logging
 import pprint
 import re
-from collections.abc import Callable
 from datetime import datetime, timezone
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from redis.exceptions import ResponseError
 from scrapy.statscollectors import StatsCollector
 
 from scrapy_redis import defaults
@@ -32,6 +30,7 @@ from scrapy_redis.keys import format_key
 from scrapy_redis.outage import OUTAGE_ERRORS, OutageGuard, outage_guard
 from scrapy_redis.scripts import script
 from scrapy_redis.utils import bytes_to_str
+from scrapy_redis.writes import WriteIds, writes_ttl
 
 if TYPE_CHECKING:
     from scrapy import Spider
@@ -155,6 +154,8 @@ class RedisStatsCollector(StatsCollector):
     _flush_call: Any = None
     _guard = PerInstance[OutageGuard](lambda self: self._new_guard())
     _backlog = PerInstance(lambda _: _Backlog())
+    _sending: tuple[int, _Backlog] | None = None
+    _writes = PerInstance(lambda self: WriteIds(writes_ttl(self._crawler.settings)))
 
     def __init__(self, crawler: Crawler, spider: Spider | None = None) -> None:
         super().__init__(crawler)
@@ -169,6 +170,9 @@ class RedisStatsCollector(StatsCollector):
         self._flush_call: Any = None
         self._guard = self._new_guard()
         self._backlog = _Backlog()
+        # The batch being written (its write number) while Redis has not confirmed it.
+        self._sending = None
+        self._writes = WriteIds(writes_ttl(crawler.settings))
 
     def _setting(self, name: str, default: Any) -> Any:
         return self._crawler.settings.get(name, default)
@@ -192,24 +196,21 @@ class RedisStatsCollector(StatsCollector):
     def get_value(self, key: str, default: Any = None, spider: Spider | None = None) -> Any:
         raw = self._guard.attempt(lambda: self.server.hget(self._get_key(spider), key), None)
         stats = {} if raw is None else {key: decode_value(raw)}
-        return self._backlog.applied_to(stats).get(key, default)
+        return self._unwritten_applied_to(stats).get(key, default)
 
     def get_stats(self, spider: Spider | None = None) -> dict[str, Any]:
         raw: dict[Any, Any] = self._guard.attempt(
             lambda: self.server.hgetall(self._get_key(spider)), {}
         )
         stats = {bytes_to_str(name): decode_value(value) for name, value in raw.items()}
-        return self._backlog.applied_to(stats)
+        return self._unwritten_applied_to(stats)
 
     def set_value(self, key: str, value: Any, spider: Spider | None = None) -> None:
-        name = self._get_key(spider)
-        self._write(
-            lambda: self.server.hset(name, key, encode_value(value)),
-            lambda: self._backlog.set(key, value),
-        )
+        self._backlog.set(key, value)
+        self._written()
 
     def set_stats(self, stats: dict[str, Any], spider: Spider | None = None) -> None:
-        self._backlog = _Backlog()  # replaced, not written
+        self._backlog, self._sending = _Backlog(), None  # replaced, not written
         pipe = self.server.pipeline(transaction=True)
         pipe.delete(self._get_key(spider))
         if stats:
@@ -224,52 +225,21 @@ class RedisStatsCollector(StatsCollector):
         start: int | float = 0,
         spider: Spider | None = None,
     ) -> None:
-        name = self._get_key(spider)
-        self._write(
-            lambda: self._increment(self.server, name, key, count, start),
-            lambda: self._backlog.inc(key, count, start),
-        )
-
-    def _increment(self, client: Any, name: str, key: str, count: float, start: float) -> None:
-        """One command on ``client`` (a pipeline queues it; its error shows in the results)."""
-        if start:
-            script("stats_inc")(client, [name], [key, repr(count), repr(start)])
-        elif isinstance(count, int):
-            try:
-                client.hincrby(name, key, count)
-            except ResponseError:  # the stat holds a float
-                client.hincrbyfloat(name, key, count)
-        else:
-            client.hincrbyfloat(name, key, count)
+        self._backlog.inc(key, count, start)
+        self._written()
 
     def max_value(self, key: str, value: Any, spider: Spider | None = None) -> None:
-        self._bound(key, value, "max", spider)
+        self._backlog.bound(key, value, "max")
+        self._written()
 
     def min_value(self, key: str, value: Any, spider: Spider | None = None) -> None:
-        self._bound(key, value, "min", spider)
-
-    def _bound(self, key: str, value: Any, mode: str, spider: Spider | None) -> None:
-        name = self._get_key(spider)
-        self._write(
-            lambda: self._store_bound(self.server, name, key, value, mode),
-            lambda: self._backlog.bound(key, value, mode),
-        )
-
-    def _store_bound(self, client: Any, name: str, key: str, value: Any, mode: str) -> None:
-        numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
-        args = [key, encode_value(value), mode, "n" if numeric else "s"]
-        script("stats_bound")(client, [name], args)
+        self._backlog.bound(key, value, "min")
+        self._written()
 
     # -- buffering and outages ----------------------------------------------------------
 
-    def _write(self, write: Callable[[], Any], remember: Callable[[], None]) -> None:
-        if self.flush_interval <= 0 and not self._backlog and self._guard.may_try():
-            try:
-                write()
-                return
-            except OUTAGE_ERRORS as exc:
-                self._guard.failed(exc)
-        remember()
+    def _written(self) -> None:
+        """An update was added to the backlog: write it now, or within the flush interval."""
         if self.flush_interval <= 0:
             self._replay()
         else:
@@ -283,46 +253,60 @@ class RedisStatsCollector(StatsCollector):
     def _flush_due(self) -> None:
         self._flush_call = None
         self._replay()
-        if self._backlog:  # Redis unreachable: try again later
+        if self._unwritten():  # Redis unreachable: try again later
             self._schedule_flush()
 
-    def _replay(self, force: bool = False) -> None:
-        """Write the backlog in one MULTI/EXEC round trip."""
-        if not self._backlog or not (force or self._guard.may_try()):
-            return
-        try:
-            self._store(self._backlog)
-        except OUTAGE_ERRORS as exc:
-            self._guard.failed(exc)
-            return
-        self._backlog = _Backlog()
-        self._guard.succeeded()
+    def _unwritten(self) -> bool:
+        return self._sending is not None or bool(self._backlog)
 
-    def _store(self, backlog: _Backlog) -> None:
-        name = self._get_key()
-        pipe = self.server.pipeline(transaction=True)
-        again: list[Callable[[], Any]] = []  # each queued command, to run alone on an error
-        if backlog.values:
-            mapping: dict[str | bytes, str] = {
-                key: encode_value(value) for key, value in backlog.values.items()
-            }
-            pipe.hset(name, mapping=mapping)
-            again.append(partial(self.server.hset, name, mapping=mapping))
+    def _unwritten_applied_to(self, stats: dict[str, Any]) -> dict[str, Any]:
+        """``stats`` as they will be once the updates not written yet are."""
+        if self._sending is not None:
+            stats = self._sending[1].applied_to(stats)
+        return self._backlog.applied_to(stats)
+
+    def _replay(self, force: bool = False) -> None:
+        """Write the backlog: one script call (two after a failed one, sent again first)."""
+        # Locals: every attribute read of a StatsCollector goes through Scrapy's slow
+        # __getattribute__, and this runs for each update with STATS_FLUSH_INTERVAL = 0.
+        guard, sending = self._guard, self._sending
+        if (sending is None and not self._backlog) or not (force or guard.may_try()):
+            return
+        while True:
+            if sending is None:  # a failed batch keeps its number: applied once
+                backlog = self._backlog
+                if not backlog:
+                    break
+                sending = self._sending = (self._writes.take(), backlog)
+                self._backlog = _Backlog()
+            try:
+                self._store(*sending)
+            except OUTAGE_ERRORS as exc:
+                guard.failed(exc)
+                return
+            sending = self._sending = None
+        guard.succeeded()
+
+    def _store(self, write: int, backlog: _Backlog) -> None:
+        """Write ``backlog`` in one script call, as write number ``write``."""
+        name, writes = self._get_key(), self._writes
+        args: list[Any] = [writes.ttl_ms, write]
+        for key, value in backlog.values.items():
+            args += ["set", key, encode_value(value), ""]
         for key, (count, start) in backlog.increments.items():
-            self._increment(pipe, name, key, count, start)
-            again.append(partial(self._increment, self.server, name, key, count, start))
+            args += ["inc", key, repr(count), repr(start) if start else ""]
         for key, (mode, value) in backlog.bounds.items():
-            self._store_bound(pipe, name, key, value, mode)
-            again.append(partial(self._store_bound, self.server, name, key, value, mode))
-        results = pipe.execute(raise_on_error=False)
-        for result, run_alone in zip(results, again, strict=True):
-            if isinstance(result, OUTAGE_ERRORS):
-                raise result
-            if isinstance(result, Exception):  # a float stat, a script not cached yet
-                run_alone()
+            numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
+            args += [mode, key, encode_value(value), "n" if numeric else "s"]
+        refused = script("stats_write")(self.server, [name, writes.key(name)], args)
+        if refused:
+            logger.error(
+                "Redis refused updates of stats in %(key)s:\n%(refused)s",
+                {"key": name, "refused": bytes_to_str(refused)},
+            )
 
     def clear_stats(self, spider: Spider | None = None) -> None:
-        self._backlog = _Backlog()
+        self._backlog, self._sending = _Backlog(), None
         self._guard.attempt(lambda: self.server.unlink(self._get_key(spider)), None)
 
     def open_spider(self, spider: Spider | None = None) -> None:
@@ -333,11 +317,13 @@ class RedisStatsCollector(StatsCollector):
         if self._flush_call is not None and self._flush_call.active():
             self._flush_call.cancel()
         self._replay(force=True)
-        if self._backlog:
+        if self._unwritten():
             logger.error(
                 "Redis is unreachable: updates of %(count)d stats are lost",
-                {"count": len(self._backlog.applied_to({}))},
+                {"count": len(self._unwritten_applied_to({}))},
             )
+        else:
+            self._guard.attempt(lambda: self._writes.forget(self.server), None)
         self._stats = self.get_stats()
         if self._dump:
             logger.info(

@@ -1,0 +1,236 @@
+"""Writes that redis-py sends again after losing their reply are applied once.
+
+The default REDIS_PARAMS retry a command once when its reply does not come (the
+connection drops, or the server stalls longer than ``socket_timeout``). The
+server ran the first copy: a write that is not idempotent would be applied
+twice. A proxy in front of the test server loses one reply for real.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from scrapy import Request
+from scrapy.utils.test import get_crawler
+
+from helpers import DemoSpider, make_spider
+from lossy_proxy import LossyProxy
+from redis_server import RedisServer
+from scrapy_redis.connection import get_redis_from_settings
+from scrapy_redis.pipelines import RedisPipeline
+from scrapy_redis.queue import Candidate, Entry, FifoQueue, LifoQueue, PriorityQueue
+
+LOSSES = ["drop", "stall"]
+
+
+@pytest.fixture
+def proxy(redis_server):
+    proxy = LossyProxy(redis_server.port)
+    yield proxy
+    proxy.close()
+
+
+def crawler_settings(proxy: LossyProxy, **extra):
+    # A short socket_timeout: a "stall" loss costs the test half a second.
+    return {"REDIS_URL": proxy.url, "REDIS_PARAMS": {"socket_timeout": 0.5}, **extra}
+
+
+def pipeline(settings) -> RedisPipeline:
+    crawler = get_crawler(DemoSpider, settings)
+    crawler.spider = crawler._create_spider()
+    return RedisPipeline.from_crawler(crawler)
+
+
+def stats_collector(settings):
+    crawler = get_crawler(
+        DemoSpider, {**settings, "STATS_CLASS": "scrapy_redis.stats.RedisStatsCollector"}
+    )
+    return crawler.stats
+
+
+def stored_items(server, key="demo:items") -> list[int]:
+    return [json.loads(raw)["n"] for raw in server.lrange(key, 0, -1)]
+
+
+@pytest.mark.parametrize("how", LOSSES)
+def test_an_item_whose_reply_is_lost_is_stored_once(proxy, server, how):
+    pipe = pipeline(crawler_settings(proxy))
+    pipe.process_item({"n": 1})
+    proxy.lose_next_reply(how)
+    pipe.process_item({"n": 2})
+    assert proxy.lost  # the reply was lost, the command sent again
+    assert stored_items(server) == [1, 2]
+
+
+def test_items_sent_again_after_an_outage_are_stored_once(proxy, server):
+    pipe = pipeline(crawler_settings(proxy))
+    pipe.process_item({"n": 1})
+    proxy.lose_next_reply(times=2)  # the reply to redis-py's retry too: an outage
+    pipe.process_item({"n": 2})  # stored, but the pipeline cannot know it
+    assert proxy.lost == [b"EVALSHA", b"EVALSHA"] and pipe.guard.down
+    pipe.process_item({"n": 3})  # kept in memory (backing off)
+    pipe.close_spider()  # pushes what it kept: 2 again, then 3
+    assert stored_items(server) == [1, 2, 3]
+    assert server.keys("*:writes:*") == []  # its record is deleted when it closes
+
+
+@pytest.mark.parametrize("how", LOSSES)
+def test_an_increment_whose_reply_is_lost_is_added_once(proxy, server, how):
+    stats = stats_collector(crawler_settings(proxy, STATS_FLUSH_INTERVAL=0))
+    stats.inc_value("pages", 1)
+    proxy.lose_next_reply(how)
+    stats.inc_value("pages", 5)
+    assert proxy.lost
+    assert server.hget("demo:stats", "pages") == b"6"
+
+
+def test_buffered_updates_whose_reply_is_lost_are_written_once(proxy, server):
+    settings = crawler_settings(proxy, SCHEDULER_PERSIST=True, STATS_DUMP=False)
+    stats = stats_collector(settings)
+    stats.inc_value("pages", 5)
+    stats.inc_value("ratio", 0.5)
+    stats.inc_value("started", 1, start=10)
+    stats.max_value("max", 3)
+    stats.set_value("reason", "x")
+    proxy.lose_next_reply()
+    stats.close_spider(reason="finished")  # writes the buffered updates
+    assert proxy.lost
+    assert server.hgetall("demo:stats") == {
+        b"pages": b"5",
+        b"ratio": b"0.5",
+        b"started": b"11",
+        b"max": b"3",
+        b"reason": b"x",
+    }
+
+
+def test_updates_sent_again_after_an_outage_are_written_once(proxy, server):
+    settings = crawler_settings(
+        proxy, STATS_FLUSH_INTERVAL=0, SCHEDULER_PERSIST=True, STATS_DUMP=False
+    )
+    stats = stats_collector(settings)
+    stats.inc_value("pages", 1)
+    proxy.lose_next_reply(times=2)  # the reply to redis-py's retry too: an outage
+    stats.inc_value("pages", 5)  # written, but the collector cannot know it
+    assert proxy.lost == [b"EVALSHA", b"EVALSHA"]
+    stats.inc_value("pages", 2)  # kept in memory (backing off)
+    stats.close_spider(reason="finished")  # writes what it kept: +5 again, then +2
+    assert server.hget("demo:stats", "pages") == b"8"
+    assert server.keys("*:writes:*") == []  # its record is deleted when it closes
+
+
+def test_an_update_redis_refuses_is_logged_and_the_others_written(settings_dict, server, caplog):
+    server.hset("demo:stats", "name", "text")
+    stats = stats_collector({**settings_dict, "STATS_FLUSH_INTERVAL": 0})
+    with caplog.at_level("ERROR"):
+        stats.set_value("a", 1)
+        stats.inc_value("name")  # not a number: refused
+        stats.inc_value("b")
+    assert "Redis refused updates of stats in demo:stats:\nname: " in caplog.text
+    assert server.hgetall("demo:stats") == {b"name": b"text", b"a": b"1", b"b": b"1"}
+
+
+@pytest.mark.parametrize("queue_cls", [FifoQueue, LifoQueue, PriorityQueue])
+@pytest.mark.parametrize("how", LOSSES)
+def test_a_pushed_batch_whose_reply_is_lost_is_not_reported_as_duplicates(
+    proxy, server, queue_cls, how
+):
+    client = get_redis_from_settings(get_crawler(settings_dict=crawler_settings(proxy)).settings)
+    queue = queue_cls(client, make_spider(), "q")
+    candidates = [Candidate(f"fp{i}", Entry(f"r{i}".encode())) for i in range(3)]
+    queue.push_new([Candidate("first", None)], "seen")  # the script is loaded: runs by SHA
+    proxy.lose_next_reply(how)
+    assert queue.push_new([*candidates, candidates[0]], "seen") == [True, True, True, False]
+    assert proxy.lost == [b"EVALSHA"]
+    assert len(queue) == 3 and server.scard("seen") == 4
+    # Sent again later (not a retry): duplicates.
+    assert queue.push_new(candidates, "seen") == [False, False, False]
+    assert len(queue) == 3
+
+
+def test_a_scheduled_request_whose_reply_is_lost_is_not_dropped(proxy, server, schedulers):
+    scheduler = schedulers(crawler_settings(proxy, SCHEDULER_ENQUEUE_DELAY=0))
+    dropped = []
+    scheduler.crawler.signals.connect(
+        lambda request, spider: dropped.append(request), "request_dropped"
+    )
+    scheduler.enqueue_request(Request("https://example.com/"))  # the script is loaded
+    proxy.lose_next_reply()
+    assert scheduler.enqueue_request(Request("https://example.com/a")) is True
+    assert proxy.lost == [b"EVALSHA"]
+    assert scheduler.stats.get_value("dupefilter/filtered") is None and not dropped
+    assert scheduler.stats.get_value("scheduler/enqueued/redis") == 2
+
+
+def test_a_batch_sent_again_after_an_outage_is_not_reported_as_duplicates(
+    proxy, server, schedulers
+):
+    scheduler = schedulers(crawler_settings(proxy, SCHEDULER_ENQUEUE_DELAY=0))
+    dropped = []
+    scheduler.crawler.signals.connect(
+        lambda request, spider: dropped.append(request), "request_dropped"
+    )
+    scheduler.enqueue_request(Request("https://example.com/"))  # the script is loaded
+    proxy.lose_next_reply(times=2)  # the reply to redis-py's retry too: an outage
+    assert scheduler.enqueue_request(Request("https://example.com/a")) is True  # pushed
+    assert proxy.lost == [b"EVALSHA", b"EVALSHA"]
+    assert scheduler.enqueue_request(Request("https://example.com/b")) is True  # kept
+    time.sleep(0.6)  # the guard's first back-off
+    assert scheduler.send_enqueued()  # a again (answered as the first time), then b
+    assert scheduler.stats.get_value("dupefilter/filtered") is None and not dropped
+    assert scheduler.stats.get_value("scheduler/enqueued/redis") == 3
+    urls = sorted(scheduler.next_request().url for _ in range(3))
+    assert urls == ["https://example.com/", "https://example.com/a", "https://example.com/b"]
+    assert scheduler.next_request() is None
+    assert server.keys("*:writes:*") != []
+    scheduler.close("finished")
+    assert server.keys("*:writes:*") == []  # its records are deleted when it closes
+
+
+@pytest.fixture
+def own_server():
+    """A redis-server of this test only, so that it can be stopped and started."""
+    server = RedisServer().start()
+    yield server
+    server.cleanup()
+
+
+def test_items_kept_during_an_outage_are_pushed_once_when_the_pipeline_sees_redis_back(
+    own_server,
+):
+    """The pipeline is the first component to reach Redis again: its own recovery
+    callback must not push the items it is pushing a second time."""
+    pipe = pipeline({"REDIS_URL": own_server.url})
+    own_server.stop()
+    for n in range(3):
+        pipe.process_item({"n": n})  # kept in memory
+    assert pipe.guard.down
+    own_server.start()
+    time.sleep(pipe.guard.FIRST_BACKOFF + 0.1)  # the guard tries Redis again
+    pipe.process_item({"n": 3})
+    assert not pipe.guard.down
+    assert stored_items(pipe.server) == [0, 1, 2, 3]
+
+
+def test_the_record_key_is_in_the_slot_of_the_key_it_guards():
+    from redis.crc import key_slot
+
+    from scrapy_redis.keys import writes_key
+
+    for data_key in ["demo:items", "{demo}:requests", "demo:{x}:stats", "a{b"]:
+        record = writes_key(data_key, "host:1:abcd")
+        assert key_slot(record.encode()) == key_slot(data_key.encode()), record
+    assert writes_key("demo:items", "w") == "{demo:items}:writes:w"
+    assert writes_key("{demo}:requests", "w") == "{demo}:requests:writes:w"
+
+
+@pytest.mark.parametrize(("timeout", "ttl"), [(300, 600), (5, 60), (float("inf"), 86400)], ids=str)
+def test_records_outlive_the_outage_timeout(timeout, ttl):
+    from scrapy.settings import Settings
+
+    from scrapy_redis.writes import WriteIds, writes_ttl
+
+    assert writes_ttl(Settings({"REDIS_OUTAGE_TIMEOUT": timeout})) == ttl
+    assert WriteIds(writes_ttl(Settings({"REDIS_OUTAGE_TIMEOUT": timeout}))).ttl_ms == ttl * 1000
