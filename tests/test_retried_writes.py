@@ -236,3 +236,20 @@ def test_records_outlive_the_outage_timeout(timeout, ttl):
 
     assert writes_ttl(Settings({"REDIS_OUTAGE_TIMEOUT": timeout})) == ttl
     assert WriteIds(writes_ttl(Settings({"REDIS_OUTAGE_TIMEOUT": timeout}))).ttl_ms == ttl * 1000
+
+
+@pytest.mark.parametrize("how", LOSSES)
+def test_a_fingerprint_whose_reply_is_lost_is_not_taken_for_a_duplicate(proxy, server, how):
+    """The duplicate filter under Scrapy's own scheduler (or a queue class of your own):
+    ``request_seen()`` sent again must not find the fingerprint its first copy added."""
+    from scrapy_redis.dupefilter import RFPDupeFilter
+
+    crawler = get_crawler(DemoSpider, crawler_settings(proxy))
+    dupefilter = RFPDupeFilter.from_crawler(crawler)
+    assert dupefilter.request_seen(Request("https://example.com/")) is False  # loads scripts
+    proxy.lose_next_reply(how)
+    assert dupefilter.request_seen(Request("https://example.com/a")) is False
+    assert proxy.lost
+    assert dupefilter.request_seen(Request("https://example.com/a")) is True
+    dupefilter.close("finished")
+    assert server.keys("*") == []  # its one-time key and its write record are deleted

@@ -20,10 +20,13 @@ from scrapy.utils.python import to_unicode
 from scrapy.utils.request import referer_str
 
 from scrapy_redis import defaults
+from scrapy_redis._compat import PerInstance
 from scrapy_redis.canonical import canonical_url
 from scrapy_redis.connection import get_redis_from_settings
 from scrapy_redis.exceptions import warn_from_settings
 from scrapy_redis.keys import format_key, standalone_dupefilter_key
+from scrapy_redis.scripts import script
+from scrapy_redis.writes import WriteIds, writes_ttl
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
@@ -91,6 +94,8 @@ class RFPDupeFilter(BaseDupeFilter):
     stats: StatsCollector | None = None
     #: Whether :meth:`close` deletes the key (False for the scheduler's shared filter).
     temporary = True
+    #: Numbers the fingerprints recorded, so that a call sent again is applied once.
+    writes = PerInstance(lambda _: WriteIds())
 
     def __init__(
         self,
@@ -125,7 +130,7 @@ class RFPDupeFilter(BaseDupeFilter):
 
     @classmethod
     def _build(cls, crawler: Crawler, key: str, temporary: bool) -> Self:
-        return cls(
+        dupefilter = cls(
             get_redis_from_settings(crawler.settings),
             key=key,
             debug=crawler.settings.getbool("DUPEFILTER_DEBUG"),
@@ -133,6 +138,8 @@ class RFPDupeFilter(BaseDupeFilter):
             stats=crawler.stats,
             temporary=temporary,
         )
+        dupefilter.writes = WriteIds(writes_ttl(crawler.settings))
+        return dupefilter
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> Self:
@@ -143,9 +150,16 @@ class RFPDupeFilter(BaseDupeFilter):
         return cls(get_redis_from_settings(settings), key=key, debug=debug, temporary=True)
 
     def request_seen(self, request: Request) -> bool:
-        """Record the fingerprint of ``request``; True if it was already there."""
-        added: int = self.server.sadd(self.key, self.request_fingerprint(request))
-        return added == 0
+        """Record the fingerprint of ``request``; True if it was already there.
+
+        One script call (``seen_add.lua``), applied once even if redis-py sends it
+        again after losing its reply (see :mod:`scrapy_redis.writes`): a plain
+        ``SADD`` sent again would find its own fingerprint and drop a new request.
+        """
+        writes = self.writes
+        args = [self.request_fingerprint(request), writes.ttl_ms, writes.take()]
+        added = script("seen_add")(self.server, [self.key, writes.key(self.key)], args)
+        return int(added) == 0
 
     def request_fingerprint(self, request: Request) -> str:
         """The fingerprint stored for ``request`` (override to customise)."""
@@ -158,6 +172,7 @@ class RFPDupeFilter(BaseDupeFilter):
         shared filter (built by :meth:`from_spider`)."""
         if self.temporary:
             self.clear()
+        self.writes.forget(self.server)
 
     def clear(self) -> None:
         """Delete every fingerprint."""
