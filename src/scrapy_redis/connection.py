@@ -22,11 +22,11 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import redis
-from scrapy.utils.misc import load_object
 
 from scrapy_redis import defaults
 from scrapy_redis.bootstrap import report_if_it_stops_the_crawl
 from scrapy_redis.exceptions import RedisUnavailableError
+from scrapy_redis.utils import load_configured
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -69,7 +69,7 @@ def redis_params_from_settings(settings: BaseSettings) -> dict[str, Any]:
         else:
             params[param] = settings.get(setting)
     if isinstance(params.get("redis_cls"), str):
-        params["redis_cls"] = load_object(params["redis_cls"])
+        params["redis_cls"] = load_configured('REDIS_PARAMS["redis_cls"]', params["redis_cls"])
     return params
 
 

@@ -74,4 +74,3 @@ def _letter(raw: bytes) -> DeadLetter:
     op, key, _, arg, data = msgpack.unpackb(raw, raw=True)
     priority = int(arg) if op == b"prio" else None
     return DeadLetter(data, key.decode(), priority)
-

@@ -39,7 +39,8 @@ def wrong_types(server: Any, uses: Sequence[KeyUse]) -> list[tuple[KeyUse, str]]
     for use in uses:
         pipe.type(use.key)
     found = [t.decode() if isinstance(t, bytes) else str(t) for t in pipe.execute()]
-    return [(use, kind) for use, kind in zip(uses, found, strict=True) if kind not in ("none", use.type)]
+    pairs = zip(uses, found, strict=True)
+    return [(use, kind) for use, kind in pairs if kind not in ("none", use.type)]
 
 
 def check_key_types(server: Any, uses: Sequence[KeyUse]) -> None:

@@ -6,7 +6,6 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from scrapy.utils.misc import load_object
 from scrapy.utils.serialize import ScrapyJSONEncoder
 
 from scrapy_redis import connection, defaults
@@ -15,6 +14,7 @@ from scrapy_redis.exceptions import warn_from_settings
 from scrapy_redis.keys import format_key
 from scrapy_redis.outage import OUTAGE_ERRORS, OutageGuard, outage_guard
 from scrapy_redis.scripts import script
+from scrapy_redis.utils import load_configured
 from scrapy_redis.writes import WriteIds, writes_ttl
 
 if TYPE_CHECKING:
@@ -83,7 +83,8 @@ class RedisPipeline:
         if settings.get("REDIS_ITEMS_KEY"):
             kwargs["key"] = settings.get("REDIS_ITEMS_KEY")
         if settings.get("REDIS_ITEMS_SERIALIZER"):
-            kwargs["serialize_func"] = load_object(settings.get("REDIS_ITEMS_SERIALIZER"))
+            serializer = settings.get("REDIS_ITEMS_SERIALIZER")
+            kwargs["serialize_func"] = load_configured("REDIS_ITEMS_SERIALIZER", serializer)
         return kwargs
 
     def process_item(self, item: Any, spider: Spider | None = None) -> Any:

@@ -165,9 +165,7 @@ class RedisMixin:
             self._redis_keys[0],
             new_worker_id(),
             timeout,
-            crawler.settings.getint(
-                "SCHEDULER_MAX_DELIVERIES", defaults.SCHEDULER_MAX_DELIVERIES
-            ),
+            crawler.settings.getint("SCHEDULER_MAX_DELIVERIES", defaults.SCHEDULER_MAX_DELIVERIES),
         )
         self._unacked = []
         self._filterable = WeakSet()
