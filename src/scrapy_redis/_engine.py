@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
+    from scrapy import Request
     from scrapy.crawler import Crawler
+
+
+class DownloaderSlot(NamedTuple):
+    """The downloader slot a request goes to (one per domain by default)."""
+
+    key: str
+    #: Its DOWNLOAD_DELAY now (AutoThrottle adjusts it), in seconds.
+    delay: float
+    #: Whether the downloader holds no request at all.
+    idle: bool
 
 
 def installed_reactor() -> Any:
@@ -47,6 +58,30 @@ def engine_in_progress(crawler: Crawler | None) -> Any:
     produced (redirects and retries included) are all over.
     """
     return getattr(_slot(engine_of(crawler)), "inprogress", None)
+
+
+def has_downloader(crawler: Crawler | None) -> bool:
+    """Whether :func:`downloader_slot` can tell anything (an engine with a downloader)."""
+    return getattr(getattr(engine_of(crawler), "downloader", None), "slots", None) is not None
+
+
+def downloader_slot(crawler: Crawler | None, request: Request) -> DownloaderSlot | None:
+    """Where ``request`` will wait for its download, or None if unknown.
+
+    The key from Scrapy's ``Downloader.get_slot_key()``; the delay of that slot in
+    ``Downloader.slots`` (as AutoThrottle adjusts it), or DOWNLOAD_DELAY for a slot
+    not created yet; whether ``Downloader.active`` is empty.
+    """
+    downloader: Any = getattr(engine_of(crawler), "downloader", None)
+    if crawler is None or getattr(downloader, "slots", None) is None:
+        return None
+    try:
+        key: str = downloader.get_slot_key(request)
+        slot = downloader.slots.get(key)
+        delay = slot.delay if slot is not None else crawler.settings.getfloat("DOWNLOAD_DELAY")
+        return DownloaderSlot(key, delay, not downloader.active)
+    except AttributeError:  # another Scrapy's downloader: no pacing
+        return None
 
 
 def wake_engine(crawler: Crawler | None) -> None:

@@ -29,7 +29,14 @@ from scrapy.utils.misc import build_from_crawler, load_object
 from twisted.internet import task
 
 from scrapy_redis import defaults
-from scrapy_redis._engine import engine_in_progress, engine_of, installed_reactor, wake_engine
+from scrapy_redis._engine import (
+    downloader_slot,
+    engine_in_progress,
+    engine_of,
+    has_downloader,
+    installed_reactor,
+    wake_engine,
+)
 from scrapy_redis.connection import (
     ensure_reachable,
     get_redis_from_crawler,
@@ -44,6 +51,7 @@ from scrapy_redis.exceptions import (
 from scrapy_redis.keys import format_key, invalid_entries_key, news_channel, workers_key
 from scrapy_redis.leases import Lease, LeaseBook
 from scrapy_redis.outage import OUTAGE_ERRORS, OutageGuard, outage_guard
+from scrapy_redis.pacing import Pacer
 from scrapy_redis.queue import Base, Candidate, Entry
 from scrapy_redis.serializers import resolve_serializer
 from scrapy_redis.wakeup import NewsListener, QueueWatcher
@@ -63,13 +71,6 @@ T = TypeVar("T")
 
 # How often an undecodable entry may be skipped in one next_request() call.
 _MAX_SKIPS = 100
-# The first pop leases at most this many requests; later ones follow the demand, up to
-# SCHEDULER_PREFETCH (see Scheduler._size_batch).
-_FIRST_PREFETCH = 16
-# A batch handed out faster than this many seconds per request was taken in a burst:
-# in a steady crawl Scrapy spends milliseconds of CPU on each response before it asks for
-# the next request.
-_BURST = 0.0005
 
 
 @dataclass(slots=True)
@@ -260,6 +261,7 @@ class Scheduler:
         prefetch: int = defaults.SCHEDULER_PREFETCH,
         seen_cache_size: int = defaults.SCHEDULER_SEEN_CACHE_SIZE,
         crawler: Crawler | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if idle_before_close < 0:
             raise ValueError(
@@ -294,9 +296,8 @@ class Scheduler:
         self.enqueue_delay = enqueue_delay
         self.enqueue_batch_size = enqueue_batch_size
         self.prefetch = prefetch
-        self._batch = min(prefetch, _FIRST_PREFETCH)  # requests the next pop asks for
-        self._popped_at = 0.0  # when the last batch was leased (monotonic clock)
-        self._last_full = False  # whether it was as large as asked for
+        self._pacer = Pacer(prefetch, clock)  # how many requests to lease and hand out
+        self._pace_call: DelayedCall | None = None  # wakes the engine after a hold-back
         self.crawler = crawler
         self.stats = crawler.stats if crawler is not None else None
         self.spider: Spider | None = None
@@ -317,8 +318,9 @@ class Scheduler:
         self._send_call: DelayedCall | None = None
         self._in_script = False  # whether the push script checks fingerprints
         self._book: LeaseBook | None = None
-        # Leased, not handed out yet: each entry with its lease and position in it.
-        self._prefetched: deque[tuple[Entry, Lease, int]] = deque()
+        # Leased, not handed out yet: each entry (or the request decoded from it, held
+        # back by pacing) with its lease and position in it.
+        self._prefetched: deque[tuple[Entry | Request, Lease, int]] = deque()
         # Handed to the engine, not done yet (see _HandedOut).
         self._leased: set[_HandedOut] = set()
         # Undecodable entries not set aside yet (Redis was unreachable), with the error.
@@ -594,6 +596,8 @@ class Scheduler:
             if request is not None:
                 self._uncounted += 1
                 return request
+            if self._prefetched:  # held back until the downloader starts more (pacing)
+                return None
         request = self._local.pop()
         if request is not None:
             self._inc("scheduler/dequeued/memory")
@@ -603,6 +607,8 @@ class Scheduler:
         if request is None:
             request = self._redis_call(self._next_shared, None)
         if request is None:
+            if self._prefetched:  # held back (pacing)
+                return None
             self._count_dequeued()
             if self._empty_since is None:
                 self._empty_since = time.monotonic()
@@ -646,8 +652,8 @@ class Scheduler:
             if not self._prefetched and not self._refill():
                 return None
             request = self._hand_out()
-            if request is not None or self._halted:
-                return request
+            if request is not None or self._halted or self._prefetched:
+                return request  # None with requests prefetched: held back (pacing)
         return None
 
     def _take_baseline(self) -> None:
@@ -713,11 +719,10 @@ class Scheduler:
         assert self._book is not None
         self._count_dequeued()
         done = self._done_requests()
-        self._size_batch()
         ticket = self._book.ticket(releases=self._releases(done))
-        entries = self.queue.pop_entries(self._batch, ticket=ticket)
-        self._last_full = len(entries) == self._batch
-        self._popped_at = time.monotonic()
+        size = self._pacer.size(paced=has_downloader(self.crawler))
+        entries = self.queue.pop_entries(size, ticket=ticket)
+        self._pacer.popped(len(entries))
         lease = self._book.taken_batch(ticket, len(entries))
         self._forget(done)
         self._inc("scheduler/leases/acked", len(done))
@@ -744,33 +749,40 @@ class Scheduler:
             )
             self._news = ""
 
-    def _size_batch(self) -> None:
-        """Follow the engine's demand: double the batch after a full one that was
-        handed out in a burst (under _BURST seconds per request), halve it otherwise.
-
-        Between min(SCHEDULER_PREFETCH, 16) and SCHEDULER_PREFETCH. A worker whose
-        engine pulls a burst of requests (high CONCURRENT_REQUESTS, a start) pops them
-        in a few calls; one that takes a request per response keeps small batches, so
-        that a request pushed later with a higher priority waits behind few of them.
-        """
-        elapsed = time.monotonic() - self._popped_at
-        if self._last_full and elapsed < _BURST * self._batch:
-            self._batch = min(self._batch * 2, self.prefetch)
-        else:
-            self._batch = max(self._batch // 2, min(self.prefetch, _FIRST_PREFETCH))
-
     def _hand_out(self) -> Request | None:
-        """The next prefetched request; undecodable entries are set aside (or halt)."""
+        """The next prefetched request; undecodable entries are set aside (or halt).
+
+        None with requests still prefetched: the next one is held back, its downloader
+        slot has as many requests waiting as it starts in a second (see pacing.py).
+        """
         while self._prefetched and not self._halted:
             entry, lease, position = self._prefetched.popleft()
-            try:
-                request: Request = self.queue.decode(entry)
-            except UndecodableRequestError as exc:
-                self._undecodable(entry, lease, position, exc)
-                continue
+            if isinstance(entry, Entry):
+                try:
+                    request: Request = self.queue.decode(entry)
+                except UndecodableRequestError as exc:
+                    self._undecodable(entry, lease, position, exc)
+                    continue
+            else:
+                request = entry
+            if self._held_back(request):
+                self._prefetched.appendleft((request, lease, position))
+                return None
             self._leased.add(_HandedOut.of(request, lease, position))
             return request
         return None
+
+    def _held_back(self, request: Request) -> bool:
+        """Whether ``request`` must wait: its downloader slot has enough to start for now.
+
+        If so, the engine is asked again when the slot may take it (it also asks
+        whenever a download ends).
+        """
+        slot = downloader_slot(self.crawler, request)
+        wait = self._pacer.hold_back(slot.key, slot.delay, slot.idle) if slot else 0.0
+        if wait and not (self._pace_call is not None and self._pace_call.active()):
+            self._pace_call = installed_reactor().callLater(wait, wake_engine, self.crawler)
+        return bool(wait)
 
     def _undecodable(
         self, entry: Entry, lease: Lease, position: int, exc: UndecodableRequestError
