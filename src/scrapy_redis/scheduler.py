@@ -12,6 +12,7 @@ requests and releases the leases of the requests the engine is done with.
 
 from __future__ import annotations
 
+import gc
 import heapq
 import logging
 import time
@@ -30,6 +31,7 @@ from twisted.internet import task
 
 from scrapy_redis import defaults
 from scrapy_redis._engine import (
+    EVERY_LIVE_REQUEST,
     downloader_slot,
     engine_in_progress,
     engine_of,
@@ -852,20 +854,27 @@ class Scheduler:
         assert self._book is not None
         return self._book.give_back_entries(_by_lease(entries))
 
-    def _done_requests(self) -> list[_HandedOut]:
-        """The handed-out requests the engine is done with (freed ones included)."""
+    def _done_requests(self, collect: bool = False) -> list[_HandedOut]:
+        """The handed-out requests the engine is done with (freed ones included).
+
+        Under a Scrapy without the engine's set of requests in progress, only freed
+        ones (see _engine.engine_in_progress); ``collect``: first free those held by
+        reference cycles only (on the heartbeat and at close).
+        """
         if not self._leased:
             return []
         in_progress = engine_in_progress(self.crawler)
         if in_progress is None:  # no engine: nothing is known to be done
             return []
+        if collect and in_progress is EVERY_LIVE_REQUEST:
+            gc.collect()
         return [h for h in self._leased if (request := h()) is None or request not in in_progress]
 
-    def _ack_done(self) -> None:
+    def _ack_done(self, collect: bool = False) -> None:
         """Release the leases of requests the engine is done with."""
         if self._book is None:
             return
-        if done := self._done_requests():
+        if done := self._done_requests(collect):
             self._book.release(self._releases(done))
             self._forget(done)
             self._inc("scheduler/leases/acked", len(done))
@@ -876,7 +885,7 @@ class Scheduler:
         """At close: release what is done, put back at once what is not."""
         if self._book is None:
             return
-        self._ack_done()
+        self._ack_done(collect=True)
         if self._leased or self._prefetched or self._invalid:
             handed = [(handed.lease, handed.position) for handed in self._leased]
             back = [
@@ -917,7 +926,7 @@ class Scheduler:
         self._send_unsent()
         if self._invalid:
             self._set_aside_invalid()
-        self._ack_done()
+        self._ack_done(collect=True)
         if self._book is not None:
             self._book.renew()
         self._recover()
