@@ -13,9 +13,10 @@ from urllib.parse import urlsplit
 
 import pytest
 from scrapy import Request
+from scrapy.settings import Settings
 
 from helpers import Calls, leased_entries
-from scrapy_redis.pacing import UNPACED_FIRST_BATCH, Pacer
+from scrapy_redis.pacing import UNPACED_FIRST_BATCH, Pacer, slots_may_have_delays
 from scrapy_redis.scheduler import Scheduler
 
 
@@ -118,6 +119,20 @@ def test_slots_are_paced_apart_and_idle_ones_forgotten():
         assert pacer.hold_back(f"site{n}.com", 1.0) == 0.0
         clock.now += 0.01
     assert len(pacer._next_start) <= 1024
+
+
+@pytest.mark.parametrize(
+    ("settings", "paced"),
+    [
+        ({}, False),
+        ({"DOWNLOAD_DELAY": 0.5}, True),
+        ({"AUTOTHROTTLE_ENABLED": True}, True),
+        ({"DOWNLOAD_SLOTS": {"a.com": {"concurrency": 2}}}, False),
+        ({"DOWNLOAD_SLOTS": {"a.com": {"delay": 2}}}, True),
+    ],
+)
+def test_only_settings_that_may_delay_a_slot_turn_pacing_on(settings, paced):
+    assert slots_may_have_delays(Settings(settings)) is paced
 
 
 # -- in the scheduler -----------------------------------------------------------------------

@@ -113,28 +113,29 @@ def _warn_missing_in_progress() -> None:
     )
 
 
-def has_downloader(crawler: Crawler | None) -> bool:
-    """Whether :func:`downloader_slot` can tell anything (an engine with a downloader)."""
-    return getattr(getattr(engine_of(crawler), "downloader", None), "slots", None) is not None
+def engine_downloader(crawler: Crawler | None) -> Any:
+    """The engine's downloader, if it has what :func:`downloader_slot` reads, else None."""
+    downloader = getattr(engine_of(crawler), "downloader", None)
+    if all(hasattr(downloader, name) for name in ("slots", "active", "get_slot_key")):
+        return downloader
+    return None
 
 
-def downloader_slot(crawler: Crawler | None, request: Request) -> DownloaderSlot | None:
-    """Where ``request`` will wait for its download, or None if unknown.
+def downloader_slot(downloader: Any, request: Request, crawler: Crawler) -> DownloaderSlot:
+    """Where ``request`` will wait for its download in ``downloader`` (see
+    :func:`engine_downloader`).
 
-    The key from Scrapy's ``Downloader.get_slot_key()``; the delay of that slot in
-    ``Downloader.slots`` (as AutoThrottle adjusts it), or DOWNLOAD_DELAY for a slot
-    not created yet; whether ``Downloader.active`` is empty.
+    The key from Scrapy's ``Downloader.get_slot_key()`` (its parsed URL is cached
+    for the downloader); the delay of that slot in ``Downloader.slots`` (as
+    AutoThrottle adjusts it), or DOWNLOAD_DELAY for a slot not created yet;
+    whether ``Downloader.active`` is empty.
     """
-    downloader: Any = getattr(engine_of(crawler), "downloader", None)
-    if crawler is None or getattr(downloader, "slots", None) is None:
-        return None
-    try:
-        key: str = downloader.get_slot_key(request)
-        slot = downloader.slots.get(key)
-        delay = slot.delay if slot is not None else crawler.settings.getfloat("DOWNLOAD_DELAY")
-        return DownloaderSlot(key, delay, not downloader.active)
-    except AttributeError:  # another Scrapy's downloader: no pacing
-        return None
+    key: str = downloader.get_slot_key(request)
+    slot = downloader.slots.get(key)
+    delay = getattr(slot, "delay", None)
+    if delay is None:
+        delay = crawler.settings.getfloat("DOWNLOAD_DELAY")
+    return DownloaderSlot(key, delay, not downloader.active)
 
 
 def wake_engine(crawler: Crawler | None) -> None:

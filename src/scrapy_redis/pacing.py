@@ -11,8 +11,9 @@ scheduler, through a :class:`Pacer`,
   handed to it and not started: a slot with a delay starts one request per
   delay, so it gets ``HORIZON / delay`` of them, plus the one it starts now.
   A slot without a delay is not paced (Scrapy's CONCURRENT_REQUESTS bounds it),
-  and none is while the downloader is empty (responses from HTTPCACHE, for
-  instance, skip the slots);
+  none is while the downloader is empty (responses from HTTPCACHE, for
+  instance, skip the slots), and no worker is paced unless the settings may
+  give a slot a delay (:func:`slots_may_have_delays`);
 * sizes each pop by its hand-out rate: about what it hands out in
   :data:`HORIZON`, at least 1, growing at most twofold per pop up to
   SCHEDULER_PREFETCH (a worker whose engine drains batches quickly soon pops
@@ -25,6 +26,10 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from scrapy.settings import BaseSettings
 
 #: Seconds of work a worker takes ahead: what it leases, and what waits in its downloader.
 HORIZON = 1.0
@@ -33,6 +38,15 @@ HORIZON = 1.0
 UNPACED_FIRST_BATCH = 16
 #: Slots tracked before those with nothing pending are forgotten.
 _MAX_SLOTS = 1024
+
+
+def slots_may_have_delays(settings: BaseSettings) -> bool:
+    """Whether a downloader slot may have a delay: DOWNLOAD_DELAY, AUTOTHROTTLE_ENABLED
+    or a ``delay`` in DOWNLOAD_SLOTS. If not, nothing is paced (and nothing costs)."""
+    if settings.getfloat("DOWNLOAD_DELAY") > 0 or settings.getbool("AUTOTHROTTLE_ENABLED"):
+        return True
+    slots = settings.getdict("DOWNLOAD_SLOTS").values()
+    return any(isinstance(slot, dict) and slot.get("delay") for slot in slots)
 
 
 class Pacer:

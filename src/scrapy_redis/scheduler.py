@@ -33,9 +33,9 @@ from scrapy_redis import defaults
 from scrapy_redis._engine import (
     EVERY_LIVE_REQUEST,
     downloader_slot,
+    engine_downloader,
     engine_in_progress,
     engine_of,
-    has_downloader,
     installed_reactor,
     wake_engine,
 )
@@ -53,7 +53,7 @@ from scrapy_redis.exceptions import (
 from scrapy_redis.keys import format_key, invalid_entries_key, news_channel, workers_key
 from scrapy_redis.leases import Lease, LeaseBook
 from scrapy_redis.outage import OUTAGE_ERRORS, OutageGuard, outage_guard
-from scrapy_redis.pacing import Pacer
+from scrapy_redis.pacing import Pacer, slots_may_have_delays
 from scrapy_redis.queue import Base, Candidate, Entry
 from scrapy_redis.serializers import resolve_serializer
 from scrapy_redis.wakeup import NewsListener, QueueWatcher
@@ -300,6 +300,7 @@ class Scheduler:
         self.prefetch = prefetch
         self._pacer = Pacer(prefetch, clock)  # how many requests to lease and hand out
         self._pace_call: DelayedCall | None = None  # wakes the engine after a hold-back
+        self._downloader: Any = None  # the engine's, found at a pop (see _engine.py)
         self.crawler = crawler
         self.stats = crawler.stats if crawler is not None else None
         self.spider: Spider | None = None
@@ -722,7 +723,7 @@ class Scheduler:
         self._count_dequeued()
         done = self._done_requests()
         ticket = self._book.ticket(releases=self._releases(done))
-        size = self._pacer.size(paced=has_downloader(self.crawler))
+        size = self._pacer.size(paced=self._pacing_downloader() is not None)
         entries = self.queue.pop_entries(size, ticket=ticket)
         self._pacer.popped(len(entries))
         lease = self._book.taken_batch(ticket, len(entries))
@@ -774,14 +775,23 @@ class Scheduler:
             return request
         return None
 
+    def _pacing_downloader(self) -> Any:
+        """The engine's downloader if the settings may delay its slots, else None."""
+        crawler = self.crawler
+        if self._downloader is None and crawler and slots_may_have_delays(crawler.settings):
+            self._downloader = engine_downloader(crawler)
+        return self._downloader
+
     def _held_back(self, request: Request) -> bool:
         """Whether ``request`` must wait: its downloader slot has enough to start for now.
 
         If so, the engine is asked again when the slot may take it (it also asks
         whenever a download ends).
         """
-        slot = downloader_slot(self.crawler, request)
-        wait = self._pacer.hold_back(slot.key, slot.delay, slot.idle) if slot else 0.0
+        if self._downloader is None:
+            return False
+        slot = downloader_slot(self._downloader, request, self.crawler)  # type: ignore[arg-type]
+        wait = self._pacer.hold_back(slot.key, slot.delay, slot.idle)
         if wait and not (self._pace_call is not None and self._pace_call.active()):
             self._pace_call = installed_reactor().callLater(wait, wake_engine, self.crawler)
         return bool(wait)
