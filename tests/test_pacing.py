@@ -104,6 +104,16 @@ def test_a_held_back_request_caps_the_next_pop_at_what_its_slot_starts():
     assert pacer.size() == 8  # nothing held back since
 
 
+def test_requests_of_other_slots_handed_out_past_a_held_one_lift_the_cap():
+    clock = Clock()
+    pacer = Pacer(prefetch=128, clock=clock)
+    assert pops(pacer, clock, [0.0] * 3) == [1, 2, 4]
+    while not pacer.hold_back("a.com", 1.0):
+        pass
+    pacer.skipped(handed=True)  # a b.com request went out instead
+    assert pacer.size() == 8
+
+
 def test_an_idle_downloader_holds_nothing_back():
     """Responses that never reach a slot (HTTPCACHE) leave the downloader empty."""
     clock = Clock()
@@ -196,3 +206,22 @@ def test_without_a_delay_nothing_is_held_back(settings_dict, server, schedulers)
     for _ in range(40):
         engine.downloader.active.add(scheduler.next_request())
     assert None not in engine.downloader.active
+
+
+def test_a_held_back_request_does_not_block_other_sites(settings_dict, server, schedulers):
+    """A request whose slot must wait is kept, in order, and the next one of another
+    slot is handed out instead."""
+    settings = {**settings_dict, "DOWNLOAD_DELAY": 1.0}
+    scheduler = clocked_scheduler(schedulers, settings, Clock())
+    engine = engine_with_downloader(scheduler)
+    for path in ["a/0", "a/1", "b/0", "a/2", "a/3", "b/1", "b/2", "b/3"]:
+        scheduler.enqueue_request(Request(f"http://{path.replace('/', '.com/')}"))
+    taken = []
+    while (request := scheduler.next_request()) is not None:
+        engine._slot.inprogress.add(request)
+        engine.downloader.active.add(request)
+        taken.append(request.url)
+    # Two per site within a second; a/2 and a/3 (held back) did not stop b/1.
+    assert taken == ["http://a.com/0", "http://a.com/1", "http://b.com/0", "http://b.com/1"]
+    assert leased_entries(server) == 7  # pops of 1, 2 and 4
+    assert len(scheduler) == 1 + 3  # b/3 in Redis; a/2, a/3, b/2 held back

@@ -57,7 +57,9 @@ class Pacer:
     leases 1 (:data:`UNPACED_FIRST_BATCH` unpaced); each next one
     ``ceil(leased * horizon / elapsed)``, the hand-out rate of the last batch
     over ``horizon``, between 1 and twice the last batch (and SCHEDULER_PREFETCH);
-    a pop that leased nothing leaves the size as it was.
+    a pop that leased nothing leaves the size as it was. After a request was held
+    back, the next pop leases at most what its slot starts in ``horizon``, unless
+    requests of other slots were handed out past it (:meth:`skipped`).
 
     **Hand-outs.** :meth:`hold_back` tells whether a request for a downloader
     slot must wait: each slot with a delay is due to start the requests handed
@@ -78,6 +80,7 @@ class Pacer:
         self._leased = 0  # by the last pop
         self._popped_at = 0.0
         self._slot_cap = 0  # what the slot of a held-back request starts in horizon
+        self._mixed = False  # a request was handed out past a held-back one
         self._next_start: dict[str, float] = {}  # per slot: when it starts the next request
 
     def size(self, paced: bool = True) -> int:
@@ -91,7 +94,7 @@ class Pacer:
             if elapsed > 0:
                 most = min(most, math.ceil(self._leased * self.horizon / elapsed))
             self._size = max(1, most)
-        if self._slot_cap:
+        if self._slot_cap and not self._mixed:
             self._size = min(self._size, self._slot_cap)
         return self._size
 
@@ -100,6 +103,13 @@ class Pacer:
         self._leased = leased
         self._popped_at = self._clock()
         self._slot_cap = 0
+        self._mixed = False
+
+    def skipped(self, handed: bool) -> None:
+        """A hand-out looked past held-back requests and ``handed`` out another one: the
+        batch holds requests of other slots, so the held-back slot's pace does not cap
+        the next pop."""
+        self._mixed = self._mixed or handed
 
     def hold_back(self, slot: str, delay: float, idle: bool = False) -> float:
         """0 to hand out a request for downloader ``slot`` (DOWNLOAD_DELAY ``delay``) now,

@@ -73,6 +73,8 @@ T = TypeVar("T")
 
 # How often an undecodable entry may be skipped in one next_request() call.
 _MAX_SKIPS = 100
+# How many held-back prefetched requests one hand-out looks past (see pacing.py).
+_MAX_HELD = 32
 
 
 @dataclass(slots=True)
@@ -755,25 +757,34 @@ class Scheduler:
     def _hand_out(self) -> Request | None:
         """The next prefetched request; undecodable entries are set aside (or halt).
 
-        None with requests still prefetched: the next one is held back, its downloader
-        slot has as many requests waiting as it starts in a second (see pacing.py).
+        A request whose downloader slot has enough to start for now is held back
+        (see pacing.py) and the next ones are tried, up to _MAX_HELD of them. None
+        with requests still prefetched: all those tried are held back.
         """
-        while self._prefetched and not self._halted:
+        held: list[tuple[Request, Lease, int]] = []
+        request = None
+        while self._prefetched and not self._halted and len(held) < _MAX_HELD:
             entry, lease, position = self._prefetched.popleft()
             if isinstance(entry, Entry):
                 try:
-                    request: Request = self.queue.decode(entry)
+                    request = self.queue.decode(entry)
                 except UndecodableRequestError as exc:
+                    self._prefetched.extendleft(reversed(held))  # given back if it halts
                     self._undecodable(entry, lease, position, exc)
+                    if held:
+                        return None
                     continue
             else:
                 request = entry
-            if self._held_back(request):
-                self._prefetched.appendleft((request, lease, position))
-                return None
-            self._leased.add(_HandedOut.of(request, lease, position))
-            return request
-        return None
+            if not self._held_back(request):
+                self._leased.add(_HandedOut.of(request, lease, position))
+                break
+            held.append((request, lease, position))
+            request = None
+        if held:
+            self._prefetched.extendleft(reversed(held))
+            self._pacer.skipped(handed=request is not None)
+        return request
 
     def _pacing_downloader(self) -> Any:
         """The engine's downloader if the settings may delay its slots, else None."""
