@@ -303,6 +303,7 @@ class Scheduler:
         self._pacer = Pacer(prefetch, clock)  # how many requests to lease and hand out
         self._pace_call: DelayedCall | None = None  # wakes the engine after a hold-back
         self._downloader: Any = None  # the engine's, found at a pop (see _engine.py)
+        self._may_delay: bool | None = None  # whether the settings may delay a slot
         self.crawler = crawler
         self.stats = crawler.stats if crawler is not None else None
         self.spider: Spider | None = None
@@ -776,7 +777,7 @@ class Scheduler:
                     continue
             else:
                 request = entry
-            if not self._held_back(request):
+            if self._downloader is None or not self._held_back(request):
                 self._leased.add(_HandedOut.of(request, lease, position))
                 break
             held.append((request, lease, position))
@@ -788,9 +789,11 @@ class Scheduler:
 
     def _pacing_downloader(self) -> Any:
         """The engine's downloader if the settings may delay its slots, else None."""
-        crawler = self.crawler
-        if self._downloader is None and crawler and slots_may_have_delays(crawler.settings):
-            self._downloader = engine_downloader(crawler)
+        if self._may_delay is None:
+            crawler = self.crawler
+            self._may_delay = bool(crawler and slots_may_have_delays(crawler.settings))
+        if self._downloader is None and self._may_delay:
+            self._downloader = engine_downloader(self.crawler)
         return self._downloader
 
     def _held_back(self, request: Request) -> bool:
@@ -799,8 +802,6 @@ class Scheduler:
         If so, the engine is asked again when the slot may take it (it also asks
         whenever a download ends).
         """
-        if self._downloader is None:
-            return False
         slot = downloader_slot(self._downloader, request, self.crawler)  # type: ignore[arg-type]
         wait = self._pacer.hold_back(slot.key, slot.delay, slot.idle)
         if wait and not (self._pace_call is not None and self._pace_call.active()):
