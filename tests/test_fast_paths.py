@@ -433,8 +433,8 @@ def clocked(now: list[float]) -> type[Scheduler]:
 
 
 def test_batches_follow_the_engines_demand(settings_dict, server, schedulers, monkeypatch):
-    """About a second of the hand-out rate, at most twice the last batch (no engine: the
-    first pop leases 16, see test_pacing.py for a paced worker)."""
+    """About a quarter second of the hand-out rate, at most twice the last batch (no
+    engine: the first pop leases 16, see test_pacing.py for a paced worker)."""
     now = [0.0]
     scheduler = schedulers({**settings_dict, "SCHEDULER_PREFETCH": 64}, clocked(now))
     for i in range(400):
@@ -452,14 +452,14 @@ def test_batches_follow_the_engines_demand(settings_dict, server, schedulers, mo
     assert all(request is not None for request in taken)
     assert sizes == [16, 32, 64, 64]
     assert leased_entries(server) == 16 + 32 + 64 + 64
-    for _ in range(64 + 8 + 8):  # then one request every 0.125 s
+    for _ in range(64 + 2 + 2):  # then one request every 0.125 s
         assert scheduler.next_request() is not None
         now[0] += 0.125
-    assert sizes == [16, 32, 64, 64, 64, 8, 8]  # 64 in 8 s, then 8 a second
-    for _ in range(8 + 2 + 2):  # one every 0.5 s
+    assert sizes == [16, 32, 64, 64, 64, 2, 2]  # 64 in 8 s: 2 per quarter second
+    for _ in range(2 + 1 + 1):  # one every 0.5 s
         assert scheduler.next_request() is not None
         now[0] += 0.5
-    assert sizes == [16, 32, 64, 64, 64, 8, 8, 8, 2, 2]  # 8 in 1 s, then 8 in 4 s
+    assert sizes == [16, 32, 64, 64, 64, 2, 2, 2, 1, 1]  # 2 in 1 s: 0.5, at least 1
 
 
 def test_a_prefetch_of_one_never_grows(settings_dict, server, schedulers):

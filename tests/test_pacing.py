@@ -48,13 +48,14 @@ def test_the_first_pop_leases_one_and_bursts_double_up_to_the_prefetch():
     assert pops(pacer, clock, [0.0] * 9) == [1, 2, 4, 8, 16, 32, 64, 100, 100]
 
 
-def test_a_pop_leases_about_a_second_of_the_hand_out_rate():
+def test_a_pop_leases_about_a_quarter_second_of_the_hand_out_rate():
     clock = Clock()
     pacer = Pacer(prefetch=128, clock=clock)
-    # 1, 2 and 4 handed out in 0.5 s each (the rate of the last batch, at most doubling),
-    # then 8 in 4 s: 2 a second; then one per second; then faster again.
-    sizes = pops(pacer, clock, [0.5, 0.5, 0.5, 4.0, 2.0, 1.0, 1.0, 0.25, 0.25])
-    assert sizes == [1, 2, 4, 8, 2, 1, 1, 1, 2]
+    # 1, 2 and 4 handed out in 0.125 s each (the rate of the last batch, at most
+    # doubling), then 8 in 4 s (2 a second: 0.5 per quarter second, at least 1); then
+    # one in 0.5 s; then faster again.
+    sizes = pops(pacer, clock, [0.125, 0.125, 0.125, 4.0, 0.5, 0.0625, 0.125, 0.0])
+    assert sizes == [1, 2, 4, 8, 1, 1, 2, 4]
 
 
 def test_the_size_never_drops_below_one_and_an_empty_pop_keeps_it():

@@ -71,7 +71,7 @@ SCHEDULER_IDLE_BEFORE_CLOSE = 0
 SCHEDULER_PERSIST = False
 
 #: SCHEDULER_PREFETCH: most requests one pop leases to the worker (1: one at a time). Pops
-#: lease about a second of the worker's hand-out rate (see scrapy_redis.pacing).
+#: lease about a quarter second of the worker's hand-out rate (see scrapy_redis.pacing).
 SCHEDULER_PREFETCH = 128
 
 #: SCHEDULER_QUEUE_CLASS: the shared request queue.

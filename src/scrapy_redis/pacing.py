@@ -1,4 +1,4 @@
-"""How much work a worker takes from the shared queue: about what it starts in the next second.
+"""How much work a worker takes from the shared queue: about what it starts soon.
 
 Requests a worker has leased and not started are of no use to the others. On a
 polite crawl (DOWNLOAD_DELAY, CONCURRENT_REQUESTS_PER_DOMAIN = 1) Scrapy's
@@ -15,10 +15,12 @@ scheduler, through a :class:`Pacer`,
   instance, skip the slots), and no worker is paced unless the settings may
   give a slot a delay (:func:`slots_may_have_delays`);
 * sizes each pop by its hand-out rate: about what it hands out in
-  :data:`HORIZON`, at least 1, growing at most twofold per pop up to
+  :data:`BATCH_HORIZON`, at least 1, growing at most twofold per pop up to
   SCHEDULER_PREFETCH (a worker whose engine drains batches quickly soon pops
   SCHEDULER_PREFETCH at a time), and, after a request was held back, no more
-  than its slot starts in :data:`HORIZON`.
+  than its slot starts in :data:`HORIZON`. About four pops a second at any
+  rate cost next to nothing, and keep what a worker holds unstarted (crawled
+  again if it dies, ahead of later higher priorities) small.
 """
 
 from __future__ import annotations
@@ -31,8 +33,10 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
 
-#: Seconds of work a worker takes ahead: what it leases, and what waits in its downloader.
+#: Seconds of work that may wait in a worker's downloader.
 HORIZON = 1.0
+#: Seconds of work one pop leases, at the worker's hand-out rate.
+BATCH_HORIZON = 0.25
 #: What the first pop leases when there is no downloader to pace by (a scheduler driven
 #: without Scrapy's engine), at most SCHEDULER_PREFETCH.
 UNPACED_FIRST_BATCH = 16
@@ -55,8 +59,9 @@ class Pacer:
     **Pops.** Call :meth:`size` when everything leased so far was handed out (or
     set aside), then :meth:`popped` with how many the pop leased. The first pop
     leases 1 (:data:`UNPACED_FIRST_BATCH` unpaced); each next one
-    ``ceil(leased * horizon / elapsed)``, the hand-out rate of the last batch
-    over ``horizon``, between 1 and twice the last batch (and SCHEDULER_PREFETCH);
+    ``ceil(leased * batch_horizon / elapsed)``, the hand-out rate of the last
+    batch over ``batch_horizon``, between 1 and twice the last batch (and
+    SCHEDULER_PREFETCH);
     a pop that leased nothing leaves the size as it was. After a request was held
     back, the next pop leases at most what its slot starts in ``horizon``, unless
     requests of other slots were handed out past it (:meth:`skipped`).
@@ -72,9 +77,11 @@ class Pacer:
         prefetch: int,
         clock: Callable[[], float] = time.monotonic,
         horizon: float = HORIZON,
+        batch_horizon: float = BATCH_HORIZON,
     ) -> None:
         self.prefetch = prefetch
         self.horizon = horizon
+        self.batch_horizon = batch_horizon
         self._clock = clock
         self._size = 0  # not known before the first pop
         self._leased = 0  # by the last pop
@@ -92,7 +99,7 @@ class Pacer:
             elapsed = self._clock() - self._popped_at
             most = min(2 * self._leased, self.prefetch)
             if elapsed > 0:
-                most = min(most, math.ceil(self._leased * self.horizon / elapsed))
+                most = min(most, math.ceil(self._leased * self.batch_horizon / elapsed))
             self._size = max(1, most)
         if self._slot_cap and not self._mixed:
             self._size = min(self._size, self._slot_cap)
