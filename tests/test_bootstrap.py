@@ -41,6 +41,23 @@ def test_the_error_that_ends_the_task_is_one_line(caplog):
     assert [r.getMessage() for r in caplog.records] == ["Cannot connect to Redis at redis://h:1/0"]
 
 
+def test_an_error_of_the_clean_up_after_it_still_reports_its_cause(caplog):
+    """Scrapy's engine fails to stop ("Engine slot not assigned") after the scheduler
+    could not be built: what the user must fix is the first error."""
+
+    async def body():
+        error = ConnectionError("Cannot connect to Redis at redis://h:1/0")
+        try:
+            report_if_it_stops_the_crawl(error)
+            raise error
+        except ConnectionError:
+            raise RuntimeError("Engine slot not assigned") from None
+
+    with caplog.at_level(logging.ERROR):
+        assert run_task(body) == []
+    assert [r.getMessage() for r in caplog.records] == ["Cannot connect to Redis at redis://h:1/0"]
+
+
 def test_another_error_is_still_reported(caplog):
     async def body():
         try:

@@ -426,8 +426,21 @@ def test_prefetch_of_one_serves_a_later_higher_priority_next(settings_dict, serv
     assert scheduler.next_request().url == "http://example.com/urgent"
 
 
+def clocked(now: list[float]) -> type[Scheduler]:
+    """A Scheduler class whose clock reads ``now[0]``."""
+
+    class ClockedScheduler(Scheduler):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, clock=lambda: now[0], **kwargs)
+
+    return ClockedScheduler
+
+
 def test_batches_follow_the_engines_demand(settings_dict, server, schedulers, monkeypatch):
-    scheduler = schedulers({**settings_dict, "SCHEDULER_PREFETCH": 64})
+    """About a quarter second of the hand-out rate, at most twice the last batch (no
+    engine: the first pop leases 16, see test_pacing.py for a paced worker)."""
+    now = [0.0]
+    scheduler = schedulers({**settings_dict, "SCHEDULER_PREFETCH": 64}, clocked(now))
     for i in range(400):
         scheduler.enqueue_request(Request(f"http://example.com/{i}"))
     scheduler.send_enqueued()
@@ -439,18 +452,18 @@ def test_batches_follow_the_engines_demand(settings_dict, server, schedulers, mo
         return real_pop(count, timeout, ticket)
 
     monkeypatch.setattr(scheduler.queue, "pop_entries", pop_entries)
-    # Taken in a burst (whatever the load of the machine running the tests): each full
-    # batch doubles the next, up to the setting.
-    monkeypatch.setattr("scrapy_redis.scheduler._BURST", 1.0)
-    taken = [scheduler.next_request() for _ in range(16 + 32 + 64 + 64)]
+    taken = [scheduler.next_request() for _ in range(16 + 32 + 64 + 64)]  # a burst
     assert all(request is not None for request in taken)
     assert sizes == [16, 32, 64, 64]
     assert leased_entries(server) == 16 + 32 + 64 + 64
-    # Then taken slowly (one request per response): back down to 16.
-    monkeypatch.setattr("scrapy_redis.scheduler._BURST", 0.0)
-    for _ in range(32 + 16 + 1):
+    for _ in range(64 + 2 + 2):  # then one request every 0.125 s
         assert scheduler.next_request() is not None
-    assert sizes == [16, 32, 64, 64, 32, 16, 16]
+        now[0] += 0.125
+    assert sizes == [16, 32, 64, 64, 64, 2, 2]  # 64 in 8 s: 2 per quarter second
+    for _ in range(2 + 1 + 1):  # one every 0.5 s
+        assert scheduler.next_request() is not None
+        now[0] += 0.5
+    assert sizes == [16, 32, 64, 64, 64, 2, 2, 2, 1, 1]  # 2 in 1 s: 0.5, at least 1
 
 
 def test_a_prefetch_of_one_never_grows(settings_dict, server, schedulers):
@@ -476,12 +489,11 @@ def test_batches_larger_than_luas_unpack_limit(
         "SCHEDULER_ENQUEUE_BATCH_SIZE": 10000,
         "SCHEDULER_PERSIST": True,
     }
-    scheduler = schedulers(settings)
+    scheduler = schedulers(settings, clocked([0.0]))  # a burst, however loaded the machine
     in_progress = stand_in_engine(scheduler)
     for i in range(9000):
         scheduler.enqueue_request(Request(f"http://example.com/{i}"))
     scheduler.send_enqueued()
-    monkeypatch.setattr("scrapy_redis.scheduler._BURST", 1.0)  # a burst, however loaded
     calls = Calls(server, "evalsha")
     taken = []
     for request in iter(scheduler.next_request, None):

@@ -38,7 +38,24 @@ def _report(exc: BaseException, task: asyncio.Task[object]) -> None:
     failure = task.exception()  # retrieved: asyncio no longer logs it
     if failure is exc:
         logger.error("%(error)s", {"error": exc})
+    elif failure is not None and _caused_by(failure, exc):
+        # Scrapy's clean-up after ``exc`` failed in turn ("Engine slot not assigned"
+        # when the scheduler could not be built): ``exc`` is what the user must fix.
+        logger.error("%(error)s", {"error": exc})
+        logger.debug("Then, while stopping: %(error)r", {"error": failure})
     elif failure is not None:  # another error: reported as asyncio would have
         task.get_loop().call_exception_handler(
             {"message": "Task exception was never retrieved", "exception": failure, "future": task}
         )
+
+
+def _caused_by(failure: BaseException, exc: BaseException) -> bool:
+    """Whether ``failure`` was raised while handling ``exc`` (its context chain)."""
+    seen: set[int] = set()
+    current: BaseException | None = failure
+    while current is not None and id(current) not in seen:
+        if current is exc:
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False

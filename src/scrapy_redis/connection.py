@@ -123,11 +123,7 @@ def get_redis_from_crawler(crawler: Crawler) -> redis.Redis[Any]:
     """The client shared by all scrapy-redis components of ``crawler``, checked with
     a ``PING`` (:func:`from_settings` looked up at call time, so patches apply)."""
     client = from_settings(crawler.settings)
-    try:
-        ensure_reachable(client)
-    except RedisUnavailableError as exc:
-        report_if_it_stops_the_crawl(exc)  # one line, not asyncio's traceback
-        raise
+    ensure_reachable(client)
     return client
 
 
@@ -212,15 +208,21 @@ def _read_identity(conn: Any) -> tuple[str, str] | None:
 
 
 def ensure_reachable(client: redis.Redis[Any]) -> None:
-    """Raise :class:`RedisUnavailableError`, naming the server, if ``client`` cannot PING."""
+    """Raise :class:`RedisUnavailableError`, naming the server, if ``client`` cannot PING.
+
+    If that error stops the crawl, it is logged as one line, not as asyncio's
+    traceback (see bootstrap.py).
+    """
     try:
         client.ping()
     except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
-        raise RedisUnavailableError(
+        error = RedisUnavailableError(
             f"Cannot connect to Redis at {describe_server(client)}: {str(exc).rstrip('.')}. "
             "Check REDIS_URL "
             "(or REDIS_HOST / REDIS_PORT / REDIS_PARAMS) and that the server is running."
-        ) from None
+        )
+        report_if_it_stops_the_crawl(error)
+        raise error from None
 
 
 def describe_server(client: Any) -> str:

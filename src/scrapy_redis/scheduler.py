@@ -12,6 +12,7 @@ requests and releases the leases of the requests the engine is done with.
 
 from __future__ import annotations
 
+import gc
 import heapq
 import logging
 import time
@@ -30,7 +31,15 @@ from twisted.internet import task
 
 from scrapy_redis import connection, defaults
 from scrapy_redis._compat import Derived, PerInstance
-from scrapy_redis._engine import engine_in_progress, engine_of, installed_reactor, wake_engine
+from scrapy_redis._engine import (
+    EVERY_LIVE_REQUEST,
+    downloader_slot,
+    engine_downloader,
+    engine_in_progress,
+    engine_of,
+    installed_reactor,
+    wake_engine,
+)
 from scrapy_redis.connection import ServerIdentity, server_identity
 from scrapy_redis.dupefilter import RFPDupeFilter
 from scrapy_redis.exceptions import (
@@ -43,6 +52,7 @@ from scrapy_redis.keytypes import KeyUse, check_key_types, describe, is_wrong_ty
 from scrapy_redis.leases import Lease, LeaseBook
 from scrapy_redis.logsafe import shorten
 from scrapy_redis.outage import OUTAGE_ERRORS, OutageGuard, outage_guard
+from scrapy_redis.pacing import Pacer, slots_may_have_delays
 from scrapy_redis.queue import Base, Candidate, Entry
 from scrapy_redis.serializers import resolve_serializer
 from scrapy_redis.utils import load_configured
@@ -64,13 +74,8 @@ T = TypeVar("T")
 
 # How often an undecodable entry may be skipped in one next_request() call.
 _MAX_SKIPS = 100
-# The first pop leases at most this many requests; later ones follow the demand, up to
-# SCHEDULER_PREFETCH (see Scheduler._size_batch).
-_FIRST_PREFETCH = 16
-# A batch handed out faster than this many seconds per request was taken in a burst:
-# in a steady crawl Scrapy spends milliseconds of CPU on each response before it asks for
-# the next request.
-_BURST = 0.0005
+# How many held-back prefetched requests one hand-out looks past (see pacing.py).
+_MAX_HELD = 32
 
 
 @dataclass(slots=True)
@@ -289,9 +294,10 @@ class Scheduler:
     crawler = Derived["Crawler | None"](lambda self: getattr(self.spider, "crawler", None))
     cleared_shared_data: bool | None = None
     worker_id = PerInstance(lambda _: new_worker_id())
-    _batch = min(defaults.SCHEDULER_PREFETCH, _FIRST_PREFETCH)
-    _popped_at = 0.0
-    _last_full = False
+    _pacer = PerInstance(lambda self: Pacer(self.prefetch))
+    _pace_call: DelayedCall | None = None
+    _downloader: Any = None
+    _may_delay: bool | None = None
     _df_from_spider = True  # a subclass's open() builds it with from_spider()
     _local = PerInstance(lambda _: _LocalQueue())
     _registry: WorkerRegistry | None = None
@@ -308,7 +314,7 @@ class Scheduler:
     _send_call: DelayedCall | None = None
     _in_script = False
     _book: LeaseBook | None = None
-    _prefetched = PerInstance(lambda _: deque[tuple[Entry, Lease, int]]())
+    _prefetched = PerInstance(lambda _: deque[tuple["Entry | Request", Lease, int]]())
     _leased = PerInstance(lambda _: set[_HandedOut]())
     _invalid = PerInstance(lambda _: list[tuple[Entry, Lease, int, str]]())
     _uncounted = 0
@@ -338,6 +344,7 @@ class Scheduler:
         prefetch: int = defaults.SCHEDULER_PREFETCH,
         seen_cache_size: int = defaults.SCHEDULER_SEEN_CACHE_SIZE,
         crawler: Crawler | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if idle_before_close < 0:
             raise ValueError(
@@ -378,9 +385,10 @@ class Scheduler:
         self.enqueue_delay = enqueue_delay
         self.enqueue_batch_size = enqueue_batch_size
         self.prefetch = prefetch
-        self._batch = min(prefetch, _FIRST_PREFETCH)  # requests the next pop asks for
-        self._popped_at = 0.0  # when the last batch was leased (monotonic clock)
-        self._last_full = False  # whether it was as large as asked for
+        self._pacer = Pacer(prefetch, clock)  # how many requests to lease and hand out
+        self._pace_call: DelayedCall | None = None  # wakes the engine after a hold-back
+        self._downloader: Any = None  # the engine's, found at a pop (see _engine.py)
+        self._may_delay: bool | None = None  # whether the settings may delay a slot
         self.crawler = crawler
         self.stats = crawler.stats if crawler is not None else None
         self.spider: Spider | None = None
@@ -404,7 +412,8 @@ class Scheduler:
         self._send_call: DelayedCall | None = None
         self._in_script = False  # whether the push script checks fingerprints
         self._book: LeaseBook | None = None
-        # Leased, not handed out yet: each entry with its lease and position in it.
+        # Leased, not handed out yet: each entry (or the request decoded from it, held
+        # back by pacing) with its lease and position in it.
         self._prefetched = deque()
         # Handed to the engine, not done yet (see _HandedOut).
         self._leased = set()
@@ -746,6 +755,8 @@ class Scheduler:
             if request is not None:
                 self._uncounted += 1
                 return request
+            if self._prefetched:  # held back until the downloader starts more (pacing)
+                return None
         request = self._local.pop()
         if request is not None:
             self._inc("scheduler/dequeued/memory")
@@ -755,6 +766,8 @@ class Scheduler:
         if request is None:
             request = self._redis_call(self._next_shared, None)
         if request is None:
+            if self._prefetched:  # held back (pacing)
+                return None
             self._count_dequeued()
             if self._empty_since is None:
                 self._empty_since = time.monotonic()
@@ -798,8 +811,8 @@ class Scheduler:
             if not self._prefetched and not self._refill():
                 return None
             request = self._hand_out()
-            if request is not None or self._halted:
-                return request
+            if request is not None or self._halted or self._prefetched:
+                return request  # None with requests prefetched: held back (pacing)
         return None
 
     def _take_baseline(self) -> None:
@@ -872,11 +885,10 @@ class Scheduler:
         assert self._book is not None
         self._count_dequeued()
         done = self._done_requests()
-        self._size_batch()
         ticket = self._book.ticket(releases=self._releases(done))
-        entries = self.queue.pop_entries(self._batch, ticket=ticket)
-        self._last_full = len(entries) == self._batch
-        self._popped_at = time.monotonic()
+        size = self._pacer.size(paced=self._pacing_downloader() is not None)
+        entries = self.queue.pop_entries(size, ticket=ticket)
+        self._pacer.popped(len(entries))
         lease = self._book.taken_batch(ticket, len(entries))
         self._forget(done)
         self._inc("scheduler/leases/acked", len(done))
@@ -903,33 +915,58 @@ class Scheduler:
             )
             self._news = ""
 
-    def _size_batch(self) -> None:
-        """Follow the engine's demand: double the batch after a full one that was
-        handed out in a burst (under _BURST seconds per request), halve it otherwise.
-
-        Between min(SCHEDULER_PREFETCH, 16) and SCHEDULER_PREFETCH. A worker whose
-        engine pulls a burst of requests (high CONCURRENT_REQUESTS, a start) pops them
-        in a few calls; one that takes a request per response keeps small batches, so
-        that a request pushed later with a higher priority waits behind few of them.
-        """
-        elapsed = time.monotonic() - self._popped_at
-        if self._last_full and elapsed < _BURST * self._batch:
-            self._batch = min(self._batch * 2, self.prefetch)
-        else:
-            self._batch = max(self._batch // 2, min(self.prefetch, _FIRST_PREFETCH))
-
     def _hand_out(self) -> Request | None:
-        """The next prefetched request; undecodable entries are set aside (or halt)."""
-        while self._prefetched and not self._halted:
+        """The next prefetched request; undecodable entries are set aside (or halt).
+
+        A request whose downloader slot has enough to start for now is held back
+        (see pacing.py) and the next ones are tried, up to _MAX_HELD of them. None
+        with requests still prefetched: all those tried are held back.
+        """
+        held: list[tuple[Request, Lease, int]] = []
+        request = None
+        while self._prefetched and not self._halted and len(held) < _MAX_HELD:
             entry, lease, position = self._prefetched.popleft()
-            try:
-                request: Request = self.queue.decode(entry)
-            except UndecodableRequestError as exc:
-                self._undecodable(entry, lease, position, exc)
-                continue
-            self._leased.add(_HandedOut.of(request, lease, position))
-            return request
-        return None
+            if isinstance(entry, Entry):
+                try:
+                    request = self.queue.decode(entry)
+                except UndecodableRequestError as exc:
+                    self._prefetched.extendleft(reversed(held))  # given back if it halts
+                    self._undecodable(entry, lease, position, exc)
+                    if held:
+                        return None
+                    continue
+            else:
+                request = entry
+            if self._downloader is None or not self._held_back(request):
+                self._leased.add(_HandedOut.of(request, lease, position))
+                break
+            held.append((request, lease, position))
+            request = None
+        if held:
+            self._prefetched.extendleft(reversed(held))
+            self._pacer.skipped(handed=request is not None)
+        return request
+
+    def _pacing_downloader(self) -> Any:
+        """The engine's downloader if the settings may delay its slots, else None."""
+        if self._may_delay is None:
+            crawler = self.crawler
+            self._may_delay = bool(crawler and slots_may_have_delays(crawler.settings))
+        if self._downloader is None and self._may_delay:
+            self._downloader = engine_downloader(self.crawler)
+        return self._downloader
+
+    def _held_back(self, request: Request) -> bool:
+        """Whether ``request`` must wait: its downloader slot has enough to start for now.
+
+        If so, the engine is asked again when the slot may take it (it also asks
+        whenever a download ends).
+        """
+        slot = downloader_slot(self._downloader, request, self.crawler)  # type: ignore[arg-type]
+        wait = self._pacer.hold_back(slot.key, slot.delay, slot.idle)
+        if wait and not (self._pace_call is not None and self._pace_call.active()):
+            self._pace_call = installed_reactor().callLater(wait, wake_engine, self.crawler)
+        return bool(wait)
 
     def _undecodable(
         self, entry: Entry, lease: Lease, position: int, exc: UndecodableRequestError
@@ -1003,20 +1040,27 @@ class Scheduler:
         assert self._book is not None
         return self._book.give_back_entries(_by_lease(entries))
 
-    def _done_requests(self) -> list[_HandedOut]:
-        """The handed-out requests the engine is done with (freed ones included)."""
+    def _done_requests(self, collect: bool = False) -> list[_HandedOut]:
+        """The handed-out requests the engine is done with (freed ones included).
+
+        Under a Scrapy without the engine's set of requests in progress, only freed
+        ones (see _engine.engine_in_progress); ``collect``: first free those held by
+        reference cycles only (on the heartbeat and at close).
+        """
         if not self._leased:
             return []
         in_progress = engine_in_progress(self.crawler)
         if in_progress is None:  # no engine: nothing is known to be done
             return []
+        if collect and in_progress is EVERY_LIVE_REQUEST:
+            gc.collect()
         return [h for h in self._leased if (request := h()) is None or request not in in_progress]
 
-    def _ack_done(self) -> None:
+    def _ack_done(self, collect: bool = False) -> None:
         """Release the leases of requests the engine is done with."""
         if self._book is None:
             return
-        if done := self._done_requests():
+        if done := self._done_requests(collect):
             self._book.release(self._releases(done))
             self._forget(done)
             self._inc("scheduler/leases/acked", len(done))
@@ -1027,7 +1071,7 @@ class Scheduler:
         """At close: release what is done, put back at once what is not."""
         if self._book is None:
             return
-        self._ack_done()
+        self._ack_done(collect=True)
         if self._leased or self._prefetched or self._invalid:
             handed = [(handed.lease, handed.position) for handed in self._leased]
             back = [
@@ -1081,9 +1125,9 @@ class Scheduler:
         self._send_unsent()
         if self._invalid:
             self._set_aside_invalid()
-        if self._halted and self._prefetched:
-            self._give_back_prefetched()
-        self._ack_done()
+        # Leased, not handed out yet: each entry (or the request decoded from it, held
+        # back by pacing) with its lease and position in it.
+        self._prefetched = deque()
         if self._book is not None:
             self._book.renew()
         self._recover()
