@@ -253,3 +253,19 @@ def test_a_fingerprint_whose_reply_is_lost_is_not_taken_for_a_duplicate(proxy, s
     assert dupefilter.request_seen(Request("https://example.com/a")) is True
     dupefilter.close("finished")
     assert server.keys("*") == []  # its one-time key and its write record are deleted
+
+
+def test_a_fingerprint_sent_again_after_an_outage_is_not_taken_for_a_duplicate(proxy, server):
+    import redis
+
+    from scrapy_redis.dupefilter import RFPDupeFilter
+
+    crawler = get_crawler(DemoSpider, crawler_settings(proxy))
+    dupefilter = RFPDupeFilter.from_crawler(crawler)
+    assert dupefilter.request_seen(Request("https://example.com/")) is False  # loads scripts
+    proxy.lose_next_reply(times=2)  # the retry's too: the call fails (an outage)
+    with pytest.raises((redis.ConnectionError, redis.TimeoutError)):
+        dupefilter.request_seen(Request("https://example.com/a"))
+    # Sent again when Redis answers (as the scheduler does): the first copy was applied.
+    assert dupefilter.request_seen(Request("https://example.com/a")) is False
+    assert dupefilter.request_seen(Request("https://example.com/a")) is True

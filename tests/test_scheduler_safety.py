@@ -327,3 +327,43 @@ def test_a_typo_in_redis_cls_or_the_items_serializer_names_the_setting(settings_
         ConfigurationError, match=re.escape("REDIS_ITEMS_SERIALIZER = 'json.dump_s'")
     ):
         RedisPipeline.from_crawler(crawler)
+
+
+def test_the_heartbeat_keeps_what_the_worker_prefetched(settings_dict, server, schedulers):
+    scheduler = schedulers(
+        {**settings_dict, "SCHEDULER_QUEUE_CLASS": "scrapy_redis.queue.FifoQueue"}
+    )
+    urls = [f"http://example.com/{n}" for n in range(5)]
+    for url in urls:
+        scheduler.enqueue_request(Request(url))
+    assert scheduler.send_enqueued()
+    assert scheduler.next_request().url == urls[0]  # the others are prefetched
+    scheduler._beat()  # what the heartbeat's LoopingCall runs
+    assert [scheduler.next_request().url for _ in range(4)] == urls[1:]
+
+
+def test_a_worker_holding_a_suspect_takes_the_requests_behind_the_others(
+    settings_dict, server, schedulers
+):
+    settings = {
+        **settings_dict,
+        "SCHEDULER_WORKER_TIMEOUT": 0.3,
+        "SCHEDULER_QUEUE_CLASS": "scrapy_redis.queue.FifoQueue",
+        "SCHEDULER_PREFETCH": 1,
+        "SCHEDULER_ENQUEUE_DELAY": 0,
+    }
+    dead = schedulers(settings)
+    for n in range(3):
+        dead.enqueue_request(Request(f"http://example.com/{n}"))
+    for _ in range(3):
+        assert dead.next_request() is not None  # then it dies holding all three
+    time.sleep(0.35)
+    worker = schedulers(settings)  # recovers them: suspects, at the head of the queue
+    worker.enqueue_request(Request("http://example.com/new"))
+    assert worker.next_request().url == "http://example.com/0"  # its one suspect
+    assert worker.next_request().url == "http://example.com/new"  # not stuck behind 1, 2
+    assert worker.next_request() is None  # 1 and 2 wait for a worker without a suspect
+    assert [schedulers(settings).next_request().url for _ in range(2)] == [
+        "http://example.com/1",
+        "http://example.com/2",
+    ]

@@ -22,11 +22,16 @@ from typing import Any
 
 import msgpack  # type: ignore[import-untyped]
 from redis.client import NEVER_DECODE
+from redis.exceptions import ResponseError
 
 from scrapy_redis.keys import dead_letters_key
 from scrapy_redis.leases import record_keys
 from scrapy_redis.scripts import script
 from scrapy_redis.serializers import Serializer, msgpack_serializer
+
+
+# How often requeue_dead_letters() reads the list again when another requeue changed it.
+_MAX_CONFLICTS = 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,14 +64,20 @@ def requeue_dead_letters(server: Any, queue_key: str, count: int | None = None) 
     """Put the oldest ``count`` (default: all) dead letters back in the queue, at the end
     popped next; how many went back."""
     key = dead_letters_key(queue_key)
-    total = 0
-    while count is None or total < count:
+    total = conflicts = 0
+    while (count is None or total < count) and conflicts < _MAX_CONFLICTS:
         batch = 500 if count is None else min(500, count - total)
         raws = server.execute_command("LRANGE", key, 0, batch - 1, **{NEVER_DECODE: True})
         if not raws:
             break
         keys = sorted({name for raw in raws for name in record_keys(raw)})
-        total += int(script("dead_requeue")(server, [key, *keys], [len(raws)]))
+        try:
+            total += int(script("dead_requeue")(server, [key, *keys], [len(raws)]))
+        except ResponseError as exc:
+            if "read the list again" not in str(exc):
+                raise
+            # Another requeue changed the list between the read and the script: again.
+            conflicts += 1
     return total
 
 

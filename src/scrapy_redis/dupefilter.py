@@ -157,8 +157,12 @@ class RFPDupeFilter(BaseDupeFilter):
         ``SADD`` sent again would find its own fingerprint and drop a new request.
         """
         writes = self.writes
-        args = [self.request_fingerprint(request), writes.ttl_ms, writes.take()]
+        fingerprint = self.request_fingerprint(request)
+        # A call that failed (an outage) is sent again with its number by the next call
+        # for the same fingerprint: applied once, it is answered as the first was.
+        args = [fingerprint, writes.ttl_ms, writes.take_for(fingerprint)]
         added = script("seen_add")(self.server, [self.key, writes.key(self.key)], args)
+        writes.confirmed()
         return int(added) == 0
 
     def request_fingerprint(self, request: Request) -> str:

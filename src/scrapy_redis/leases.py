@@ -189,7 +189,8 @@ class LeaseBook:
         args = [arg for lease, positions in releases for n in positions for arg in (lease.id, n)]
         if not args:
             return 0
-        moved = int(script("lease_set_aside")(self.server, [*self.keys, key], args))
+        keys = [*self.keys, key, self.deliveries_key]
+        moved = int(script("lease_set_aside")(self.server, keys, args))
         self._released(releases)
         return moved
 

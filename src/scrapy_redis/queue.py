@@ -267,8 +267,11 @@ class _ListQueue(Base):
         """``command`` (LPUSH or RPUSH) of ``datas``, in calls applied once each."""
         keys = [self.key, self.writes.key(self.key)]
         for start in range(0, len(datas), _PUSH_CHUNK):
-            args = [command, self.writes.ttl_ms, self.writes.take()]
-            script("push_list")(self.server, keys, [*args, *datas[start : start + _PUSH_CHUNK]])
+            chunk = datas[start : start + _PUSH_CHUNK]
+            # The same chunk after a failed call (an outage) is that call sent again.
+            args = [command, self.writes.ttl_ms, self.writes.take_for((command, *chunk))]
+            script("push_list")(self.server, keys, [*args, *chunk])
+            self.writes.confirmed()
 
     def push_new(
         self,
@@ -399,8 +402,11 @@ class PriorityQueue(Base):
         keys = [self.key, key, self.writes.key(key)]
         for start in range(0, len(datas), _PUSH_CHUNK):
             chunk = datas[start : start + _PUSH_CHUNK]
-            args = [priority, where, self.writes.ttl_ms, self.writes.take()]
+            # The same chunk after a failed call (an outage) is that call sent again.
+            number = self.writes.take_for((key, where, *chunk))
+            args = [priority, where, self.writes.ttl_ms, number]
             script("push_priority")(self.server, keys, [*args, *chunk])
+            self.writes.confirmed()
 
     def pop_entries(
         self, count: int, timeout: int = 0, ticket: Ticket | None = None

@@ -590,7 +590,9 @@ class Scheduler:
         if kind := getattr(self.queue, "redis_type", None):
             types.append((key, kind))
         if self._book is not None:
-            types += [(self._book.leases_key, "hash"), (self._book.deadlines_key, "zset")]
+            book = self._book
+            types += [(book.leases_key, "hash"), (book.deadlines_key, "zset")]
+            types += [(book.deliveries_key, "hash"), (book.dead_letters_key, "list")]
         return types
 
     def _join(self) -> None:
@@ -962,7 +964,17 @@ class Scheduler:
         If so, the engine is asked again when the slot may take it (it also asks
         whenever a download ends).
         """
-        slot = downloader_slot(self._downloader, request, self.crawler)  # type: ignore[arg-type]
+        try:
+            slot = downloader_slot(self._downloader, request, self.crawler)  # type: ignore[arg-type]
+        except Exception:  # a downloader unlike Scrapy's: stop pacing, lose nothing
+            logger.warning(
+                "Cannot read the downloader's slots: not pacing requests any more",
+                exc_info=True,
+                extra={"spider": self.spider},
+            )
+            self._downloader = None
+            self._may_delay = False
+            return False
         wait = self._pacer.hold_back(slot.key, slot.delay, slot.idle)
         if wait and not (self._pace_call is not None and self._pace_call.active()):
             self._pace_call = installed_reactor().callLater(wait, wake_engine, self.crawler)
@@ -1125,9 +1137,9 @@ class Scheduler:
         self._send_unsent()
         if self._invalid:
             self._set_aside_invalid()
-        # Leased, not handed out yet: each entry (or the request decoded from it, held
-        # back by pacing) with its lease and position in it.
-        self._prefetched = deque()
+        if self._halted and self._prefetched:
+            self._give_back_prefetched()
+        self._ack_done(collect=True)
         if self._book is not None:
             self._book.renew()
         self._recover()

@@ -26,6 +26,7 @@ exists while a worker writes; a component deletes its records when it closes
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from typing import TYPE_CHECKING, Any
 
 from scrapy_redis import defaults
@@ -55,12 +56,27 @@ class WriteIds:
         self.ttl_ms = int((writes_ttl() if ttl is None else ttl) * 1000)
         self._next = 1
         self._keys: dict[str, str] = {}
+        self._unconfirmed: tuple[Hashable, int] | None = None
 
     def take(self, count: int = 1) -> int:
         """Reserve ``count`` consecutive numbers; the first of them."""
         first = self._next
         self._next += count
         return first
+
+    def take_for(self, write: Hashable) -> int:
+        """The number of ``write`` (a value standing for what it writes): that of the last
+        write taken this way if it was the same and is not :meth:`confirmed` (its call
+        failed: this is it, sent again), else a new one."""
+        if self._unconfirmed is not None and self._unconfirmed[0] == write:
+            return self._unconfirmed[1]
+        number = self.take()
+        self._unconfirmed = (write, number)
+        return number
+
+    def confirmed(self) -> None:
+        """The write numbered by :meth:`take_for` was applied (its call returned)."""
+        self._unconfirmed = None
 
     def key(self, data_key: str) -> str:
         """The record key of this writer's writes to ``data_key``."""

@@ -117,13 +117,16 @@ local function release_leases(leases_key, deadlines_key, first, deliveries_key)
   end
 end
 
--- Which of the popped `items` the worker leasing them under `lease_id` takes: all of
--- them, but at most one suspect, and none while it holds one; the others (to put back)
--- keep their order.
-local function select_leasable(leases_key, deliveries_key, lease_id, items)
+-- Which of the popped `items` the worker leasing them under `lease_id` takes: at most
+-- `count` of them, at most one suspect, and none while it holds one; the others (to
+-- put back) keep their order.
+local function select_leasable(leases_key, deliveries_key, lease_id, items, count)
   local deliveries = suspects(deliveries_key)
   if not deliveries or #items == 0 then
-    return items, {}
+    if #items <= count then
+      return items, {}
+    end
+    return {unpack(items, 1, count)}, {unpack(items, count + 1)}
   end
   local digests = {}
   for i, item in ipairs(items) do
@@ -139,7 +142,9 @@ local function select_leasable(leases_key, deliveries_key, lease_id, items)
   local busy = holds_suspect(leases_key, deliveries, lease_id)
   local take, back = {}, {}
   for i, item in ipairs(items) do
-    if not counts[i] then
+    if #take >= count then
+      back[#back + 1] = item
+    elseif not counts[i] then
       take[#take + 1] = item
     elseif busy then
       back[#back + 1] = item
@@ -151,6 +156,10 @@ local function select_leasable(leases_key, deliveries_key, lease_id, items)
   end
   return take, back
 end
+
+-- How many entries a pop looks past when all it popped are suspects this worker may not
+-- take now (it holds one): requests behind them need not wait for its suspect.
+local LOOK_PAST = 64
 
 -- Push entries back where a record says they came from, so that the first of them is
 -- popped first. Record ops: "rpush"/"lpush" (list queue or list of start messages),

@@ -16,6 +16,15 @@
 -- returns {entries put back, entries moved to the dead letters}
 --#include _leases.lua
 
+-- Fail before writing anything if the deliveries or dead letters key has another type:
+-- deliveries counted before a failing RPUSH would be counted again on every retry.
+for _, pair in ipairs({{KEYS[3], 'hash'}, {KEYS[4], 'list'}}) do
+  local found = redis.call('TYPE', pair[1])['ok']
+  if found ~= 'none' and found ~= pair[2] then
+    return redis.error_reply('WRONGTYPE ' .. pair[1] .. ' holds a ' .. found .. ', not a ' .. pair[2])
+  end
+end
+
 local declared = {}
 for i = 5, #KEYS do
   declared[KEYS[i]] = true

@@ -3,11 +3,13 @@
 -- KEYS[1] = the leases hash: lease id -> cmsgpack {op, key, key2, arg, entry...}
 -- KEYS[2] = the lease deadlines sorted set
 -- KEYS[3] = the list the entries are moved to (RPUSH), e.g. <queue>:invalid
+-- KEYS[4] = (optional) the deliveries hash: what was counted for the entries is forgotten
 -- ARGV[1..n] = pairs (lease id, position of the entry in it, 1 = the first)
 -- returns how many entries were moved: an entry already moved or released (a resent
 --         call, or a lease another worker recovered) is not moved again
 --#include _leases.lua
 
+local deliveries = suspects(KEYS[4])
 local moved = 0
 for i = 1, #ARGV, 2 do
   local id, at = ARGV[i], 4 + tonumber(ARGV[i + 1])
@@ -16,6 +18,7 @@ for i = 1, #ARGV, 2 do
     local record = cmsgpack.unpack(raw)
     if at > 4 and at <= #record and record[at] then
       redis.call('RPUSH', KEYS[3], record[at])
+      forget_deliveries(deliveries, {record[at]})
       record[at] = false
       moved = moved + 1
       if holds_entries(record) then
@@ -24,6 +27,7 @@ for i = 1, #ARGV, 2 do
         redis.call('HDEL', KEYS[1], id)
         redis.call('ZREM', KEYS[2], id)
       end
+      forget_done_suspect(KEYS[1], deliveries, id)
     end
   end
 end
