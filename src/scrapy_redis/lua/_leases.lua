@@ -161,6 +161,32 @@ end
 -- take now (it holds one): requests behind them need not wait for its suspect.
 local LOOK_PAST = 64
 
+-- select_leasable(), and if all `items` are suspects this worker may not take now, the
+-- same over them and the next LOOK_PAST entries, which `pop_more(n)` pops.
+local function select_looking_past(leases_key, deliveries_key, lease_id, items, count, pop_more)
+  local take, back = select_leasable(leases_key, deliveries_key, lease_id, items, count)
+  if #take == 0 and #back > 0 then
+    local more = pop_more(LOOK_PAST)
+    if more then
+      for _, item in ipairs(more) do
+        back[#back + 1] = item
+      end
+      take, back = select_leasable(leases_key, deliveries_key, lease_id, back, count)
+    end
+  end
+  return take, back
+end
+
+-- Write back a lease record whose entries changed; delete the lease with its last one.
+local function store_record(leases_key, deadlines_key, id, record)
+  if holds_entries(record) then
+    redis.call('HSET', leases_key, id, cmsgpack.pack(record))
+  else
+    redis.call('HDEL', leases_key, id)
+    redis.call('ZREM', deadlines_key, id)
+  end
+end
+
 -- Push entries back where a record says they came from, so that the first of them is
 -- popped first. Record ops: "rpush"/"lpush" (list queue or list of start messages),
 -- "prio" (LPUSH to a priority list key, ZADD its priority arg to the index key2),

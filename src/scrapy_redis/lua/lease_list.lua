@@ -32,16 +32,9 @@ if ARGV[1] == 'RPOP' then
 end
 local count = tonumber(ARGV[2])
 local back
-items, back = select_leasable(KEYS[2], KEYS[4], ARGV[4], items, count)
-if #items == 0 and #back > 0 then  -- only suspects, and this worker holds one
-  local more = redis.call(ARGV[1], KEYS[1], LOOK_PAST)
-  if more then
-    for _, item in ipairs(more) do
-      back[#back + 1] = item
-    end
-    items, back = select_leasable(KEYS[2], KEYS[4], ARGV[4], back, count)
-  end
-end
+items, back = select_looking_past(KEYS[2], KEYS[4], ARGV[4], items, count, function(n)
+  return redis.call(ARGV[1], KEYS[1], n)
+end)
 put_back(restore, KEYS[1], '', '', back)
 if #items == 0 then
   return ''

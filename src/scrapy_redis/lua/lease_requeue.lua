@@ -89,12 +89,7 @@ while i <= #ARGV do
     local back = count_deliveries(op, key, key2, arg, entries)
     put_back(op, key, key2, arg, back)
     requeued = requeued + #back
-    if holds_entries(record) then
-      redis.call('HSET', KEYS[1], id, cmsgpack.pack(record))
-    else
-      redis.call('HDEL', KEYS[1], id)
-      redis.call('ZREM', KEYS[2], id)
-    end
+    store_record(KEYS[1], KEYS[2], id, record)
     forget_done_suspect(KEYS[1], KEYS[3], id)
   end
   i = i + 2 + n

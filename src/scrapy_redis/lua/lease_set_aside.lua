@@ -21,12 +21,7 @@ for i = 1, #ARGV, 2 do
       forget_deliveries(deliveries, {record[at]})
       record[at] = false
       moved = moved + 1
-      if holds_entries(record) then
-        redis.call('HSET', KEYS[1], id, cmsgpack.pack(record))
-      else
-        redis.call('HDEL', KEYS[1], id)
-        redis.call('ZREM', KEYS[2], id)
-      end
+      store_record(KEYS[1], KEYS[2], id, record)
       forget_done_suspect(KEYS[1], deliveries, id)
     end
   end

@@ -53,16 +53,9 @@ local items = redis.call('LPOP', KEYS[2], ARGV[2])
 if items and #KEYS >= 4 then
   local count = tonumber(ARGV[2])
   local back
-  items, back = select_leasable(KEYS[3], KEYS[5], ARGV[4], items, count)
-  if #items == 0 and #back > 0 then  -- only suspects, and this worker holds one
-    local more = redis.call('LPOP', KEYS[2], LOOK_PAST)
-    if more then
-      for _, item in ipairs(more) do
-        back[#back + 1] = item
-      end
-      items, back = select_leasable(KEYS[3], KEYS[5], ARGV[4], back, count)
-    end
-  end
+  items, back = select_looking_past(KEYS[3], KEYS[5], ARGV[4], items, count, function(n)
+    return redis.call('LPOP', KEYS[2], n)
+  end)
   put_back('prio', KEYS[2], KEYS[1], member, back)
   if #items == 0 then
     return {4}
