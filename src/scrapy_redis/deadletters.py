@@ -29,7 +29,6 @@ from scrapy_redis.leases import record_keys
 from scrapy_redis.scripts import script
 from scrapy_redis.serializers import Serializer, msgpack_serializer
 
-
 # How often requeue_dead_letters() reads the list again when another requeue changed it.
 _MAX_CONFLICTS = 10
 
