@@ -151,3 +151,13 @@ def test_concurrent_workers_each_request_new_exactly_once(server, redis_url):
     new = [i for report in reports for i in report]
     assert sorted(new) == list(range(500))
     assert server.scard("shared:dupefilter") == 500
+
+
+@pytest.mark.parametrize("debug", [False, True])
+def test_a_huge_duplicate_is_logged_in_a_short_line(settings_dict, server, caplog, debug):
+    df, spider = _dupefilter(settings_dict, DUPEFILTER_DEBUG=debug)
+    huge = Request("http://example.com/" + "a" * 1_000_000, headers={"Referer": "b" * 10**6})
+    with caplog.at_level(logging.DEBUG, logger="scrapy_redis.dupefilter"):
+        df.log(huge, spider)
+    [message] = [r.getMessage() for r in caplog.records]
+    assert len(message) < 1000 and "characters)" in message

@@ -206,3 +206,15 @@ def test_pipeline_settings_and_item_key_override(settings_dict, server):
     typed = ByType.from_crawler(pipe.crawler)
     typed.process_item({"type": "book"})
     assert server.llen("demo:book") == 1
+
+
+def test_the_dump_of_a_huge_shared_value_is_short(settings_dict, server, caplog):
+    import logging
+
+    stats = stats_collector(settings_dict, STATS_FLUSH_INTERVAL=0)
+    server.hset("demo:stats", "x" * 10**6, "written by hand")  # anyone can write the hash
+    stats.set_value("finish_reason", "y" * 10**6)
+    with caplog.at_level(logging.INFO):
+        stats.close_spider(reason="finished")
+    [dump] = [r.getMessage() for r in caplog.records if "Dumping" in r.getMessage()]
+    assert len(dump) < 2000 and "characters)" in dump

@@ -25,6 +25,7 @@ from scrapy_redis.canonical import canonical_url
 from scrapy_redis.connection import get_redis_from_settings
 from scrapy_redis.exceptions import warn_from_settings
 from scrapy_redis.keys import format_key, standalone_dupefilter_key
+from scrapy_redis.logsafe import shorten
 from scrapy_redis.scripts import script
 from scrapy_redis.writes import WriteIds, writes_ttl
 
@@ -187,14 +188,14 @@ class RFPDupeFilter(BaseDupeFilter):
         if self.debug:
             self.logger.debug(
                 "Filtered duplicate request: %(request)s (referer: %(referer)s)",
-                {"request": request, "referer": referer_str(request)},
+                {"request": shorten(request), "referer": shorten(referer_str(request))},
                 extra={"spider": spider},
             )
         elif self.logdupes:
             self.logger.debug(
                 "Filtered duplicate request %(request)s - no more duplicates will be shown"
                 " (see DUPEFILTER_DEBUG to show all duplicates)",
-                {"request": request},
+                {"request": shorten(request)},
                 extra={"spider": spider},
             )
             self.logdupes = False

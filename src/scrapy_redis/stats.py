@@ -27,6 +27,7 @@ from scrapy_redis._compat import PerInstance
 from scrapy_redis._engine import engine_scheduler, installed_reactor
 from scrapy_redis.connection import from_settings as redis_from_settings
 from scrapy_redis.keys import format_key
+from scrapy_redis.logsafe import LIMIT, shorten
 from scrapy_redis.outage import OUTAGE_ERRORS, OutageGuard, outage_guard
 from scrapy_redis.scripts import script
 from scrapy_redis.utils import bytes_to_str
@@ -328,7 +329,7 @@ class RedisStatsCollector(StatsCollector):
         if self._dump:
             logger.info(
                 "Dumping Scrapy stats:\n%(stats)s",
-                {"stats": pprint.pformat(self._stats)},
+                {"stats": pprint.pformat(_bounded(self._stats))},
                 extra={"spider": spider or self._crawler.spider},
             )
         if not self.persist and self._last_worker():
@@ -339,3 +340,12 @@ class RedisStatsCollector(StatsCollector):
         if not hasattr(scheduler, "cleared_shared_data"):
             return True  # not the Redis scheduler: the original's behaviour
         return bool(scheduler.cleared_shared_data)  # None: it could not tell (outage)
+
+
+def _bounded(stats: dict[str, Any]) -> dict[str, Any]:
+    """``stats`` for the log: any name or text value read from the shared hash (which
+    anyone may write to) cut to a few hundred characters."""
+    return {
+        shorten(name): shorten(value) if isinstance(value, str) and len(value) > LIMIT else value
+        for name, value in stats.items()
+    }
