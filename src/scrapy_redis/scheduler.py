@@ -650,18 +650,9 @@ class Scheduler:
         if self.enqueue_delay > 0 and len(self._unsent) < self.enqueue_batch_size:
             self._schedule_send()
             return True
-        if not self._guard.may_try():
-            return True  # pushed when Redis is back (next request or heartbeat)
-        try:
-            return self._send_unsent(answer_for=request)
-        except OUTAGE_ERRORS as exc:
-            self._guard.failed(exc)
-            return True
-        except ResponseError as exc:
-            if not is_wrong_type(exc):
-                raise
-            self._wrong_type(exc)
-            return True
+        # While Redis is unreachable it is pushed when Redis is back (next request or
+        # heartbeat); the engine is told it was accepted.
+        return self._redis_call(lambda: self._send_unsent(answer_for=request), True)
 
     def send_enqueued(self) -> bool:
         """Send the requests waiting in this worker now; whether none is left waiting."""
