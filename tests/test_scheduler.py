@@ -396,6 +396,36 @@ def test_queue_classes_of_their_own_are_popped_with_their_pop(
         assert FifoWithOwnPop.popped == 2
 
 
+class FifoDeclaredUnleased(FifoQueue):
+    """Opts out of leases by its declared attribute, without overriding a method."""
+
+    uses_leases = False
+
+
+class OwnPopDeclaredLeased(FifoQueue):
+    """Declares leases although it overrides pop(): the scheduler never calls its pop()."""
+
+    uses_leases = True
+
+    def pop(self, timeout=0):
+        raise AssertionError("popped through pop_entries(), not pop()")
+
+
+def test_queue_classes_declare_whether_they_use_leases():
+    assert FifoQueue.uses_leases and not Base.uses_leases
+    assert not OwnListQueue.uses_leases and not FifoWithOwnPop.uses_leases  # derived
+    assert not FifoDeclaredUnleased.uses_leases and OwnPopDeclaredLeased.uses_leases
+    assert OwnListQueue.uses_push_script is False and FifoQueue.uses_push_script is True
+
+
+@pytest.mark.parametrize("queue_cls", [FifoDeclaredUnleased, OwnPopDeclaredLeased])
+def test_the_declared_attribute_decides_leases(settings_dict, server, schedulers, queue_cls):
+    scheduler = schedulers({**settings_dict, "SCHEDULER_QUEUE_CLASS": queue_cls})
+    scheduler.enqueue_request(Request("http://example.com/a"))
+    assert scheduler.next_request().url == "http://example.com/a"
+    assert server.exists("demo:requests:leases") == queue_cls.uses_leases
+
+
 def test_idle_worker_is_woken_when_the_other_workers_finish(settings_dict, server, schedulers):
     from twisted.internet.task import Clock
 
@@ -412,3 +442,12 @@ def test_idle_worker_is_woken_when_the_other_workers_finish(settings_dict, serve
     busy._book.ack(list(busy._book.held))  # its work is done
     clock.advance(0.2)
     assert wakes == [pytest.approx(0.3)]  # time to re-check idleness (and close)
+
+
+def test_the_spiders_and_stats_see_our_scheduler_through_its_protocol(schedulers, settings_dict):
+    from scrapy.core.scheduler import Scheduler as ScrapyScheduler
+
+    from scrapy_redis.scheduler_api import SharedScheduler
+
+    assert isinstance(schedulers(settings_dict), SharedScheduler)
+    assert not issubclass(ScrapyScheduler, SharedScheduler)

@@ -12,7 +12,7 @@ import hashlib
 import json
 import logging
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from scrapy.dupefilters import BaseDupeFilter
 from scrapy.settings import SETTINGS_PRIORITIES
@@ -97,6 +97,15 @@ class RFPDupeFilter(BaseDupeFilter):
     temporary = True
     #: Numbers the fingerprints recorded, so that a call sent again is applied once.
     writes = PerInstance(lambda _: WriteIds())
+    #: Whether the scheduler may check and record fingerprints inside its push script
+    #: (by :meth:`request_fingerprint` and :attr:`key`) instead of calling
+    #: :meth:`request_seen`; declared, or True unless ``request_seen()`` is overridden.
+    checks_in_script: ClassVar[bool] = True
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "checks_in_script" not in cls.__dict__:
+            cls.checks_in_script = cls.request_seen is RFPDupeFilter.request_seen
 
     def __init__(
         self,

@@ -19,7 +19,7 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import groupby
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import msgpack  # type: ignore[import-untyped]
 from redis.client import NEVER_DECODE
@@ -91,6 +91,22 @@ class Base:
     #: Numbers this queue's pushes, so that a push sent again is applied once (writes.py);
     #: a class-level default for subclasses whose __init__ does not call ours.
     writes = PerInstance(lambda _: WriteIds())
+    #: Whether the scheduler pops it through :meth:`pop_entries` with leases (a worker
+    #: that dies loses nothing); otherwise through :meth:`pop`, without leases.
+    #: A subclass may declare it; if it does not, it is True when the class implements
+    #: ``pop_entries()`` and keeps our ``pop()`` (a queue of its own written for the
+    #: original, implementing ``pop()``, is popped with it).
+    uses_leases: ClassVar[bool] = False
+    #: Whether the scheduler may push through :meth:`push_new` (one script call per batch
+    #: that also checks the fingerprints); declared, or True unless ``push()`` is overridden.
+    uses_push_script: ClassVar[bool] = True
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "uses_leases" not in cls.__dict__:
+            cls.uses_leases = cls.pop is Base.pop and cls.pop_entries is not Base.pop_entries
+        if "uses_push_script" not in cls.__dict__:
+            cls.uses_push_script = cls.push is Base.push
 
     def __init__(
         self, server: Any, spider: Spider, key: str, serializer: Serializer | Any = None

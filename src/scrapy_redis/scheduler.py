@@ -232,30 +232,19 @@ def _dupefilter_class_path(settings: BaseSettings) -> Any:
 
 
 def _dedups_in_script(dupefilter: Any, queue: Any) -> bool:
-    """Whether fingerprints can be checked and recorded by the queue's push script.
-
-    So it is for our RFPDupeFilter (``request_fingerprint()`` may be overridden, not
-    ``request_seen()``) with a queue pushed through ``push_entries()``; any other
-    filter's ``request_seen()`` is called, and any other queue's ``push()``.
-    """
+    """Whether fingerprints can be checked and recorded by the queue's push script
+    (our filter and queue, unless a subclass opted out: see their declared attributes)."""
     return (
         isinstance(dupefilter, RFPDupeFilter)
-        and type(dupefilter).request_seen is RFPDupeFilter.request_seen
+        and dupefilter.checks_in_script
         and isinstance(queue, Base)
-        and type(queue).push is Base.push
+        and queue.uses_push_script
     )
 
 
 def _supports_leases(queue: Any) -> bool:
-    """Whether ``queue`` pops through our lease-aware ``pop_entries()``.
-
-    A queue class of its own (a ``Base`` subclass implementing ``pop()``, or one of
-    ours with ``pop()`` overridden) is popped with its ``pop()``, without leases.
-    """
-    cls = type(queue)
-    return (
-        isinstance(queue, Base) and cls.pop is Base.pop and cls.pop_entries is not Base.pop_entries
-    )
+    """Whether ``queue`` is popped through ``pop_entries()`` with leases (see Base.uses_leases)."""
+    return isinstance(queue, Base) and queue.uses_leases
 
 
 class Scheduler:

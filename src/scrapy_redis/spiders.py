@@ -23,12 +23,13 @@ from twisted.internet import task
 
 from scrapy_redis import connection, defaults
 from scrapy_redis._compat import PerInstance
-from scrapy_redis._engine import engine_accepts_requests, engine_scheduler
+from scrapy_redis._engine import engine_accepts_requests
 from scrapy_redis.keys import format_key
 from scrapy_redis.leases import LeaseBook
 from scrapy_redis.logsafe import short_repr, shorten
 from scrapy_redis.messages import parse_message, request_from_message
 from scrapy_redis.outage import OUTAGE_ERRORS, outage_guard
+from scrapy_redis.scheduler_api import shared_scheduler
 from scrapy_redis.start_urls import StartUrlSource
 from scrapy_redis.utils import bytes_to_str
 from scrapy_redis.workers import new_worker_id
@@ -291,8 +292,8 @@ class RedisMixin:
         """Release the leases of start messages whose requests are scheduled."""
         if not self._unacked:
             return
-        scheduler = engine_scheduler(self.crawler)
-        if not getattr(scheduler, "send_enqueued", lambda: True)():
+        scheduler = shared_scheduler(self.crawler)
+        if scheduler is not None and not scheduler.send_enqueued():
             return  # their requests wait in memory for Redis: keep the leases
         if self._unacked:
             self._leases.ack(self._unacked)
@@ -352,9 +353,8 @@ class RedisMixin:
         return scheduled
 
     def _shared_work_pending(self) -> bool:
-        scheduler = engine_scheduler(self.crawler)
-        pending = getattr(scheduler, "shared_work_pending", None)
-        return bool(pending()) if pending is not None else False
+        scheduler = shared_scheduler(self.crawler)
+        return scheduler is not None and scheduler.shared_work_pending()
 
     def _on_activity(self) -> None:
         self._idle_since = None

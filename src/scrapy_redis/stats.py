@@ -24,11 +24,12 @@ from scrapy.statscollectors import StatsCollector
 
 from scrapy_redis import defaults
 from scrapy_redis._compat import PerInstance
-from scrapy_redis._engine import engine_scheduler, installed_reactor
+from scrapy_redis._engine import installed_reactor
 from scrapy_redis.connection import from_settings as redis_from_settings
 from scrapy_redis.keys import format_key
 from scrapy_redis.logsafe import LIMIT, shorten
 from scrapy_redis.outage import OUTAGE_ERRORS, OutageGuard, outage_guard
+from scrapy_redis.scheduler_api import shared_scheduler
 from scrapy_redis.scripts import script
 from scrapy_redis.utils import bytes_to_str
 from scrapy_redis.writes import WriteIds, writes_ttl
@@ -336,8 +337,8 @@ class RedisStatsCollector(StatsCollector):
             self.clear_stats()
 
     def _last_worker(self) -> bool:
-        scheduler = engine_scheduler(self._crawler)
-        if not hasattr(scheduler, "cleared_shared_data"):
+        scheduler = shared_scheduler(self._crawler)
+        if scheduler is None:
             return True  # not the Redis scheduler: the original's behaviour
         return bool(scheduler.cleared_shared_data)  # None: it could not tell (outage)
 
