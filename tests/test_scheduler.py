@@ -450,4 +450,4 @@ def test_the_spiders_and_stats_see_our_scheduler_through_its_protocol(schedulers
     from scrapy_redis.scheduler_api import SharedScheduler
 
     assert isinstance(schedulers(settings_dict), SharedScheduler)
-    assert not issubclass(ScrapyScheduler, SharedScheduler)
+    assert not isinstance(ScrapyScheduler.__new__(ScrapyScheduler), SharedScheduler)
