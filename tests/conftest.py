@@ -68,21 +68,17 @@ def settings_dict(redis_url):
 
 @pytest.fixture
 def schedulers():
-    """Opens Redis schedulers (``schedulers(settings, cls=Scheduler)``); stops their timers."""
+    """Opens Redis schedulers (``schedulers(settings, cls=Scheduler, reactor=None)``); stops
+    their timers."""
     from helpers import open_scheduler
 
     opened = []
 
-    def make(settings, cls=None):
-        scheduler = open_scheduler(settings, cls)
+    def make(settings, cls=None, reactor=None):
+        scheduler = open_scheduler(settings, cls, reactor)
         opened.append(scheduler)
         return scheduler
 
     yield make
     for scheduler in opened:
-        if scheduler._heartbeat is not None and scheduler._heartbeat.running:
-            scheduler._heartbeat.stop()
-        if scheduler._send_call is not None and scheduler._send_call.active():
-            scheduler._send_call.cancel()
-        if scheduler._listener is not None:
-            scheduler._listener.stop()  # its thread ends within NewsListener.WAIT
+        scheduler.stop_timers()  # the news listener's thread ends within NewsListener.WAIT

@@ -64,15 +64,18 @@ class Calls:
         return delta
 
 
-def open_scheduler(settings: dict[str, Any], cls: Any = None) -> Any:
-    """A Redis scheduler built and opened as Scrapy's engine does it."""
+def open_scheduler(settings: dict[str, Any], cls: Any = None, reactor: Any = None) -> Any:
+    """A Redis scheduler built and opened as Scrapy's engine does it; its timers run on
+    ``reactor`` if given (a ``task.Clock``)."""
     from scrapy.utils.misc import build_from_crawler
 
     from scrapy_redis.scheduler import Scheduler
 
     crawler = get_crawler(DemoSpider, settings)
     scheduler = build_from_crawler(cls or Scheduler, crawler)
-    spider = crawler._create_spider()
+    if reactor is not None:
+        scheduler.reactor = reactor
+    spider = crawler.spidercls.from_crawler(crawler)
     crawler.spider = spider
     scheduler.open(spider)
     return scheduler
@@ -115,3 +118,40 @@ def leased_entries(server: Any, base_key: str = "demo:requests") -> int:
         sum(1 for entry in msgpack.unpackb(record, raw=True)[4:] if entry is not False)
         for record in records
     )
+
+
+class ManualClock:
+    """A monotonic clock that tests move forward (``clock()`` in seconds)."""
+
+    def __init__(self, start: float | None = None) -> None:
+        import time
+
+        self.now = time.monotonic() if start is None else start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def guard_clock(scheduler: Any) -> ManualClock:
+    """Put the outage guard of ``scheduler``'s crawler on a clock the test moves (to skip
+    a back-off: ``clock.advance(OutageGuard.MAX_BACKOFF)``)."""
+    from scrapy_redis.outage import outage_guard
+
+    clock = ManualClock()
+    outage_guard(scheduler.crawler).clock = clock
+    return clock
+
+
+def stand_in_engine(scheduler: Any, wake: Any = None) -> set[Any]:
+    """Give ``scheduler``'s crawler a stand-in engine; returns its set of requests in
+    progress (what leases are acknowledged against). ``wake()`` runs when the
+    scheduler wakes the engine (its ``nextcall.schedule()``)."""
+    from types import SimpleNamespace
+
+    nextcall = SimpleNamespace(schedule=wake) if wake is not None else None
+    slot = SimpleNamespace(inprogress=set(), closing=None, nextcall=nextcall)
+    scheduler.crawler.engine = SimpleNamespace(_slot=slot, running=True)
+    return slot.inprogress

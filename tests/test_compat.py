@@ -44,7 +44,7 @@ class StartSpider(RedisSpider):
 
 def _crawler(settings, spidercls=DemoSpider):
     crawler = get_crawler(spidercls, settings)
-    crawler.spider = crawler._create_spider()
+    crawler.spider = crawler.spidercls.from_crawler(crawler)
     return crawler
 
 

@@ -11,7 +11,6 @@ import logging
 import threading
 import time
 import weakref
-from types import SimpleNamespace
 
 import pytest
 import redis
@@ -20,45 +19,47 @@ from redis.retry import Retry
 from scrapy import Request
 from scrapy.utils.misc import build_from_crawler
 from scrapy.utils.test import get_crawler
+from twisted.internet.task import Clock
 
-from helpers import Calls, DemoSpider, leased_entries, record_dropped, results_of_processes
+from helpers import (
+    Calls,
+    DemoSpider,
+    guard_clock,
+    leased_entries,
+    record_dropped,
+    results_of_processes,
+    stand_in_engine,
+)
 from scrapy_redis import queue as queue_module
 from scrapy_redis.dupefilter import RFPDupeFilter
+from scrapy_redis.leases import LeaseBook
+from scrapy_redis.outage import OutageGuard
 from scrapy_redis.queue import Base, Candidate, PriorityQueue
 from scrapy_redis.scheduler import Scheduler
 from scrapy_redis.wakeup import NewsListener, QueueWatcher
-
-
-def stand_in_engine(scheduler: Scheduler) -> set[Request]:
-    """The engine's set of requests in progress (what leases are acknowledged against)."""
-    slot = SimpleNamespace(inprogress=set(), closing=None, nextcall=None)
-    scheduler.crawler.engine = SimpleNamespace(_slot=slot, running=True)
-    return slot.inprogress
 
 
 @pytest.mark.parametrize("queue_cls", ["FifoQueue", "LifoQueue", "PriorityQueue"])
 def test_enqueued_requests_are_sent_after_the_delay_in_one_call(
     settings_dict, server, schedulers, queue_cls
 ):
+    clock = Clock()
     scheduler = schedulers(
-        {**settings_dict, "SCHEDULER_QUEUE_CLASS": f"scrapy_redis.queue.{queue_cls}"}
+        {**settings_dict, "SCHEDULER_QUEUE_CLASS": f"scrapy_redis.queue.{queue_cls}"},
+        reactor=clock,
     )
     dropped = record_dropped(scheduler)
     calls = Calls(server, "evalsha", "sadd", "lpush", "rpush")
     duplicates = [Request("http://example.com/3"), Request("http://example.com/5")]
-    from twisted.internet import reactor
-
-    before = reactor.seconds()
     for i in range(10):
         scheduler.enqueue_request(Request(f"http://example.com/{i}", priority=i % 3))
     for request in duplicates:
         assert scheduler.enqueue_request(request) is True
     assert server.exists("demo:requests", "demo:requests:prio:0", "demo:dupefilter") == 0
-    send = scheduler._send_call
-    assert send is not None and send.active()
-    assert send.getTime() - before == pytest.approx(0.1, abs=0.05)  # SCHEDULER_ENQUEUE_DELAY
+    # The heartbeat's call (every SCHEDULER_WORKER_TIMEOUT / 3) and the send's.
+    assert sorted(call.getTime() for call in clock.getDelayedCalls())[0] == pytest.approx(0.1)
     assert calls() == {"evalsha": 0, "sadd": 0, "lpush": 0, "rpush": 0}
-    send.func(*send.args)  # the reactor's turn
+    clock.advance(0.1)  # SCHEDULER_ENQUEUE_DELAY: the reactor's turn
     assert calls()["evalsha"] == 1  # 12 fingerprints and 10 pushes: one script call
     assert len(scheduler.queue) == 10 and server.scard("demo:dupefilter") == 10
     assert dropped == duplicates
@@ -220,10 +221,11 @@ def test_a_failure_half_way_through_a_batch_pushes_nothing_twice(settings_dict, 
             return super().request_seen(request)
 
     scheduler = schedulers({**settings_dict, "DUPEFILTER_CLASS": FailsOnce})
+    clock = guard_clock(scheduler)
     for i in range(3):
         scheduler.enqueue_request(Request(f"http://example.com/{i}"))
     assert not scheduler.send_enqueued()  # the first was pushed, the second failed
-    scheduler._guard._retry_at = 0  # skip the back-off
+    clock.advance(OutageGuard.MAX_BACKOFF)  # skip the back-off
     assert scheduler.send_enqueued()
     assert len(scheduler.queue) == 3
     assert sorted(request.url for request in iter(scheduler.next_request, None)) == [
@@ -310,8 +312,8 @@ def test_a_dead_workers_batch_comes_back_without_its_done_requests(
         "SCHEDULER_PREFETCH": 4,
         "SCHEDULER_WORKER_TIMEOUT": 0.3,
     }
-    dead = schedulers(settings)
-    dead._heartbeat.stop()  # SIGKILL: no heartbeat, no close
+    clock = Clock()
+    dead = schedulers(settings, reactor=clock)  # its heartbeat runs when the test says
     in_progress = stand_in_engine(dead)
     for i in range(6):
         dead.enqueue_request(Request(f"http://example.com/{i}"))
@@ -319,11 +321,10 @@ def test_a_dead_workers_batch_comes_back_without_its_done_requests(
     taken = [dead.next_request() for _ in range(3)]  # one pop of 4: three handed out
     assert server.hlen("demo:requests:leases") == 1
     in_progress.update(taken[0::2])  # the second one is done
-    dead._ack_done()
+    clock.advance(0.1)  # one heartbeat: acknowledges it; then SIGKILL, no more
     assert leased_entries(server) == 3
     time.sleep(0.35)
-    live = schedulers(settings)
-    live._recover()
+    live = schedulers(settings)  # recovers the dead worker's leases as it opens
     assert live.stats.get_value("scheduler/leases/recovered") == 3
     stand_in_engine(live)  # every request it hands out is done by the next pop
     left = [r.url[-1] for r in iter(live.next_request, None)]
@@ -383,7 +384,7 @@ def test_release_and_give_back_ignore_positions_outside_the_record(
     for i in range(3):
         scheduler.enqueue_request(Request(f"http://example.com/{i}"))
     scheduler.send_enqueued()
-    book = scheduler._book
+    book = LeaseBook(server, "demo:requests", "test", 10)
     ticket = book.ticket()
     assert len(scheduler.queue.pop_entries(3, ticket=ticket)) == 3
     record = server.hget("demo:requests:leases", ticket.id)
@@ -396,14 +397,17 @@ def test_release_and_give_back_ignore_positions_outside_the_record(
 
 
 def test_heartbeat_renews_prefetched_leases(settings_dict, server, schedulers):
+    clock = Clock()
     scheduler = schedulers(
-        {**settings_dict, "SCHEDULER_PREFETCH": 3, "SCHEDULER_WORKER_TIMEOUT": 10}
+        {**settings_dict, "SCHEDULER_PREFETCH": 3, "SCHEDULER_WORKER_TIMEOUT": 10},
+        reactor=clock,
     )
     for i in range(3):
         scheduler.enqueue_request(Request(f"http://example.com/{i}"))
     scheduler.next_request()
-    server.zadd("demo:requests:lease_deadlines", {m: 0 for m in scheduler._book.held}, xx=True)
-    scheduler._beat()
+    held = server.zrange("demo:requests:lease_deadlines", 0, -1)
+    server.zadd("demo:requests:lease_deadlines", {m: 0 for m in held}, xx=True)
+    clock.advance(10 / 3)  # the heartbeat
     deadlines = server.zrange("demo:requests:lease_deadlines", 0, -1, withscores=True)
     assert len(deadlines) == 1 and deadlines[0][1] > 0  # one lease for the pop's three
     assert leased_entries(server) == 3
@@ -528,21 +532,23 @@ def test_a_lease_larger_than_luas_unpack_limit_goes_back_in_order(
     for i in range(9000):
         scheduler.enqueue_request(Request(f"http://example.com/{i}"))
     scheduler.send_enqueued()
-    ticket = scheduler._book.ticket()
+    book = LeaseBook(server, "demo:requests", "test", 10)
+    ticket = book.ticket()
     popped = [e.data for e in scheduler.queue.pop_entries(9000, ticket=ticket)]
     assert len(popped) == 9000 and server.hlen("demo:requests:leases") == 1
-    assert scheduler._book.give_back([ticket.id]) == 9000  # pushed back in chunks
+    assert book.give_back([ticket.id]) == 9000  # pushed back in chunks
     again = scheduler.queue.pop_entries(9000)
     assert [e.data for e in again] == popped
     assert not server.exists("demo:requests:leases", "demo:requests:lease_deadlines")
 
 
 def test_close_sends_buffered_requests(settings_dict, server, schedulers):
-    scheduler = schedulers({**settings_dict, "SCHEDULER_PERSIST": True})
+    clock = Clock()
+    scheduler = schedulers({**settings_dict, "SCHEDULER_PERSIST": True}, reactor=clock)
     scheduler.enqueue_request(Request("http://example.com/a"))
-    send = scheduler._send_call
+    assert len(clock.getDelayedCalls()) == 2  # the send and the heartbeat
     scheduler.close("finished")
-    assert not send.active()
+    assert clock.getDelayedCalls() == []
     assert len(PriorityQueue(server, scheduler.spider, "demo:requests")) == 1
 
 
@@ -568,7 +574,7 @@ def _enqueue_all(redis_url: str, seed: int, results) -> None:
         {"REDIS_URL": redis_url, "SCHEDULER_ENQUEUE_BATCH_SIZE": 7, "SCHEDULER_PERSIST": True},
     )
     scheduler = build_from_crawler(Scheduler, crawler)
-    spider = crawler._create_spider()
+    spider = crawler.spidercls.from_crawler(crawler)
     crawler.spider = spider
     scheduler.open(spider)
     urls = [f"https://example.com/{i}" for i in range(400)]
@@ -666,7 +672,7 @@ def test_news_listener_runs_on_news_for_each_message(server):
     assert reactor.threads and reactor.threads[0] == f"news {channel}"
     listener.stop()
     listener.join(NewsListener.WAIT + 2)
-    assert not listener._thread.is_alive()
+    assert not listener.thread.is_alive()
     assert server.pubsub_numsub(channel) == [(channel.encode(), 0)]
 
 
@@ -681,7 +687,7 @@ def test_news_listener_without_a_server_ends_and_leaves_polling(caplog):
     with caplog.at_level(logging.DEBUG, logger="scrapy_redis.wakeup"):
         listener.start()
         listener.join(5)
-    assert not listener._thread.is_alive()
+    assert not listener.thread.is_alive()
     assert "Not listening to demo:requests:news" in caplog.text
 
 
@@ -733,16 +739,16 @@ def test_a_user_who_may_not_publish_still_pushes_and_pops(redis_url, server, sch
 
 def test_recovered_leases_are_announced(settings_dict, server, schedulers):
     settings = {**settings_dict, "SCHEDULER_WORKER_TIMEOUT": 0.3}
-    dead = schedulers(settings)
-    dead._heartbeat.stop()  # SIGKILL: no heartbeat, no close
+    dead = schedulers(settings, reactor=Clock())  # SIGKILL: no heartbeat, no close
     dead.enqueue_request(Request("http://example.com/a"))
     assert dead.next_request() is not None
-    live = schedulers(settings)
+    clock = Clock()
+    schedulers(settings, reactor=clock)  # the live worker
     pubsub = server.pubsub()
     pubsub.subscribe("demo:requests:news")
     news_of(pubsub, 0.1)
     time.sleep(0.35)
-    live._beat()
+    clock.advance(0.1)  # the live worker's heartbeat
     assert news_of(pubsub, 0.3) == [b"recovered"]
     pubsub.close()
 
@@ -752,13 +758,13 @@ def test_news_listener_listens_again_after_a_failure(monkeypatch):
     listener = NewsListener(client, "demo:requests:news", lambda: None, reactor=_ThreadReactor())
     listener.start()
     listener.join(5)
-    first = listener._thread
+    first = listener.thread
     listener.start()  # failed under RETRY seconds ago: not again yet
-    assert listener._thread is first
+    assert listener.thread is first
     monkeypatch.setattr(NewsListener, "RETRY", 0.0)
     listener.start()
-    assert listener._thread is not first
+    assert listener.thread is not first
     listener.stop()
     listener.join(5)
     listener.start()  # stopped: never again
-    assert not listener._thread.is_alive()
+    assert not listener.thread.is_alive()

@@ -10,8 +10,9 @@ import pytest
 from scrapy import Request
 from scrapy.utils.misc import build_from_crawler
 from scrapy.utils.test import get_crawler
+from twisted.internet.task import Clock
 
-from helpers import DemoSpider
+from helpers import DemoSpider, guard_clock
 from redis_server import RedisServer
 from scrapy_redis.outage import OutageGuard
 from scrapy_redis.pipelines import RedisPipeline
@@ -31,14 +32,17 @@ def restart(server: RedisServer) -> None:
     server.start()
 
 
-def open_scheduler_on(own_server: RedisServer, **settings: Any) -> Scheduler:
-    """A scheduler opened on ``own_server`` (persistent), as Scrapy's engine opens it."""
+def open_scheduler_on(own_server: RedisServer, reactor: Any = None, **settings: Any) -> Scheduler:
+    """A scheduler opened on ``own_server`` (persistent), as Scrapy's engine opens it;
+    its timers on ``reactor`` if given."""
     crawler = get_crawler(
         DemoSpider, {"REDIS_URL": own_server.url, "SCHEDULER_PERSIST": True, **settings}
     )
-    spider = crawler._create_spider()
+    spider = crawler.spidercls.from_crawler(crawler)
     crawler.spider = spider
     scheduler = build_from_crawler(Scheduler, crawler)
+    if reactor is not None:
+        scheduler.reactor = reactor
     scheduler.open(spider)
     return scheduler
 
@@ -46,6 +50,7 @@ def open_scheduler_on(own_server: RedisServer, **settings: Any) -> Scheduler:
 def test_scheduler_pipeline_and_stats_survive_a_restart(own_server, caplog):
     scheduler = open_scheduler_on(own_server, STATS_CLASS="scrapy_redis.stats.RedisStatsCollector")
     crawler = scheduler.crawler
+    clock = guard_clock(scheduler)
     pipeline = RedisPipeline.from_crawler(crawler)
     stats = crawler.stats
     scheduler.enqueue_request(Request("http://example.com/before"))
@@ -66,7 +71,7 @@ def test_scheduler_pipeline_and_stats_survive_a_restart(own_server, caplog):
     assert caplog.text.count("Redis is unreachable") == 1  # once per outage
 
     own_server.start()
-    scheduler._guard._retry_at = 0  # skip the rest of the back-off
+    clock.advance(OutageGuard.MAX_BACKOFF)  # skip the rest of the back-off
     with caplog.at_level(logging.WARNING):
         first = scheduler.next_request()
         # The end of the outage makes the pipeline write its items at once, before
@@ -112,9 +117,13 @@ def test_outage_guard_backs_off_and_expires():
     assert not guard.down and guard.may_try()
 
 
-def fifo_scheduler_with_a_bad_entry(own_server: RedisServer) -> tuple[Scheduler, Any]:
+def fifo_scheduler_with_a_bad_entry(
+    own_server: RedisServer, reactor: Any = None
+) -> tuple[Scheduler, Any]:
     """A FifoQueue scheduler whose queue holds a request, then an undecodable entry."""
-    scheduler = open_scheduler_on(own_server, SCHEDULER_QUEUE_CLASS="scrapy_redis.queue.FifoQueue")
+    scheduler = open_scheduler_on(
+        own_server, reactor, SCHEDULER_QUEUE_CLASS="scrapy_redis.queue.FifoQueue"
+    )
     scheduler.enqueue_request(Request("http://example.com/1"))
     scheduler.send_enqueued()
     scheduler.server.lpush("demo:requests", b"\xc1\xff\xff")
@@ -122,7 +131,8 @@ def fifo_scheduler_with_a_bad_entry(own_server: RedisServer) -> tuple[Scheduler,
 
 
 def test_undecodable_entry_met_during_an_outage_is_set_aside_later(own_server):
-    scheduler, client = fifo_scheduler_with_a_bad_entry(own_server)  # /1, then the bad one
+    clock = Clock()
+    scheduler, client = fifo_scheduler_with_a_bad_entry(own_server, clock)  # /1, then the bad one
     scheduler.enqueue_request(Request("http://example.com/2"))
     scheduler.send_enqueued()
     assert scheduler.next_request().url == "http://example.com/1"  # one pop took all 3
@@ -133,7 +143,7 @@ def test_undecodable_entry_met_during_an_outage_is_set_aside_later(own_server):
     assert scheduler.stats.get_value("scheduler/invalid/redis") is None
     own_server.start()
     time.sleep(0.6)  # the outage back-off
-    scheduler._beat()
+    clock.advance(scheduler.worker_timeout / 3)  # the heartbeat
     assert scheduler.stats.get_value("scheduler/invalid/redis") == 1
     assert client.lrange("demo:requests:invalid", 0, -1) == [b"\xc1\xff\xff"]
     scheduler.close("shutdown")  # the two requests were never done: back to the queue

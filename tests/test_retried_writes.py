@@ -39,7 +39,7 @@ def crawler_settings(proxy: LossyProxy, **extra):
 
 def pipeline(settings) -> RedisPipeline:
     crawler = get_crawler(DemoSpider, settings)
-    crawler.spider = crawler._create_spider()
+    crawler.spider = crawler.spidercls.from_crawler(crawler)
     return RedisPipeline.from_crawler(crawler)
 
 

@@ -11,8 +11,9 @@ from scrapy import Request
 from scrapy.dupefilters import BaseDupeFilter
 from scrapy.dupefilters import RFPDupeFilter as ScrapyRFPDupeFilter
 from scrapy.utils.misc import load_object
+from twisted.internet.task import Clock
 
-from helpers import leased_entries, open_scheduler, record_dropped
+from helpers import leased_entries, open_scheduler, record_dropped, stand_in_engine
 from scrapy_redis.dupefilter import RFPDupeFilter
 from scrapy_redis.queue import Base, FifoQueue, PriorityQueue
 from scrapy_redis.scheduler import Scheduler
@@ -146,8 +147,8 @@ def test_resume_logs_pending_requests(settings_dict, server, schedulers, caplog)
 
 
 def test_dead_worker_does_not_block_cleanup(settings_dict, server, schedulers):
-    ghost = schedulers({**settings_dict, "SCHEDULER_WORKER_TIMEOUT": 0.2})
-    ghost._heartbeat.stop()  # it dies: no more heartbeats
+    # Its heartbeat runs on a clock nobody advances: it dies, no more heartbeats.
+    schedulers({**settings_dict, "SCHEDULER_WORKER_TIMEOUT": 0.2}, reactor=Clock())
     live = schedulers(settings_dict)
     live.enqueue_request(Request("http://example.com/a"))
     time.sleep(0.3)
@@ -285,7 +286,7 @@ def test_subclass_overriding_open_the_old_way(settings_dict, server, schedulers)
 def test_queue_watcher_backs_off_and_wakes_the_engine():
     from twisted.internet.task import Clock
 
-    from scrapy_redis.scheduler import QueueWatcher
+    from scrapy_redis.wakeup import QueueWatcher
 
     clock, state, wakes = Clock(), {"empty": True}, []
     watcher = QueueWatcher(lambda: not state["empty"], lambda: wakes.append(clock.seconds()), clock)
@@ -308,15 +309,15 @@ def test_queue_watcher_backs_off_and_wakes_the_engine():
 
 def test_dead_workers_leases_are_recovered_in_their_priority(settings_dict, server, schedulers):
     settings = {**settings_dict, "SCHEDULER_WORKER_TIMEOUT": 0.3}
-    dead = schedulers(settings)
-    dead._heartbeat.stop()  # SIGKILL: no heartbeat, no close
+    dead = schedulers(settings, reactor=Clock())  # SIGKILL: no heartbeat, no close
     dead.enqueue_request(Request("http://example.com/a", priority=5))
     dead.enqueue_request(Request("http://example.com/b"))
     assert dead.next_request().url == "http://example.com/a"
-    live = schedulers(settings)
+    clock = Clock()
+    live = schedulers(settings, reactor=clock)
     assert live.next_request().url == "http://example.com/b"
     time.sleep(0.35)
-    live._beat()  # renews its own lease, recovers the dead worker's
+    clock.advance(0.1)  # its heartbeat: renews its own lease, recovers the dead worker's
     assert live.stats.get_value("scheduler/leases/recovered") == 1
     recovered = live.next_request()
     assert (recovered.url, recovered.priority) == ("http://example.com/a", 5)
@@ -427,19 +428,18 @@ def test_the_declared_attribute_decides_leases(settings_dict, server, schedulers
 
 
 def test_idle_worker_is_woken_when_the_other_workers_finish(settings_dict, server, schedulers):
-    from twisted.internet.task import Clock
-
-    idle, busy = schedulers(settings_dict), schedulers(settings_dict)
+    clock, wakes = Clock(), []
+    idle, busy = schedulers(settings_dict, reactor=clock), schedulers(settings_dict)
+    stand_in_engine(idle, wake=lambda: wakes.append(clock.seconds()))
+    in_progress = stand_in_engine(busy)
     idle.enqueue_request(Request("http://example.com/a"))
     idle.send_enqueued()
-    assert busy.next_request() is not None  # leased by the busy worker
-    clock, wakes = Clock(), []
-    idle._watcher.clock = clock
-    idle._watcher.wake = lambda: wakes.append(clock.seconds())
+    in_progress.add(busy.next_request())  # leased by the busy worker
     assert idle.next_request() is None  # starts watching: others hold leases
     clock.advance(0.1)
     assert wakes == []
-    busy._book.ack(list(busy._book.held))  # its work is done
+    in_progress.clear()  # its work is done
+    assert busy.next_request() is None  # the engine asks for more: releases its lease
     clock.advance(0.2)
     assert wakes == [pytest.approx(0.3)]  # time to re-check idleness (and close)
 

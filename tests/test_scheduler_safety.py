@@ -15,6 +15,7 @@ import redis
 from scrapy import Request
 from scrapy.utils.misc import build_from_crawler
 from scrapy.utils.test import get_crawler
+from twisted.internet.task import Clock
 
 from helpers import DemoSpider, leased_entries, open_scheduler
 from redis_server import RedisServer
@@ -52,7 +53,7 @@ def test_flush_deletes_leases_so_a_dead_workers_requests_never_come_back(
 )
 def test_a_typo_in_a_class_setting_names_the_setting(settings_dict, server, setting, value):
     crawler = get_crawler(DemoSpider, {**settings_dict, setting: value})
-    spider = crawler._create_spider()
+    spider = crawler.spidercls.from_crawler(crawler)
     with pytest.raises(ConfigurationError, match=re.escape(f"{setting} = '{value}' cannot")):
         scheduler = build_from_crawler(Scheduler, crawler)
         scheduler.open(spider)
@@ -65,7 +66,7 @@ def test_a_worker_whose_open_failed_never_deletes_shared_data(settings_dict, ser
     crawler = get_crawler(
         DemoSpider, {**settings_dict, "SCHEDULER_QUEUE_CLASS": "scrapy_redis.queue.FifoQueu"}
     )
-    spider = crawler._create_spider()
+    spider = crawler.spidercls.from_crawler(crawler)
     scheduler = build_from_crawler(Scheduler, crawler)
     with pytest.raises(Exception, match=r"SCHEDULER_QUEUE_CLASS|FifoQueu"):
         scheduler.open(spider)
@@ -83,7 +84,7 @@ def own_server():
 
 def test_close_during_an_outage_does_not_claim_redis_is_back(own_server, caplog):
     crawler = get_crawler(DemoSpider, {"REDIS_URL": own_server.url, "SCHEDULER_PERSIST": True})
-    spider = crawler._create_spider()
+    spider = crawler.spidercls.from_crawler(crawler)
     scheduler = build_from_crawler(Scheduler, crawler)
     scheduler.open(spider)
     recoveries: list[Any] = []
@@ -112,7 +113,7 @@ def test_wrong_serializer_halt_gives_back_what_it_leased_even_if_redis_fails_the
                 "SCHEDULER_QUEUE_CLASS": "scrapy_redis.queue.FifoQueue",
             },
         )
-        spider = crawler._create_spider()
+        spider = crawler.spidercls.from_crawler(crawler)
         scheduler = build_from_crawler(Scheduler, crawler)
         scheduler.open(spider)
         scheduler.enqueue_request(Request("http://example.com/first"))
@@ -330,15 +331,16 @@ def test_a_typo_in_redis_cls_or_the_items_serializer_names_the_setting(settings_
 
 
 def test_the_heartbeat_keeps_what_the_worker_prefetched(settings_dict, server, schedulers):
+    clock = Clock()
     scheduler = schedulers(
-        {**settings_dict, "SCHEDULER_QUEUE_CLASS": "scrapy_redis.queue.FifoQueue"}
+        {**settings_dict, "SCHEDULER_QUEUE_CLASS": "scrapy_redis.queue.FifoQueue"}, reactor=clock
     )
     urls = [f"http://example.com/{n}" for n in range(5)]
     for url in urls:
         scheduler.enqueue_request(Request(url))
     assert scheduler.send_enqueued()
     assert scheduler.next_request().url == urls[0]  # the others are prefetched
-    scheduler._beat()  # what the heartbeat's LoopingCall runs
+    clock.advance(scheduler.worker_timeout / 3)  # the heartbeat
     assert [scheduler.next_request().url for _ in range(4)] == urls[1:]
 
 

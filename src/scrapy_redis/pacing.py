@@ -25,13 +25,26 @@ scheduler, through a :class:`Pacer`,
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from scrapy_redis._engine import (
+    downloader_slot,
+    engine_downloader,
+    installed_reactor,
+    wake_engine,
+)
 
 if TYPE_CHECKING:
+    from scrapy import Request
+    from scrapy.crawler import Crawler
     from scrapy.settings import BaseSettings
+
+#: The scheduler's parts log as the scheduler.
+scheduler_logger = logging.getLogger("scrapy_redis.scheduler")
 
 #: Seconds of work that may wait in a worker's downloader.
 HORIZON = 1.0
@@ -141,3 +154,67 @@ class Pacer:
 
     def _forget_idle_slots(self, now: float) -> None:
         self._next_start = {s: at for s, at in self._next_start.items() if at > now}
+
+
+class DownloaderPacing:
+    """A :class:`Pacer` applied to the engine's downloader: sizes the pops and holds
+    back the requests whose slot has enough to start for now (see the module's doc).
+
+    The downloader is looked up at the first pop, and only if the settings may delay
+    a slot; until then (or without one) nothing is held back.
+    """
+
+    def __init__(
+        self, pacer: Pacer, crawler: Crawler | None, spider: Any = None, reactor: Any = None
+    ) -> None:
+        self.pacer = pacer
+        self.crawler = crawler
+        self.spider = spider
+        self.reactor = reactor
+        #: The engine's downloader once found, while pacing by it (else None).
+        self.downloader: Any = None
+        self._may_delay: bool | None = None  # whether the settings may delay a slot
+        self._wake_call: Any = None  # wakes the engine after a hold-back
+
+    def batch_size(self) -> int:
+        """How many requests the next pop leases."""
+        return self.pacer.size(paced=self._find_downloader() is not None)
+
+    def popped(self, leased: int) -> None:
+        self.pacer.popped(leased)
+
+    def skipped(self, handed: bool) -> None:
+        self.pacer.skipped(handed=handed)
+
+    def _find_downloader(self) -> Any:
+        if self._may_delay is None:
+            crawler = self.crawler
+            self._may_delay = bool(crawler and slots_may_have_delays(crawler.settings))
+        if self.downloader is None and self._may_delay:
+            self.downloader = engine_downloader(self.crawler)
+        return self.downloader
+
+    def held_back(self, request: Request) -> bool:
+        """Whether ``request`` must wait: its downloader slot has enough to start for now.
+
+        If so, the engine is asked again when the slot may take it (it also asks
+        whenever a download ends).
+        """
+        if self.downloader is None:
+            return False
+        try:
+            slot = downloader_slot(self.downloader, request, self.crawler)  # type: ignore[arg-type]
+        except Exception:  # a downloader unlike Scrapy's: stop pacing, lose nothing
+            scheduler_logger.warning(
+                "Cannot read the downloader's slots: not pacing requests any more",
+                exc_info=True,
+                extra={"spider": self.spider},
+            )
+            self.downloader = None
+            self._may_delay = False
+            return False
+        wait = self.pacer.hold_back(slot.key, slot.delay, slot.idle)
+        if wait and not (self._wake_call is not None and self._wake_call.active()):
+            reactor = self.reactor or installed_reactor()
+            self._wake_call = reactor.callLater(wait, wake_engine, self.crawler)
+        return bool(wait)

@@ -15,9 +15,39 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from redis.exceptions import ResponseError
+
 from scrapy_redis._engine import installed_reactor
 
 logger = logging.getLogger(__name__)
+#: The scheduler's parts log as the scheduler.
+scheduler_logger = logging.getLogger("scrapy_redis.scheduler")
+
+
+class NewsChannel:
+    """The queue's news channel: a worker publishes there when it pushed requests (from
+    the push script), released its last leases (``idle``), gave requests back
+    (``returned``) or put back a dead worker's (``recovered``), and idle workers look
+    at once. Given up (:attr:`name` empty) when the server refuses it, e.g. an ACL
+    user without access to the channel: idle workers then notice by polling."""
+
+    def __init__(self, server: Any, name: str, spider: Any = None) -> None:
+        self.server = server
+        self.name = name
+        self.spider = spider
+
+    def publish(self, news: str) -> None:
+        if not self.name:
+            return
+        try:
+            self.server.publish(self.name, news)
+        except ResponseError as exc:
+            scheduler_logger.debug(
+                "Cannot publish on %(channel)s (%(error)s): idle workers will notice by polling.",
+                {"channel": self.name, "error": exc},
+                extra={"spider": self.spider},
+            )
+            self.name = ""
 
 
 class QueueWatcher:
@@ -121,6 +151,11 @@ class NewsListener:
         )
         self._started_at = time.monotonic()
         self._thread.start()
+
+    @property
+    def thread(self) -> threading.Thread | None:
+        """The listening thread of the last :meth:`start` (None before)."""
+        return self._thread
 
     def stop(self) -> None:
         self._stopped.set()

@@ -11,14 +11,20 @@ the deletion of the shared keys that may follow happen atomically.
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from twisted.internet import task
+
 from scrapy_redis.scripts import script
+
+#: The scheduler's parts log as the scheduler.
+scheduler_logger = logging.getLogger("scrapy_redis.scheduler")
 
 
 def new_worker_id() -> str:
@@ -59,3 +65,56 @@ class WorkerRegistry:
         args = [op, self.worker_id, self.timeout_ms, "1" if flush_keys else "0"]
         others, flushed = script("workers")(self.server, [self.key, *flush_keys], args)
         return Census(int(others), bool(flushed))
+
+
+class Membership:
+    """This worker's membership of a crawl: its registry entry and its heartbeat.
+
+    ``beat`` runs every third of SCHEDULER_WORKER_TIMEOUT (on ``reactor``, Twisted's
+    by default, or a ``task.Clock``) from :meth:`join` until :meth:`stop`.
+    """
+
+    def __init__(
+        self,
+        registry: WorkerRegistry,
+        beat: Callable[[], None],
+        timeout: float,
+        reactor: Any = None,
+        spider: Any = None,
+    ) -> None:
+        self.registry = registry
+        self.spider = spider
+        self.heartbeat = task.LoopingCall(beat)
+        if reactor is not None:
+            self.heartbeat.clock = reactor
+        self.interval = timeout / 3
+
+    def join(self, flush_keys: Sequence[str] = ()) -> None:
+        """Register (first deleting ``flush_keys`` if no other worker is alive), and
+        start the heartbeat."""
+        census = self.registry.join(flush_keys=flush_keys)
+        if flush_keys and not census.flushed:
+            scheduler_logger.warning(
+                "SCHEDULER_FLUSH_ON_START is set but %(others)d other worker(s) are using "
+                "the queue: not flushing it.",
+                {"others": census.others},
+                extra={"spider": self.spider},
+            )
+        self.heartbeat.start(self.interval, now=False)
+
+    def stop(self) -> None:
+        """Stop the heartbeat (close, or a test's SIGKILL)."""
+        if self.heartbeat.running:
+            self.heartbeat.stop()
+
+    def leave(self, flush_keys: Sequence[str] | None) -> bool:
+        """Unregister; unless ``flush_keys`` is None, delete them if no other worker is
+        alive. Whether they were deleted."""
+        census = self.registry.leave(flush_keys or ())
+        if flush_keys is not None and not census.flushed:
+            scheduler_logger.info(
+                "Not clearing the shared queue: %(others)d other worker(s) still use it.",
+                {"others": census.others},
+                extra={"spider": self.spider},
+            )
+        return census.flushed
