@@ -38,7 +38,7 @@ def make_spider(
     """A spider bound to a fresh crawler configured by ``settings``."""
     ensure_reactor()  # also in spawned worker processes
     crawler = get_crawler(spidercls, settings or {})
-    spider = crawler._create_spider(**kwargs)
+    spider = crawler.spidercls.from_crawler(crawler, **kwargs)
     crawler.spider = spider
     return spider
 

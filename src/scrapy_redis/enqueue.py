@@ -34,9 +34,7 @@ if TYPE_CHECKING:
     from scrapy import Request
     from twisted.internet.base import DelayedCall
 
-    from scrapy_redis.guarded import RedisCalls
-    from scrapy_redis.scheduler_stats import SchedulerStats
-    from scrapy_redis.wakeup import NewsChannel
+    from scrapy_redis.context import SchedulerContext
 
 logger = logging.getLogger("scrapy_redis.scheduler")  # the scheduler's parts log as the scheduler
 
@@ -114,30 +112,25 @@ class LocalQueue:
         return len(self._heap)
 
 
-@dataclass
-class BufferParts:
-    """What an :class:`EnqueueBuffer` works with (the scheduler's other parts)."""
-
-    queue: Any
-    dupefilter: Any
-    #: Whether the push script checks the fingerprints (else request_seen() and push()).
-    in_script: bool
-    seen: SeenCache
-    calls: RedisCalls
-    counts: SchedulerStats
-    local: LocalQueue
-    news: NewsChannel
-    crawler: Any = None
-    spider: Any = None
-    #: Twisted's reactor, or a task.Clock (the send timer).
-    reactor: Any = None
-
-
 class EnqueueBuffer:
     """Requests accepted and not pushed yet, sent in batches (see the module's doc)."""
 
-    def __init__(self, parts: BufferParts, delay: float, batch_size: int) -> None:
-        self.parts = parts
+    def __init__(
+        self,
+        context: SchedulerContext,
+        dupefilter: Any,
+        in_script: bool,
+        seen: SeenCache,
+        local: LocalQueue,
+        delay: float,
+        batch_size: int,
+    ) -> None:
+        self.context = context
+        self.dupefilter = dupefilter
+        #: Whether the push script checks the fingerprints (else request_seen() and push()).
+        self.in_script = in_script
+        self.seen = seen
+        self.local = local
         self.delay = delay
         self.batch_size = batch_size
         self._unsent: deque[Unsent] = deque()
@@ -152,12 +145,12 @@ class EnqueueBuffer:
 
     def add(self, request: Request) -> bool:
         """Accept ``request`` (see Scheduler.enqueue_request); False: a known duplicate."""
-        parts = self.parts
+        context = self.context
         fingerprint = None
-        if parts.in_script and not request.dont_filter:
-            fingerprint = parts.dupefilter.request_fingerprint(request)
-            if fingerprint in parts.seen:  # a link this worker has met before
-                parts.dupefilter.log(request, parts.spider)
+        if self.in_script and not request.dont_filter:
+            fingerprint = self.dupefilter.request_fingerprint(request)
+            if fingerprint in self.seen:  # a link this worker has met before
+                self.dupefilter.log(request, context.spider)
                 return False
         self._unsent.append(Unsent(request, fingerprint))
         if self.delay > 0 and len(self._unsent) < self.batch_size:
@@ -165,17 +158,17 @@ class EnqueueBuffer:
             return True
         # While Redis is unreachable it is pushed when Redis is back (next request or
         # heartbeat); the engine is told it was accepted.
-        return parts.calls.call(lambda: self.send_now(answer_for=request), True)
+        return context.calls.call(lambda: self.send_now(answer_for=request), True)
 
     def send(self) -> bool:
         """Send what waits now, unless Redis is unreachable; whether nothing is left."""
         if self._unsent:
-            self.parts.calls.call(self.send_now, False)
+            self.context.calls.call(self.send_now, False)
         return not self._unsent
 
     def _schedule_send(self) -> None:
         if self._send_call is None or not self._send_call.active():
-            reactor = self.parts.reactor or installed_reactor()
+            reactor = self.context.reactor or installed_reactor()
             self._send_call = reactor.callLater(self.delay, self.send)
 
     def cancel_timer(self) -> None:
@@ -190,7 +183,7 @@ class EnqueueBuffer:
         while self._unsent:
             # One script call per batch; otherwise one request at a time, so that a
             # failure half-way never pushes again what was already pushed.
-            if self.parts.in_script:
+            if self.in_script:
                 size = self._failed_push[1] if self._failed_push else self.batch_size
                 batch = list(islice(self._unsent, size))
                 new = self._send_in_script(batch)
@@ -201,7 +194,7 @@ class EnqueueBuffer:
                 answer = self._report_duplicates(batch, new, answer_for) and answer
             for _ in batch:
                 self._unsent.popleft()
-            self.parts.calls.guard.succeeded()  # only after a call that reached Redis
+            self.context.calls.guard.succeeded()  # only after a call that reached Redis
         return answer
 
     def send_at_close(self) -> None:
@@ -214,7 +207,7 @@ class EnqueueBuffer:
             logger.error(
                 "%(count)d requests could not be pushed to Redis: %(error)s",
                 {"count": len(self._unsent), "error": exc},
-                extra={"spider": self.parts.spider},
+                extra={"spider": self.context.spider},
             )
             self._unsent.clear()
 
@@ -222,34 +215,34 @@ class EnqueueBuffer:
         self, batch: list[Unsent], new: list[bool], answer_for: Request | None
     ) -> bool:
         """Log the batch's duplicates; whether ``answer_for`` was not one of them."""
-        parts, answer = self.parts, True
+        context, answer = self.context, True
         for unsent, is_new in zip(batch, new, strict=True):
             if is_new:
                 continue
             request = unsent.request
-            parts.dupefilter.log(request, parts.spider)
+            self.dupefilter.log(request, context.spider)
             if request is answer_for:
                 answer = False
-            elif parts.crawler is not None:
-                parts.crawler.signals.send_catch_log(
-                    signals.request_dropped, request=request, spider=parts.spider
+            elif context.crawler is not None:
+                context.crawler.signals.send_catch_log(
+                    signals.request_dropped, request=request, spider=context.spider
                 )
         return answer
 
     def _send_in_script(self, batch: list[Unsent]) -> list[bool]:
         """One script call: record the fingerprints, push the new requests."""
-        parts = self.parts
+        context = self.context
         candidates, refused = self._candidates(batch)
-        epoch = parts.seen.epoch()
+        epoch = self.seen.epoch()
         if self._failed_push is None:
-            self._failed_push = (parts.queue.writes.take(), len(batch))
+            self._failed_push = (context.queue.writes.take(), len(batch))
         write = self._failed_push[0]
-        new: list[bool] = parts.queue.push_new(
-            candidates, parts.dupefilter.key, parts.news.name, write=write
+        new: list[bool] = context.queue.push_new(
+            candidates, self.dupefilter.key, context.news.name, write=write
         )
         self._failed_push = None
-        parts.seen.add((unsent.fingerprint for unsent in batch if unsent.fingerprint), epoch)
-        parts.counts.enqueued_to_redis(sum(new) - sum(new[index] for index in refused))
+        self.seen.add((unsent.fingerprint for unsent in batch if unsent.fingerprint), epoch)
+        context.counts.enqueued_to_redis(sum(new) - sum(new[index] for index in refused))
         for index, error in refused.items():
             if new[index]:
                 self.keep_locally(batch[index].request, error)
@@ -264,7 +257,7 @@ class EnqueueBuffer:
         for index, unsent in enumerate(batch):
             entry: Entry | None = None
             try:
-                entry = self.parts.queue.encode(unsent.request)
+                entry = self.context.queue.encode(unsent.request)
             except UnserializableRequestError as exc:
                 refused[index] = exc
             candidates.append(Candidate(unsent.fingerprint, entry))
@@ -273,16 +266,16 @@ class EnqueueBuffer:
     def _send_checked(self, unsent: Unsent) -> bool:
         """``request_seen()`` then ``push()``; whether the request was new."""
         request = unsent.request
-        seen = self.parts.dupefilter.request_seen
+        seen = self.dupefilter.request_seen
         if not (unsent.seen_checked or request.dont_filter) and seen(request):
             return False
         unsent.seen_checked = True
         try:
-            self.parts.queue.push(request)
+            self.context.queue.push(request)
         except UnserializableRequestError as exc:
             self.keep_locally(request, exc)
         else:
-            self.parts.counts.enqueued_to_redis()
+            self.context.counts.enqueued_to_redis()
         return True
 
     def keep_locally(self, request: Request, exc: Exception) -> None:
@@ -293,8 +286,8 @@ class EnqueueBuffer:
                 "worker's memory; no more unserializable requests will be logged (stats being "
                 "collected)",
                 {"request": shorten(request), "reason": shorten(exc, 1000)},
-                extra={"spider": self.parts.spider},
+                extra={"spider": self.context.spider},
             )
             self._unserializable_logged = True
-        self.parts.local.push(request)
-        self.parts.counts.kept_in_memory()
+        self.local.push(request)
+        self.context.counts.kept_in_memory()

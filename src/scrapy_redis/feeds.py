@@ -29,9 +29,8 @@ if TYPE_CHECKING:
     from scrapy import Request
     from typing_extensions import Self
 
-    from scrapy_redis.guarded import RedisCalls
+    from scrapy_redis.context import SchedulerContext
     from scrapy_redis.leases import Lease
-    from scrapy_redis.scheduler_stats import SchedulerStats
 
 logger = logging.getLogger("scrapy_redis.scheduler")  # the scheduler's parts log as the scheduler
 
@@ -137,22 +136,13 @@ def queue_flush_keys(queue: Any) -> list[str]:
 class PlainFeed:
     """A queue popped with its own ``pop()``, one request at a time, without leases."""
 
-    def __init__(
-        self,
-        queue: Any,
-        calls: RedisCalls,
-        counts: SchedulerStats,
-        send_children: Callable[[], object],
-        spider: Any = None,
-    ) -> None:
-        self.queue = queue
-        self.calls = calls
-        self.counts = counts
+    def __init__(self, context: SchedulerContext, send_children: Callable[[], object]) -> None:
+        self.context = context
+        self.queue = context.queue
         self.send_children = send_children
-        self.spider = spider
 
     def next(self) -> Request | None:
-        return self.calls.call(self._pop, None)
+        return self.context.calls.call(self._pop, None)
 
     def holding(self) -> int:
         return 0
@@ -189,23 +179,24 @@ class PlainFeed:
 
     def _pop(self) -> Request | None:
         self.send_children()
-        if self.calls.halted:
+        calls = self.context.calls
+        if calls.halted:
             return None
         for _ in range(MAX_SKIPS):
             try:
                 request: Request | None = self.queue.pop()
             except UndecodableRequestError as exc:
                 if exc.looks_like_pickle:
-                    self.calls.halt(exc)
+                    calls.halt(exc)
                     return None
-                self.counts.invalid()
+                self.context.counts.invalid()
                 logger.error(
                     "%(error)s Moved it to %(key)s.",
                     {"error": exc, "key": invalid_entries_key(self.queue.key)},
-                    extra={"spider": self.spider},
+                    extra={"spider": self.context.spider},
                 )
                 continue
             if request is not None:
-                self.counts.uncounted += 1
+                self.context.counts.uncounted += 1
             return request
         return None

@@ -15,8 +15,7 @@ import gc
 import logging
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from scrapy_redis._engine import EVERY_LIVE_REQUEST, engine_in_progress
 from scrapy_redis.exceptions import UndecodableRequestError
@@ -34,11 +33,9 @@ from scrapy_redis.queue import Entry
 if TYPE_CHECKING:
     from scrapy import Request
 
-    from scrapy_redis.guarded import RedisCalls
+    from scrapy_redis.context import SchedulerContext
     from scrapy_redis.leases import Lease, LeaseBook
     from scrapy_redis.pacing import DownloaderPacing
-    from scrapy_redis.scheduler_stats import SchedulerStats
-    from scrapy_redis.wakeup import NewsChannel
 
 logger = logging.getLogger("scrapy_redis.scheduler")  # the scheduler's parts log as the scheduler
 
@@ -46,28 +43,21 @@ logger = logging.getLogger("scrapy_redis.scheduler")  # the scheduler's parts lo
 MAX_HELD = 32
 
 
-@dataclass
-class FeedParts:
-    """What a :class:`LeasedFeed` works with (the scheduler's other parts)."""
-
-    queue: Any
-    book: LeaseBook
-    calls: RedisCalls
-    counts: SchedulerStats
-    pacing: DownloaderPacing
-    news: NewsChannel
-    #: Sends the requests this worker has buffered (raises what Redis raises).
-    send_children: Callable[[], object]
-    crawler: Any = None
-    spider: Any = None
-
-
 class LeasedFeed:
     """Leased requests of one worker: prefetched, handed out, invalid ones to set aside."""
 
-    def __init__(self, parts: FeedParts) -> None:
-        self.parts = parts
-        self.book = parts.book
+    def __init__(
+        self,
+        context: SchedulerContext,
+        book: LeaseBook,
+        pacing: DownloaderPacing,
+        send_children: Callable[[], object],
+    ) -> None:
+        self.context = context
+        self.book = book
+        self.pacing = pacing
+        #: Sends the requests this worker has buffered (raises what Redis raises).
+        self.send_children = send_children
         # Leased, not handed out yet: each entry (or the request decoded from it, held
         # back by pacing) with its lease and position in it.
         self._prefetched: deque[tuple[Entry | Request, Lease, int]] = deque()
@@ -81,7 +71,7 @@ class LeasedFeed:
             request = self._hand_out()
             if request is not None or self._prefetched:
                 return request  # None with requests prefetched: held back (pacing)
-        return self.parts.calls.call(self._pop, None)
+        return self.context.calls.call(self._pop, None)
 
     def holding(self) -> int:
         return len(self._prefetched)
@@ -90,7 +80,7 @@ class LeasedFeed:
         return len(self._leased) + len(self._prefetched)
 
     def has_requests(self) -> bool:
-        return queue_has_requests(self.parts.queue)
+        return queue_has_requests(self.context.queue)
 
     def others_hold_leases(self) -> bool:
         return self.book.count_all() > len(self.book.held)
@@ -102,12 +92,12 @@ class LeasedFeed:
         return self.others_hold_leases()
 
     def flush_keys(self) -> list[str]:
-        return queue_flush_keys(self.parts.queue) + self.book.flush_keys
+        return queue_flush_keys(self.context.queue) + self.book.flush_keys
 
     def key_types(self) -> list[tuple[str, str]]:
         book = self.book
         return [
-            *queue_key_types(self.parts.queue),
+            *queue_key_types(self.context.queue),
             (book.leases_key, "hash"),
             (book.deadlines_key, "zset"),
             (book.deliveries_key, "hash"),
@@ -115,7 +105,7 @@ class LeasedFeed:
         ]
 
     def clear(self) -> None:
-        self.parts.queue.clear()
+        self.context.queue.clear()
         self.book.clear()
         self._prefetched.clear()
         self._invalid.clear()
@@ -123,9 +113,9 @@ class LeasedFeed:
     # -- popping and handing out -------------------------------------------------------
 
     def _pop(self) -> Request | None:
-        parts = self.parts
-        parts.send_children()  # also ends an outage: the other components write what they kept
-        if parts.calls.guard.down or parts.calls.halted:
+        context = self.context
+        self.send_children()  # also ends an outage: the other components write what they kept
+        if context.calls.guard.down or context.calls.halted:
             return None
         if self._invalid:
             self._set_aside_invalid()
@@ -133,22 +123,22 @@ class LeasedFeed:
             if not self._prefetched and not self._refill():
                 return None
             request = self._hand_out()
-            if request is not None or parts.calls.halted or self._prefetched:
+            if request is not None or context.calls.halted or self._prefetched:
                 return request  # None with requests prefetched: held back (pacing)
         return None
 
     def _refill(self) -> bool:
         """Lease the next requests and release the done ones, in one script call;
         whether it leased any."""
-        parts = self.parts
-        parts.counts.flush_dequeued()
+        context = self.context
+        context.counts.flush_dequeued()
         done = self._done_before_release()
         ticket = self.book.ticket(releases=by_lease((h.lease, h.position) for h in done))
-        entries = parts.queue.pop_entries(parts.pacing.batch_size(), ticket=ticket)
-        parts.pacing.popped(len(entries))
+        entries = context.queue.pop_entries(self.pacing.batch_size(), ticket=ticket)
+        self.pacing.popped(len(entries))
         lease = self.book.taken_batch(ticket, len(entries))
         self._released(done)
-        parts.counts.leases("leased", len(entries))
+        context.counts.leases("leased", len(entries))
         if lease is not None:
             self._prefetched.extend((entry, lease, n) for n, entry in enumerate(entries, 1))
         return bool(entries)
@@ -161,12 +151,12 @@ class LeasedFeed:
         with requests still prefetched: all those tried are held back.
         """
         held: list[tuple[Request, Lease, int]] = []
-        request, pacing, calls = None, self.parts.pacing, self.parts.calls
+        request, pacing, calls = None, self.pacing, self.context.calls
         while self._prefetched and not calls.halted and len(held) < MAX_HELD:
             entry, lease, position = self._prefetched.popleft()
             if isinstance(entry, Entry):
                 try:
-                    request = self.parts.queue.decode(entry)
+                    request = self.context.queue.decode(entry)
                 except UndecodableRequestError as exc:
                     self._prefetched.extendleft(reversed(held))  # given back if it halts
                     self._undecodable(entry, lease, position, exc)
@@ -177,7 +167,7 @@ class LeasedFeed:
                 request = entry  # decoded already, then held back
             if pacing.downloader is None or not pacing.held_back(request):
                 self._leased.add(HandedOut.of(request, lease, position))
-                self.parts.counts.uncounted += 1
+                self.context.counts.uncounted += 1
                 break
             held.append((request, lease, position))
             request = None
@@ -189,7 +179,7 @@ class LeasedFeed:
     def _undecodable(
         self, entry: Entry, lease: Lease, position: int, exc: UndecodableRequestError
     ) -> None:
-        calls = self.parts.calls
+        calls = self.context.calls
         if exc.looks_like_pickle:  # wrong SCHEDULER_SERIALIZER: leave the queue as it is
             self._prefetched.appendleft((entry, lease, position))
             calls.halt(exc)
@@ -202,7 +192,7 @@ class LeasedFeed:
         """Move undecodable entries to ``<queue>:invalid`` and release them; those that
         Redis was unreachable for wait here (retried on the next pop and heartbeat,
         given back at close)."""
-        book, key = self.book, invalid_entries_key(self.parts.queue.key)
+        book, key = self.book, invalid_entries_key(self.context.queue.key)
         while self._invalid:
             _, lease, position, error = self._invalid[0]
 
@@ -210,14 +200,14 @@ class LeasedFeed:
                 book.set_aside([(lease, [n])], key)
                 return True
 
-            if not self.parts.calls.call(set_aside, False):
+            if not self.context.calls.call(set_aside, False):
                 return
             del self._invalid[0]
-            self.parts.counts.invalid()
+            self.context.counts.invalid()
             logger.error(
                 "%(error)s Moved it to %(key)s.",
                 {"error": error, "key": key},
-                extra={"spider": self.parts.spider},
+                extra={"spider": self.context.spider},
             )
 
     # -- releasing and giving back -------------------------------------------------------
@@ -231,7 +221,7 @@ class LeasedFeed:
         """
         if not self._leased:
             return []
-        in_progress = engine_in_progress(self.parts.crawler)
+        in_progress = engine_in_progress(self.context.crawler)
         if in_progress is None:  # no engine: nothing is known to be done
             return []
         if collect and in_progress is EVERY_LIVE_REQUEST:
@@ -244,15 +234,15 @@ class LeasedFeed:
         this raises what Redis raises)."""
         done = self._done_requests(collect)
         if done:
-            self.parts.send_children()
+            self.send_children()
         return done
 
     def _released(self, done: list[HandedOut]) -> None:
         """The leases of ``done`` were released."""
         self._leased.difference_update(done)
-        self.parts.counts.leases("acked", len(done))
+        self.context.counts.leases("acked", len(done))
         if done and not self.book.held:
-            self.parts.news.publish("idle")
+            self.context.news.publish("idle")
 
     def release_done(self, collect: bool = False) -> None:
         """Release the leases of the requests the engine is done with."""
@@ -279,16 +269,16 @@ class LeasedFeed:
         self._leased.clear()
         self._prefetched.clear()
         self._invalid.clear()
-        self.parts.counts.leases("returned", returned)
+        self.context.counts.leases("returned", returned)
         if returned:
-            self.parts.news.publish("returned")
+            self.context.news.publish("returned")
 
     # -- the heartbeat ---------------------------------------------------------------------
 
     def maintain(self) -> None:
         if self._invalid:
             self._set_aside_invalid()
-        if self.parts.calls.halted and self._prefetched:
+        if self.context.calls.halted and self._prefetched:
             self._give_back_prefetched()
         self.release_done(collect=True)
         self.book.renew()
@@ -298,15 +288,15 @@ class LeasedFeed:
         """Put back the requests leased by workers that died; those that every worker
         taking them died with go to the dead letters."""
         recovered, dead = self.book.recover_expired()
-        spider = self.parts.spider
+        spider = self.context.spider
         if recovered:
             logger.info(
                 "Recovered %(count)d requests leased by workers that stopped responding",
                 {"count": recovered},
                 extra={"spider": spider},
             )
-            self.parts.counts.leases("recovered", recovered)
-            self.parts.news.publish("recovered")
+            self.context.counts.leases("recovered", recovered)
+            self.context.news.publish("recovered")
         if dead:
             logger.error(
                 "Moved %(count)d requests to %(key)s: each was leased %(max)d times by workers "
@@ -315,4 +305,4 @@ class LeasedFeed:
                 {"count": dead, "key": self.book.dead_letters_key, "max": self.book.max_deliveries},
                 extra={"spider": spider},
             )
-            self.parts.counts.leases("dead_lettered", dead)
+            self.context.counts.leases("dead_lettered", dead)

@@ -152,6 +152,11 @@ class Pacer:
         self._next_start[slot] = max(next_start, now) + delay
         return 0.0
 
+    def tracked_slots(self) -> int:
+        """How many downloader slots it keeps a next start for (bounded: idle ones are
+        forgotten past 1,024)."""
+        return len(self._next_start)
+
     def _forget_idle_slots(self, now: float) -> None:
         self._next_start = {s: at for s, at in self._next_start.items() if at > now}
 

@@ -52,16 +52,11 @@ def dupefilter_class_path(settings: BaseSettings) -> Any:
     return settings.get("SCHEDULER_DUPEFILTER_CLASS") or defaults.SCHEDULER_DUPEFILTER_CLASS
 
 
-def check_scheduler_args(
-    *,
-    idle_before_close: float,
-    worker_timeout: float,
-    max_deliveries: int,
-    enqueue_delay: float,
-    enqueue_batch_size: int,
-    prefetch: int,
-) -> None:
+def check_scheduler_args(scheduler: Any) -> None:
     """ValueError naming the setting and the fix for a value the Scheduler cannot use."""
+    idle_before_close, worker_timeout = scheduler.idle_before_close, scheduler.worker_timeout
+    max_deliveries, enqueue_delay = scheduler.max_deliveries, scheduler.enqueue_delay
+    enqueue_batch_size, prefetch = scheduler.enqueue_batch_size, scheduler.prefetch
     if idle_before_close < 0:
         raise ValueError(
             f"SCHEDULER_IDLE_BEFORE_CLOSE = {idle_before_close!r} cannot be negative; "
