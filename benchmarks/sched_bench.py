@@ -35,7 +35,9 @@ Options for the cost of leases (our package only):
 
   Without leases phases 2 and 3 run the same code.
 
-Prints one JSON object. Usage::
+The requests, the scheduler's construction, the timing and the Redis readings
+are in sched_workload.py; ``uses_leases`` in the JSON is read from the
+``scheduler/leases/leased`` stat. Prints one JSON object. Usage::
 
     python sched_bench.py --redis-url redis://127.0.0.1:PORT/0 --queue FifoQueue --n 10000
 """
