@@ -1,4 +1,5 @@
-"""Helpers shared by the benchmark scripts (stdlib only; system Python)."""
+"""Helpers shared by the benchmark scripts (stdlib only): paths, the progress log,
+redis-server and site child processes, CPU readings."""
 
 from __future__ import annotations
 
@@ -19,7 +20,17 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
+RESULTS = HERE / "results"
+LOGS = RESULTS / "logs"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+#: End-to-end crawls: {"<mode>-<workers>": [the measures of each run's crawl]}
+Crawls = dict[str, list[dict[str, Any]]]
+
+
+def log(message: str) -> None:
+    """A progress line on stderr (stdout is the report)."""
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
 def free_port() -> int:
@@ -65,9 +76,23 @@ class Redis:
         if binary is None:
             raise SystemExit("redis-server is not installed (apt-get install redis-server)")
         self.proc = subprocess.Popen(
-            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--dir", self.dir, "--protected-mode", "yes"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            [
+                binary,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                self.dir,
+                "--protected-mode",
+                "yes",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
         deadline = time.monotonic() + 10
         while True:
@@ -126,7 +151,8 @@ class Site:
         self.pages = pages
         self.proc = subprocess.Popen(
             [sys.executable, str(HERE / "site_server.py"), "--pages", str(pages)],
-            stdout=subprocess.PIPE, text=True,
+            stdout=subprocess.PIPE,
+            text=True,
         )
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline().split()

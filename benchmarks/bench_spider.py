@@ -62,13 +62,17 @@ class FollowSpider(scrapy.Spider):
         }
         package = sys.modules.get("scrapy_redis")
         with open(self.report, "w") as f:
-            json.dump({
-                "reason": reason,
-                "opened_at": self.opened_at,
-                "first_response": self.first_response,
-                "last_response": self.last_response,
-                "closed_at": time.time(),
-                "stats": stats,
-                "scrapy_redis": getattr(package, "__file__", None),
-                "scrapy_redis_version": getattr(package, "__version__", None),
-            }, f, indent=1)
+            json.dump(
+                {
+                    "reason": reason,
+                    "opened_at": self.opened_at,
+                    "first_response": self.first_response,
+                    "last_response": self.last_response,
+                    "closed_at": time.time(),
+                    "stats": stats,
+                    "scrapy_redis": getattr(package, "__file__", None),
+                    "scrapy_redis_version": getattr(package, "__version__", None),
+                },
+                f,
+                indent=1,
+            )

@@ -1,4 +1,3 @@
-# ruff: noqa: RUF001, RUF002
 """Ours with and without redis-py's C parser (the ``hiredis`` extra), side by side.
 
     python benchmarks/hiredis_ab.py            # 6 rounds, ~1 min on 2 cores
@@ -60,34 +59,25 @@ def interpreters() -> dict[str, str]:
     return found
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=6)
-    parser.add_argument("--n", type=int, default=10_000, help="requests per phase")
-    args = parser.parse_args()
-    pythons = interpreters()
+#: {"without" | "with": {queue: [sched_bench.py's JSON of each round]}}
+Results = dict[str, dict[str, list[dict[str, float]]]]
+
+
+def measure(pythons: dict[str, str], rounds: int, n: int) -> Results:
+    """sched_bench.py with each interpreter and queue class, ``rounds`` times, the order
+    of the interpreters alternating from round to round."""
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "PYTHONHASHSEED": "0"}
-    results: dict[str, dict[str, list[dict[str, float]]]] = {
-        name: {queue: [] for queue in QUEUES} for name in pythons
-    }
+    results: Results = {name: {queue: [] for queue in QUEUES} for name in pythons}
     redis = Redis()
     try:
-        for round_ in range(args.rounds):
+        for round_ in range(rounds):
             names = list(pythons) if round_ % 2 == 0 else list(reversed(pythons))
             for name in names:
                 for queue in QUEUES:
                     redis.flush()
+                    args = ["--redis-url", redis.url, "--queue", queue, "--n", str(n)]
                     out = subprocess.run(
-                        [
-                            pythons[name],
-                            str(HERE / "sched_bench.py"),
-                            "--redis-url",
-                            redis.url,
-                            "--queue",
-                            queue,
-                            "--n",
-                            str(args.n),
-                        ],
+                        [pythons[name], str(HERE / "sched_bench.py"), *args],
                         capture_output=True,
                         text=True,
                         env=env,
@@ -95,10 +85,15 @@ def main() -> None:
                         check=True,
                     )
                     results[name][queue].append(json.loads(out.stdout))
-            print(f"round {round_ + 1} of {args.rounds} done", file=sys.stderr)
+            print(f"round {round_ + 1} of {rounds} done", file=sys.stderr)
     finally:
         redis.stop()
-    print(f"Client CPU µs per request, median (min–max) of {args.rounds} rounds:")
+    return results
+
+
+def show(results: Results, rounds: int) -> None:
+    """Client CPU per request of each phase: median (min–max), with / without."""
+    print(f"Client CPU µs per request, median (min–max) of {rounds} rounds:")
     for queue in QUEUES:
         for phase in PHASES:
             without = summary([r[phase] for r in results["without"][queue]])
@@ -109,6 +104,14 @@ def main() -> None:
                 f"{with_['median']:.1f} ({with_['min']:.1f}–{with_['max']:.1f}), "
                 f"with / without {with_['median'] / without['median']:.2f}×"
             )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--n", type=int, default=10_000, help="requests per phase")
+    args = parser.parse_args()
+    show(measure(interpreters(), args.rounds, args.n), args.rounds)
 
 
 if __name__ == "__main__":

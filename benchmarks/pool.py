@@ -1,4 +1,3 @@
-# ruff: noqa: RUF001, RUF002
 """Pool the end-to-end crawls of several benchmark runs into per-round paired ratios.
 
     python benchmarks/pool.py benchmarks/runs/*.json

@@ -71,21 +71,21 @@ class RespCounter:
         end = buf.find(b"\r\n", pos)
         if end < 0:
             return None
-        if buf[pos:pos + 1] != b"*":  # an inline command: one line
+        if buf[pos : pos + 1] != b"*":  # an inline command: one line
             return end + 2, bytes(buf[pos:end]).split(b" ", 1)[0].decode(errors="replace").upper()
-        elements = int(buf[pos + 1:end])
+        elements = int(buf[pos + 1 : end])
         pos = end + 2
         name = ""
         for index in range(elements):
             end = buf.find(b"\r\n", pos)
             if end < 0:
                 return None
-            length = int(buf[pos + 1:end])
+            length = int(buf[pos + 1 : end])
             start = end + 2
             if len(buf) < start + length + 2:
                 return None
             if index == 0:
-                name = bytes(buf[start:start + length]).decode(errors="replace").upper()
+                name = bytes(buf[start : start + length]).decode(errors="replace").upper()
             pos = start + length + 2
         return pos, name
 

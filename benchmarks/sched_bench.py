@@ -35,7 +35,9 @@ Options for the cost of leases (our package only):
 
   Without leases phases 2 and 3 run the same code.
 
-Prints one JSON object. Usage::
+The requests, the scheduler's construction, the timing and the Redis readings
+are in sched_workload.py; ``uses_leases`` in the JSON is read from the
+``scheduler/leases/leased`` stat. Prints one JSON object. Usage::
 
     python sched_bench.py --redis-url redis://127.0.0.1:PORT/0 --queue FifoQueue --n 10000
 """
@@ -43,209 +45,87 @@ Prints one JSON object. Usage::
 from __future__ import annotations
 
 import argparse
-import gc
 import json
-import sys
-import time
 from typing import Any
 
 import redis
 import scrapy
-from scrapy import Request, Spider
-from scrapy.utils.test import get_crawler
-
-import scrapy_redis
-from scrapy_redis.scheduler import Scheduler
-
-SECTIONS = ("garden-tools", "kitchen-appliances", "home-office", "outdoor-furniture",
-            "lighting", "power-tools", "storage-solutions", "pet-supplies")
-WORDS = ("stainless", "steel", "ergonomic", "compact", "wireless", "premium", "classic",
-         "adjustable", "portable", "foldable", "cordless", "heavy", "duty", "desk")
-
-
-class BenchSpider(Spider):
-    name = "bench"
-
-    def parse(self, response: Any) -> None:  # pragma: no cover - never called
-        pass
+from sched_workload import (
+    StandInEngine,
+    build,
+    class_path,
+    dequeue_all,
+    dequeue_some,
+    enqueue_all,
+    lease_count,
+    leased_entries,
+    make_request,
+    memory_usage,
+    origin,
+    timed,
+    uses_leases,
+)
 
 
-def url_of(i: int) -> str:
-    """A URL of a realistic length (~130 characters)."""
-    slug = "-".join(WORDS[(i * k + k) % len(WORDS)] for k in (3, 5, 7, 11))
-    return (f"https://www.example-shop.com/catalog/{SECTIONS[i % len(SECTIONS)]}/"
-            f"item-{i:07d}-{slug}.html?ref=listing&page={i % 37}")
-
-
-def make_request(spider: Spider, i: int) -> Request:
-    """What a spider yields after Scrapy's spider middlewares: Referer header, depth meta."""
-    return Request(
-        url_of(i),
-        callback=spider.parse,
-        headers={"Referer": url_of(i // 10)},
-        meta={"depth": 3 + i % 3, "category": SECTIONS[i % len(SECTIONS)], "listing_page": i % 37},
-        priority=-1 if i % 4 == 3 else 0,
-    )
-
-
-def queue_class_path(queue: str, unleased: bool) -> str:
-    return f"unleased_queues.Unleased{queue}" if unleased else f"scrapy_redis.queue.{queue}"
-
-
-def build(
-    redis_url: str, queue: str, unleased: bool = False, key_suffix: str = ""
-) -> tuple[Any, Spider]:
-    settings: dict[str, Any] = {
-        "REDIS_URL": redis_url,
-        "SCHEDULER": "scrapy_redis.scheduler.Scheduler",
-        "SCHEDULER_QUEUE_CLASS": queue_class_path(queue, unleased),
-        "DUPEFILTER_CLASS": "scrapy_redis.dupefilter.RFPDupeFilter",
-        "SCHEDULER_PERSIST": True,
-        "LOG_LEVEL": "WARNING",
+def stored_memory(server: Any, scheduler: Any, used_before: int, n: int) -> dict[str, Any]:
+    """Phase 2: what the ``n`` queued requests and their fingerprints take in Redis."""
+    used_after = int(server.info("memory")["used_memory"])
+    df_key = scheduler.df.key.encode()
+    keys = list(server.scan_iter(count=1000))
+    queue_keys = [k for k in keys if k != df_key and not k.endswith(b":workers")]
+    return {
+        "queue_bytes_per_request": memory_usage(server, queue_keys) / n,
+        "df_bytes_per_fingerprint": memory_usage(server, [df_key]) / n,
+        "used_memory_per_request": (used_after - used_before) / n,
+        "queue_keys": sorted(k.decode() for k in queue_keys),
     }
-    if key_suffix:
-        settings["SCHEDULER_QUEUE_KEY"] = f"%(spider)s:requests{key_suffix}"
-        settings["SCHEDULER_DUPEFILTER_KEY"] = f"%(spider)s:dupefilter{key_suffix}"
-    crawler = get_crawler(BenchSpider, settings)
-    spider = crawler._create_spider()
-    crawler.spider = spider
-    scheduler = Scheduler.from_crawler(crawler)
-    scheduler.open(spider)
-    return scheduler, spider
 
 
-def timed(func: Any, *args: Any, collect: bool = True) -> tuple[Any, float, float]:
-    """(result, wall seconds, CPU seconds of this process).
-
-    Starts from a collected heap: a full collection of Python's garbage collector
-    (~50 ms here, the objects of Scrapy and of the requests built for the
-    benchmark) otherwise falls into a phase of a few hundred ms or not, depending
-    on what the earlier phases allocated. The collections the timed code causes
-    itself still count. ``collect=False`` for the short blocks of ``--paired``,
-    where the two variants alternate and share such collections alike.
-    """
-    if collect:
-        gc.collect()
-    wall, cpu = time.perf_counter(), time.process_time()
-    result = func(*args)
-    return result, time.perf_counter() - wall, time.process_time() - cpu
-
-
-def enqueue_all(scheduler: Any, requests: list[Request]) -> int:
-    """Enqueue ``requests``; how many were new.
-
-    Ours buffers enqueued requests (SCHEDULER_ENQUEUE_DELAY): the timed phase
-    ends with ``send_enqueued()``, so that everything is in Redis when it ends,
-    and duplicates are counted from ``dupefilter/filtered`` (ours reports them
-    when the batch is sent; the original returns False from enqueue_request and
-    counts nothing).
-    """
-    enqueue = scheduler.enqueue_request
-    send = getattr(scheduler, "send_enqueued", None)
-    if send is None:
-        return sum(1 for request in requests if enqueue(request))
-    filtered = scheduler.stats.get_value("dupefilter/filtered", 0)
-    for request in requests:
-        enqueue(request)
-    send()
-    return len(requests) - (scheduler.stats.get_value("dupefilter/filtered", 0) - filtered)
-
-
-def dequeue_all(scheduler: Any) -> int:
-    pop = scheduler.next_request
-    count = 0
-    while pop() is not None:
-        count += 1
-    return count
-
-
-def dequeue_some(scheduler: Any, count: int) -> int:
-    pop = scheduler.next_request
-    return sum(1 for _ in range(count) if pop() is not None)
-
-
-class _StandInEngine:
-    """What our scheduler reads of Scrapy's engine to acknowledge leases.
-
-    ``_slot.inprogress`` is empty: every request handed out earlier is done.
-    """
-
-    def __init__(self) -> None:
-        self._slot = type("Slot", (), {"inprogress": set(), "nextcall": None, "closing": None})()
-        self.running = True
-
-
-def leased_entries(server: Any, key: Any) -> int:
-    """Requests still leased in the leases hash ``key`` (ours: one record per pop, its
-    entries ``False`` once done)."""
-    import msgpack  # only ours writes leases: the original's venv may not have msgpack
-
-    return sum(
-        sum(1 for entry in msgpack.unpackb(record, raw=True)[4:] if entry is not False)
-        for record in server.hvals(key)
-    )
-
-
-def lease_count(server: Any) -> int:
-    """Requests leased in the leases hash(es) (ours with leases; 0 otherwise)."""
-    keys = server.scan_iter(match="*:leases", count=1000)
-    return sum(leased_entries(server, key) for key in keys)
-
-
-def memory_usage(server: Any, keys: list[bytes]) -> int:
-    return sum(int(server.execute_command("MEMORY", "USAGE", key, "SAMPLES", 0) or 0)
-               for key in keys)
+def duplicates_phase(
+    server: Any, redis_url: str, queue: str, n: int, unleased: bool
+) -> tuple[dict[str, float], int]:
+    """Phase 4, on a flushed database and a new scheduler: ``n`` requests, every second
+    one a new Request with the URL of an earlier one; (rate and CPU, how many were new)."""
+    server.flushall()
+    scheduler, spider = build(redis_url, queue, unleased)
+    half = n // 2
+    uniques = [make_request(spider, 10 * n + k) for k in range(half)]
+    again = [make_request(spider, 10 * n + k // 2) for k in range(half)]  # already seen
+    mixed = [r for pair in zip(uniques, again, strict=True) for r in pair]
+    accepted, wall, cpu = timed(enqueue_all, scheduler, mixed)
+    scheduler.close("finished")
+    rates = {"dup_enqueue_rate": len(mixed) / wall, "dup_enqueue_cpu_us": cpu / len(mixed) * 1e6}
+    return rates, accepted
 
 
 def run(
     redis_url: str, queue: str, n: int, unleased: bool = False, skip_dup: bool = False
 ) -> dict[str, Any]:
+    """Phases 1 to 4 (see the module docstring) for one package and queue class."""
     server = redis.Redis.from_url(redis_url)
     server.flushall()
     scheduler, spider = build(redis_url, queue, unleased)
     requests = [make_request(spider, i) for i in range(n)]
-    mem_before = int(server.info("memory")["used_memory"])
-
+    used_before = int(server.info("memory")["used_memory"])
     accepted, enq_wall, enq_cpu = timed(enqueue_all, scheduler, requests)
-
-    mem_after = int(server.info("memory")["used_memory"])
-    df_key = scheduler.df.key.encode()
-    keys = list(server.scan_iter(count=1000))
-    queue_keys = [k for k in keys if k != df_key and not k.endswith(b":workers")]
-    queue_bytes = memory_usage(server, queue_keys)
-    df_bytes = memory_usage(server, [df_key])
-
+    memory = stored_memory(server, scheduler, used_before, n)
     dequeued, deq_wall, deq_cpu = timed(dequeue_all, scheduler)
     leases_left = lease_count(server)  # before close() gives them back
-    uses_leases = getattr(scheduler, "_book", None) is not None
     scheduler.close("finished")
-
-    dup: dict[str, Any] = {}
     half = n // 2
-    dup_accepted = half
-    if not skip_dup:
-        server.flushall()
-        scheduler, spider = build(redis_url, queue, unleased)
-        uniques = [make_request(spider, 10 * n + k) for k in range(half)]
-        again = [make_request(spider, 10 * n + k // 2) for k in range(half)]  # already seen
-        mixed = [r for pair in zip(uniques, again, strict=True) for r in pair]
-        dup_accepted, dup_wall, dup_cpu = timed(enqueue_all, scheduler, mixed)
-        scheduler.close("finished")
-        dup = {
-            "dup_enqueue_rate": len(mixed) / dup_wall,
-            "dup_enqueue_cpu_us": dup_cpu / len(mixed) * 1e6,
-        }
+    dup, dup_accepted = (
+        ({}, half) if skip_dup else duplicates_phase(server, redis_url, queue, n, unleased)
+    )
     server.flushall()
-
+    checks = {"accepted": accepted, "dequeued": dequeued}
+    checks |= {"dup_accepted": dup_accepted, "dup_expected": half}
     return {
-        "package": getattr(scrapy_redis, "__version__", "?"),
-        "module": scrapy_redis.__file__,
-        "python": sys.executable,
+        **origin(),
         "scrapy": scrapy.__version__,
         "redis_py": redis.__version__,
         "queue": queue,
-        "queue_class": type(scheduler.queue).__module__ + "." + type(scheduler.queue).__name__,
-        "uses_leases": uses_leases,
+        "queue_class": class_path(scheduler.queue),
+        "uses_leases": uses_leases(spider.crawler),
         "leases_left_after_dequeue": leases_left,
         "n": n,
         "enqueue_rate": n / enq_wall,
@@ -253,87 +133,101 @@ def run(
         "dequeue_rate": dequeued / deq_wall if deq_wall else 0.0,
         "dequeue_cpu_us": deq_cpu / max(dequeued, 1) * 1e6,
         **dup,
-        "queue_bytes_per_request": queue_bytes / n,
-        "df_bytes_per_fingerprint": df_bytes / n,
-        "used_memory_per_request": (mem_after - mem_before) / n,
-        "queue_keys": sorted(k.decode() for k in queue_keys),
-        "checks": {
-            "accepted": accepted, "dequeued": dequeued,
-            "dup_accepted": dup_accepted, "dup_expected": half,
-        },
+        **memory,
+        "checks": checks,
         "ok": accepted == n and dequeued == n and dup_accepted == half,
     }
 
 
+#: The two variants of ``--paired``: (name, unleased, suffix of their keys).
 PAIRED = (("ours", False, ":leased"), ("ours-unleased", True, ":unleased"))
+#: The timed phases of ``--paired`` and the prefix of their fields in the JSON.
+PAIRED_PHASES = (("enqueue", "enqueue"), ("ack", "dequeue_ack"), ("noack", "dequeue_noack"))
+
+
+class Paired:
+    """Ours with leases and ours without, built side by side, timed in alternating blocks."""
+
+    def __init__(self, redis_url: str, queue: str, n: int) -> None:
+        built = {name: build(redis_url, queue, unleased, sfx) for name, unleased, sfx in PAIRED}
+        self.scheds = {name: sched for name, (sched, _) in built.items()}
+        self.requests = {
+            name: [make_request(spider, i) for i in range(n)] for name, (_, spider) in built.items()
+        }
+        #: {name: {phase: [requests, wall s, CPU s]}}
+        self.totals = {
+            name: {phase: [0, 0.0, 0.0] for phase, _ in PAIRED_PHASES} for name in self.scheds
+        }
+        self.acked0: dict[str, int] = {}
+
+    def alternate(self, phase: str, starts: range, op: Any) -> None:
+        """Run ``op`` on blocks of ``starts.step`` requests, the two variants taking turns
+        (which one goes first alternates too); sum the time each spent."""
+        names = [name for name, _, _ in PAIRED]
+        for index, start in enumerate(starts):
+            for name in names if index % 2 == 0 else names[::-1]:
+                count = min(starts.step, starts.stop - start)
+                done, wall, cpu = timed(op, self.scheds[name], name, start, count, collect=False)
+                total = self.totals[name][phase]
+                total[0] += done
+                total[1] += wall
+                total[2] += cpu
+
+    def enqueue_block(self, sched: Any, name: str, start: int, count: int) -> int:
+        return enqueue_all(sched, self.requests[name][start : start + count])
+
+    @staticmethod
+    def dequeue_block(sched: Any, name: str, start: int, count: int) -> int:
+        return dequeue_some(sched, count)
+
+    def attach_engines(self) -> None:
+        """A stand-in engine for each: every request handed out before is done."""
+        for name, sched in self.scheds.items():
+            sched.crawler.engine = StandInEngine()
+            self.acked0[name] = sched.crawler.stats.get_value("scheduler/leases/acked", 0)
+
+    def detach_engines(self) -> None:
+        for sched in self.scheds.values():
+            sched.crawler.engine = None
+
+    def variant(self, name: str, server: Any, n: int) -> dict[str, Any]:
+        """The JSON of one variant, checked: its queue must be empty now."""
+        sched, t = self.scheds[name], self.totals[name]
+        left = sched.next_request()  # untimed
+        result: dict[str, Any] = {"queue_class": class_path(sched.queue)}
+        result["uses_leases"] = uses_leases(sched.crawler)
+        for phase, prefix in PAIRED_PHASES:
+            result[f"{prefix}_rate"] = t[phase][0] / t[phase][1]
+            result[f"{prefix}_cpu_us"] = t[phase][2] / max(t[phase][0], 1) * 1e6
+        acked = sched.crawler.stats.get_value("scheduler/leases/acked", 0) - self.acked0[name]
+        done = {"enqueued": t["enqueue"][0], "dequeued_ack": t["ack"][0]}
+        checks = {**done, "dequeued_noack": t["noack"][0], "left": left is not None}
+        ok = t["enqueue"][0] == n and t["ack"][0] + t["noack"][0] == n and left is None
+        return result | {
+            "acked": acked,
+            "leases_left": leased_entries(server, f"{sched.queue.key}:leases"),
+            "checks": checks,
+            "ok": ok,
+        }
 
 
 def run_paired(redis_url: str, queue: str, n: int, block: int) -> dict[str, Any]:
     """Ours with leases and without, interleaved in blocks (see the module docstring)."""
     server = redis.Redis.from_url(redis_url)
     server.flushall()
-    built = {name: build(redis_url, queue, unleased, suffix) for name, unleased, suffix in PAIRED}
-    scheds = {name: sched for name, (sched, _) in built.items()}
-    requests = {name: [make_request(spider, i) for i in range(n)]
-                for name, (_, spider) in built.items()}
-    totals = {name: {phase: [0, 0.0, 0.0] for phase in ("enqueue", "ack", "noack")}
-              for name in scheds}  # [requests, wall s, CPU s]
-
-    def alternate(phase: str, starts: range, size: int, op: Any) -> None:
-        for index, start in enumerate(starts):
-            names = [name for name, _, _ in PAIRED]
-            for name in names if index % 2 == 0 else names[::-1]:
-                count = min(size, stop_of[phase] - start)
-                done, wall, cpu = timed(op, scheds[name], name, start, count, collect=False)
-                total = totals[name][phase]
-                total[0] += done
-                total[1] += wall
-                total[2] += cpu
-
-    def enqueue_block(sched: Any, name: str, start: int, count: int) -> int:
-        return enqueue_all(sched, requests[name][start:start + count])
-
-    def dequeue_block(sched: Any, name: str, start: int, count: int) -> int:
-        return dequeue_some(sched, count)
-
+    pair = Paired(redis_url, queue, n)
     half = n // 2
-    stop_of = {"enqueue": n, "ack": half, "noack": n}
-    alternate("enqueue", range(0, n, block), block, enqueue_block)
-    acked0 = {}
-    for name, sched in scheds.items():
-        sched.crawler.engine = _StandInEngine()
-        acked0[name] = sched.crawler.stats.get_value("scheduler/leases/acked", 0)
-    alternate("ack", range(0, half, block), block, dequeue_block)
-    for sched in scheds.values():
-        sched.crawler.engine = None
-    alternate("noack", range(half, n, block), block, dequeue_block)
-
-    variants: dict[str, Any] = {}
-    for name, sched in scheds.items():
-        t = totals[name]
-        left = sched.next_request()  # untimed: the queue must be empty now
-        variants[name] = {
-            "queue_class": type(sched.queue).__module__ + "." + type(sched.queue).__name__,
-            "uses_leases": getattr(sched, "_book", None) is not None,
-            "enqueue_rate": t["enqueue"][0] / t["enqueue"][1],
-            "enqueue_cpu_us": t["enqueue"][2] / max(t["enqueue"][0], 1) * 1e6,
-            "dequeue_ack_rate": t["ack"][0] / t["ack"][1],
-            "dequeue_ack_cpu_us": t["ack"][2] / max(t["ack"][0], 1) * 1e6,
-            "dequeue_noack_rate": t["noack"][0] / t["noack"][1],
-            "dequeue_noack_cpu_us": t["noack"][2] / max(t["noack"][0], 1) * 1e6,
-            "acked": sched.crawler.stats.get_value("scheduler/leases/acked", 0) - acked0[name],
-            "leases_left": leased_entries(server, f"{sched.queue.key}:leases"),
-            "checks": {"enqueued": t["enqueue"][0], "dequeued_ack": t["ack"][0],
-                       "dequeued_noack": t["noack"][0], "left": left is not None},
-            "ok": t["enqueue"][0] == n and t["ack"][0] + t["noack"][0] == n and left is None,
-        }
-    for sched in scheds.values():
+    pair.alternate("enqueue", range(0, n, block), pair.enqueue_block)
+    pair.attach_engines()
+    pair.alternate("ack", range(0, half, block), pair.dequeue_block)
+    pair.detach_engines()
+    pair.alternate("noack", range(half, n, block), pair.dequeue_block)
+    variants = {name: pair.variant(name, server, n) for name in pair.scheds}
+    for sched in pair.scheds.values():
         sched.close("finished")
     server.flushall()
     return {
-        "package": getattr(scrapy_redis, "__version__", "?"),
-        "module": scrapy_redis.__file__,
-        "python": sys.executable,
+        **origin(),
         "queue": queue,
         "n": n,
         "block": block,
@@ -345,22 +239,39 @@ def run_paired(redis_url: str, queue: str, n: int, block: int) -> dict[str, Any]
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--redis-url", required=True)
-    parser.add_argument("--queue", required=True,
-                        choices=["FifoQueue", "LifoQueue", "PriorityQueue"])
+    parser.add_argument(
+        "--queue", required=True, choices=["FifoQueue", "LifoQueue", "PriorityQueue"]
+    )
     parser.add_argument("--n", type=int, default=10000)
-    parser.add_argument("--unleased", action="store_true",
-                        help="ours only: unleased_queues.Unleased<queue> (no leases)")
+    parser.add_argument(
+        "--unleased",
+        action="store_true",
+        help="ours only: unleased_queues.Unleased<queue> (no leases)",
+    )
     parser.add_argument("--skip-dup", action="store_true", help="no 50%%-duplicates phase")
-    parser.add_argument("--paired", action="store_true",
-                        help="ours with and without leases, interleaved (cost of leases)")
-    parser.add_argument("--block", type=int, default=200,
-                        help="--paired: requests per timed block (default 200)")
+    parser.add_argument(
+        "--paired",
+        action="store_true",
+        help="ours with and without leases, interleaved (cost of leases)",
+    )
+    parser.add_argument(
+        "--block", type=int, default=200, help="--paired: requests per timed block (default 200)"
+    )
     args = parser.parse_args()
     if args.paired:
         print(json.dumps(run_paired(args.redis_url, args.queue, args.n, args.block)))
     else:
-        print(json.dumps(run(args.redis_url, args.queue, args.n, unleased=args.unleased,
-                             skip_dup=args.skip_dup)))
+        print(
+            json.dumps(
+                run(
+                    args.redis_url,
+                    args.queue,
+                    args.n,
+                    unleased=args.unleased,
+                    skip_dup=args.skip_dup,
+                )
+            )
+        )
 
 
 if __name__ == "__main__":

@@ -40,10 +40,12 @@ async def run(port: int, pages: int, connections: int, requests: int) -> dict[st
     rng = random.Random(1)
     per_client = requests // connections
     start = time.perf_counter()
-    counts = await asyncio.gather(*(
-        client(port, [page_path(rng.randrange(pages)) for _ in range(200)], per_client)
-        for _ in range(connections)
-    ))
+    counts = await asyncio.gather(
+        *(
+            client(port, [page_path(rng.randrange(pages)) for _ in range(200)], per_client)
+            for _ in range(connections)
+        )
+    )
     elapsed = time.perf_counter() - start
     total = sum(counts)
     return {"requests": total, "seconds": elapsed, "rps": total / elapsed}

@@ -28,15 +28,50 @@ import sys
 from _util import serve_until_signalled
 
 SECTIONS = (
-    "garden-tools", "kitchen-appliances", "home-office", "outdoor-furniture",
-    "lighting", "bathroom-accessories", "power-tools", "storage-solutions",
-    "bedding-and-linen", "small-electronics", "pet-supplies", "camping-gear",
+    "garden-tools",
+    "kitchen-appliances",
+    "home-office",
+    "outdoor-furniture",
+    "lighting",
+    "bathroom-accessories",
+    "power-tools",
+    "storage-solutions",
+    "bedding-and-linen",
+    "small-electronics",
+    "pet-supplies",
+    "camping-gear",
 )
 WORDS = (
-    "stainless", "steel", "hand", "trowel", "ergonomic", "compact", "wireless",
-    "premium", "classic", "deluxe", "adjustable", "portable", "foldable", "oak",
-    "cordless", "set", "of", "two", "heavy", "duty", "led", "lamp", "desk",
-    "chair", "cushion", "organizer", "drawer", "basket", "blanket", "cotton",
+    "stainless",
+    "steel",
+    "hand",
+    "trowel",
+    "ergonomic",
+    "compact",
+    "wireless",
+    "premium",
+    "classic",
+    "deluxe",
+    "adjustable",
+    "portable",
+    "foldable",
+    "oak",
+    "cordless",
+    "set",
+    "of",
+    "two",
+    "heavy",
+    "duty",
+    "led",
+    "lamp",
+    "desk",
+    "chair",
+    "cushion",
+    "organizer",
+    "drawer",
+    "basket",
+    "blanket",
+    "cotton",
 )
 FANOUT = 3
 RANDOM_LINKS = 7
@@ -62,7 +97,7 @@ def page_html(i: int, pages: int) -> bytes:
         f'<li><a href="{page_path(j)}">Item {j}</a></li>' for j in page_links(i, pages)
     )
     return (
-        "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">"
+        '<!DOCTYPE html>\n<html><head><meta charset="utf-8">'
         f"<title>{title}</title></head>\n<body>\n<h1>{title}</h1>\n"
         f'<div class="description"><p>{text}</p></div>\n'
         f'<div class="price">{(i * 37) % 1000}.99</div>\n'
@@ -82,8 +117,9 @@ class Site:
     def __init__(self, pages: int) -> None:
         self.pages = pages
         self.hits = 0
-        self.responses = {page_path(i).encode(): response("200 OK", page_html(i, pages))
-                          for i in range(pages)}
+        self.responses = {
+            page_path(i).encode(): response("200 OK", page_html(i, pages)) for i in range(pages)
+        }
         self.not_found = response("404 Not Found", b"not found")
 
     def respond(self, path: bytes) -> bytes:
@@ -117,7 +153,7 @@ class HttpProtocol(asyncio.Protocol):
             end = self.buffer.find(b"\r\n\r\n")
             if end < 0:
                 break
-            head, self.buffer = self.buffer[:end], self.buffer[end + 4:]
+            head, self.buffer = self.buffer[:end], self.buffer[end + 4 :]
             line = head.split(b"\r\n", 1)[0].split(b" ")
             path = line[1].split(b"?", 1)[0] if len(line) > 1 else b"/"
             out.append(self.site.respond(path))
