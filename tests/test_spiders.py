@@ -297,6 +297,21 @@ def test_make_request_from_data_override(settings_dict, server):
     assert urls(spider.next_requests()) == ["https://example.com/1", "https://example.com/2"]
 
 
+def test_our_message_format_works_under_a_setup_redis_of_its_own(settings_dict, server):
+    """A subclass written for the original sets up Redis itself and calls our
+    make_request_from_data() from its own next_requests()."""
+    from scrapy_redis import connection
+
+    class OwnSetup(MySpider):
+        def setup_redis(self, crawler=None):
+            self.server = connection.from_settings(crawler.settings)
+
+    for setting, dont_filter in ((True, True), (False, False)):
+        spider = make({**settings_dict, "REDIS_START_URLS_DONT_FILTER": setting}, OwnSetup)
+        request = spider.make_request_from_data(b'{"url": "https://example.com/o"}')
+        assert (request.url, request.dont_filter) == ("https://example.com/o", dont_filter)
+
+
 # -- idling ------------------------------------------------------------------------------
 
 
