@@ -139,6 +139,9 @@ class RedisStatsCollector(StatsCollector):
     Redis scheduler is used, this was the last worker of the crawl. Updates are
     written every STATS_FLUSH_INTERVAL seconds (0: at once); while Redis is
     unreachable they are kept (merged) in memory and written when it is back.
+
+    ``clock`` is the ``IReactorTime`` the flush timer runs on (a ``task.Clock`` in
+    tests); by default, the installed reactor.
     """
 
     # Defaults for subclasses whose __init__ does not call ours (read from the crawler).
@@ -153,13 +156,16 @@ class RedisStatsCollector(StatsCollector):
             "STATS_FLUSH_INTERVAL", defaults.STATS_FLUSH_INTERVAL
         )
     )
+    clock: Any = None
     _flush_call: Any = None
     _guard = PerInstance[OutageGuard](lambda self: self._new_guard())
     _backlog = PerInstance(lambda _: _Backlog())
     _sending: tuple[int, _Backlog] | None = None
     _writes = PerInstance(lambda self: WriteIds(writes_ttl(self._crawler.settings)))
 
-    def __init__(self, crawler: Crawler, spider: Spider | None = None) -> None:
+    def __init__(
+        self, crawler: Crawler, spider: Spider | None = None, *, clock: Any = None
+    ) -> None:
         super().__init__(crawler)
         self._crawler = crawler  # set by Scrapy >= 2.14 too
         self.server = redis_from_settings(crawler.settings)  # the original's lookup
@@ -169,6 +175,7 @@ class RedisStatsCollector(StatsCollector):
         self.flush_interval = crawler.settings.getfloat(
             "STATS_FLUSH_INTERVAL", defaults.STATS_FLUSH_INTERVAL
         )
+        self.clock = clock
         self._flush_call: Any = None
         self._guard = self._new_guard()
         self._backlog = _Backlog()
@@ -249,8 +256,8 @@ class RedisStatsCollector(StatsCollector):
 
     def _schedule_flush(self) -> None:
         if self._flush_call is None or not self._flush_call.active():
-            reactor = installed_reactor()
-            self._flush_call = reactor.callLater(self.flush_interval, self._flush_due)
+            clock = installed_reactor() if self.clock is None else self.clock
+            self._flush_call = clock.callLater(self.flush_interval, self._flush_due)
 
     def _flush_due(self) -> None:
         self._flush_call = None
