@@ -70,6 +70,7 @@ class RedisMixin:
     #: Pops start messages under leases, renews and gives them back (built by setup_redis).
     redis_start_messages: StartMessageReader | None = None
     # Defaults for subclasses whose setup_redis() does not call ours.
+    _redis_keys: list[str] | None = None  # the start keys (the original's attribute)
     _start_settings: StartSettings | None = None
     _filtered = PerInstance(lambda self: FilteredStartRequests(self._inc, self))
     _idle = PerInstance(lambda _: IdleTimer())
