@@ -297,6 +297,21 @@ def test_make_request_from_data_override(settings_dict, server):
     assert urls(spider.next_requests()) == ["https://example.com/1", "https://example.com/2"]
 
 
+def test_our_message_format_works_under_a_setup_redis_of_its_own(settings_dict, server):
+    """A subclass written for the original sets up Redis itself and calls our
+    make_request_from_data() from its own next_requests()."""
+    from scrapy_redis import connection
+
+    class OwnSetup(MySpider):
+        def setup_redis(self, crawler=None):
+            self.server = connection.from_settings(crawler.settings)
+
+    for setting, dont_filter in ((True, True), (False, False)):
+        spider = make({**settings_dict, "REDIS_START_URLS_DONT_FILTER": setting}, OwnSetup)
+        request = spider.make_request_from_data(b'{"url": "https://example.com/o"}')
+        assert (request.url, request.dont_filter) == ("https://example.com/o", dont_filter)
+
+
 # -- idling ------------------------------------------------------------------------------
 
 
@@ -372,7 +387,7 @@ def test_dead_workers_start_messages_are_recovered(settings_dict, server):
     import time
 
     time.sleep(0.25)  # the dead worker never scheduled them, nor renewed its leases
-    live._beat()
+    live.redis_start_messages.beat()  # the live worker's heartbeat
     assert live.crawler.stats.get_value("redis/start_messages/recovered") == 2
     assert urls(live.next_requests()) == ["https://example.com/a", "https://example.com/b"]
 
@@ -381,14 +396,30 @@ def test_zset_and_set_messages_go_back_where_they_came_from(settings_dict, serve
     spider = make({**settings_dict, "REDIS_START_URLS_AS_ZSET": True})
     server.zadd("myspider:start_urls", {"https://example.com/hi": 9})
     spider.next_requests()
-    spider._stop_polling()  # spider closed before scheduling them
+    spider.redis_start_messages.give_back()  # spider closed before scheduling them
     assert server.zscore("myspider:start_urls", "https://example.com/hi") == 9
     server.delete("myspider:start_urls")
     spider = make({**settings_dict, "REDIS_START_URLS_AS_SET": True})
     server.sadd("myspider:start_urls", "https://example.com/s")
     spider.next_requests()
-    spider._stop_polling()
+    spider.redis_start_messages.give_back()
     assert server.sismember("myspider:start_urls", "https://example.com/s")
+
+
+def test_closing_gives_back_the_start_messages_and_stops_the_loops(settings_dict, server):
+    """Through Scrapy's signals, as a crawl sends them (Scrapy's extensions left out)."""
+    spider = make({**settings_dict, "REDIS_START_URLS_AS_ZSET": True, "EXTENSIONS_BASE": {}})
+    crawler_signals = spider.crawler.signals
+    crawler_signals.send_catch_log(signals.spider_opened, spider=spider)
+    server.zadd("myspider:start_urls", {"https://example.com/hi": 9})
+    assert urls(spider.next_requests()) == ["https://example.com/hi"]
+    assert server.zcard("myspider:start_urls") == 0
+    results = crawler_signals.send_catch_log(
+        signals.spider_closed, spider=spider, reason="finished"
+    )
+    assert [failure for _, failure in results if failure is not None] == []
+    assert server.zscore("myspider:start_urls", "https://example.com/hi") == 9
+    assert server.hlen("myspider:start_urls:leases") == 0
 
 
 def test_a_retried_start_message_pop_answers_what_the_first_one_leased(server):
@@ -418,6 +449,7 @@ def test_a_retried_start_message_pop_answers_what_the_first_one_leased(server):
         "__init__",
         "_stop_polling",
         "setup_redis",
+        "redis_start_messages",
         "log",
         "close",
         "from_crawler",

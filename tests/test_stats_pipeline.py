@@ -9,19 +9,30 @@ from datetime import datetime, timezone
 import pytest
 from scrapy.extensions.logstats import LogStats
 from scrapy.utils.test import get_crawler
+from twisted.internet import task
 
 from helpers import Calls, DemoSpider
 from scrapy_redis.pipelines import RedisPipeline
 from scrapy_redis.stats import RedisStatsCollector, decode_value, encode_value
 
 
-def stats_collector(settings_dict, **extra):
+def stats_crawler(settings_dict, **extra):
     crawler = get_crawler(
         DemoSpider,
         {**settings_dict, **extra, "STATS_CLASS": "scrapy_redis.stats.RedisStatsCollector"},
     )
     assert isinstance(crawler.stats, RedisStatsCollector)
-    return crawler.stats
+    return crawler
+
+
+def stats_collector(settings_dict, **extra):
+    return stats_crawler(settings_dict, **extra).stats
+
+
+def stats_on_clock(settings_dict, **extra):
+    """A collector whose flush timer runs on a task.Clock, and the clock."""
+    clock = task.Clock()
+    return RedisStatsCollector(stats_crawler(settings_dict, **extra), clock=clock), clock
 
 
 @pytest.mark.parametrize(
@@ -117,7 +128,7 @@ def test_concurrent_increments_are_not_lost(server, redis_url, flush):
 
 
 def test_updates_are_merged_and_written_in_one_round_trip(settings_dict, server):
-    stats = stats_collector(settings_dict)
+    stats, clock = stats_on_clock(settings_dict)
     server.hset("demo:stats", "ratio", "0.5")  # a float: HINCRBY fails, HINCRBYFLOAT then
     calls = Calls(server, "multi", "exec", "evalsha", "eval")
     for _ in range(50):
@@ -128,9 +139,9 @@ def test_updates_are_merged_and_written_in_one_round_trip(settings_dict, server)
     stats.inc_value("started", start=10)
     assert sum(calls().values()) == 0 and not server.hexists("demo:stats", "pages")
     assert stats.get_value("pages") == 50 and stats.get_value("ratio") == 50.5
-    flush = stats._flush_call
+    [flush] = clock.getDelayedCalls()
     assert flush.active()
-    flush.func(*flush.args)  # STATS_FLUSH_INTERVAL later
+    clock.advance(stats.flush_interval)  # STATS_FLUSH_INTERVAL later
     sent = calls()
     assert sent["evalsha"] + sent["eval"] == 1 and sent["multi"] == 0  # one script call
     assert stats.get_stats() == {
@@ -144,21 +155,23 @@ def test_updates_are_merged_and_written_in_one_round_trip(settings_dict, server)
 
 
 def test_updates_written_at_once_without_a_flush_interval(settings_dict, server):
-    stats = stats_collector(settings_dict, STATS_FLUSH_INTERVAL=0)
+    stats, clock = stats_on_clock(settings_dict, STATS_FLUSH_INTERVAL=0)
     stats.inc_value("pages", 2)
     assert server.hget("demo:stats", "pages") == b"2"
-    assert stats._flush_call is None
+    assert clock.getDelayedCalls() == []  # no flush timer
 
 
 def test_logstats_and_dump_work(settings_dict, server, caplog):
-    stats = stats_collector(settings_dict)
-    crawler = stats._crawler
+    crawler = stats_crawler(settings_dict)
+    stats = crawler.stats
     stats.set_value("start_time", datetime(2026, 1, 1, 10, 0, tzinfo=timezone.utc))
     stats.inc_value("item_scraped_count", 5)
     stats.inc_value("response_received_count", 9)
     logstats = LogStats.from_crawler(crawler)
     stats.set_value("finish_time", datetime(2026, 1, 1, 10, 2, tzinfo=timezone.utc))
-    logstats.spider_closed(crawler._create_spider(), "finished")  # crashed the original
+    logstats.spider_closed(
+        crawler.spidercls.from_crawler(crawler), "finished"
+    )  # crashed the original
     assert stats.get_value("items_per_minute") == 2.5
     assert stats.get_value("responses_per_minute") == 4.5
     import logging
@@ -179,7 +192,7 @@ def test_persist_keeps_stats(settings_dict, server):
 
 def pipeline(settings_dict, **extra):
     crawler = get_crawler(DemoSpider, {**settings_dict, **extra})
-    crawler.spider = crawler._create_spider()
+    crawler.spider = crawler.spidercls.from_crawler(crawler)
     return RedisPipeline.from_crawler(crawler)
 
 

@@ -60,6 +60,18 @@ def parse_message(text: str) -> dict[str, Any]:
     return fields
 
 
+def as_requests(result: Any) -> list[Request]:
+    """What ``make_request_from_data()`` returned (a request, requests or None) as a list;
+    TypeError if anything in it is not a request."""
+    if result is None:
+        return []
+    items = [result] if isinstance(result, Request) else list(result)
+    for item in items:
+        if not isinstance(item, Request):
+            raise TypeError(f"make_request_from_data() returned {item!r}, not a Request")
+    return items
+
+
 def request_from_message(
     fields: dict[str, Any], spider: Spider, dont_filter: bool = False
 ) -> Request:

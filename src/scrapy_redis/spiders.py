@@ -14,86 +14,32 @@ import logging
 import time
 from collections.abc import AsyncIterator, Iterable
 from typing import TYPE_CHECKING, Any
-from weakref import WeakSet
 
 from scrapy import Request, Spider, signals
 from scrapy.exceptions import DontCloseSpider
 from scrapy.spiders import CrawlSpider
-from twisted.internet import task
 
 from scrapy_redis import connection, defaults
 from scrapy_redis._compat import PerInstance
 from scrapy_redis._engine import engine_accepts_requests
-from scrapy_redis.keys import format_key
-from scrapy_redis.leases import LeaseBook
 from scrapy_redis.logsafe import short_repr, shorten
-from scrapy_redis.messages import parse_message, request_from_message
+from scrapy_redis.messages import as_requests, parse_message, request_from_message
 from scrapy_redis.outage import OUTAGE_ERRORS, outage_guard
 from scrapy_redis.scheduler_api import shared_scheduler
-from scrapy_redis.start_urls import StartUrlSource
+from scrapy_redis.spider_idle import IdleTimer
+from scrapy_redis.spider_polling import Poller
+from scrapy_redis.spider_settings import StartSettings, normalize_redis_key, read_start_settings
+from scrapy_redis.start_filter import FilteredStartRequests
+from scrapy_redis.start_reader import StartMessageReader
 from scrapy_redis.utils import bytes_to_str
-from scrapy_redis.workers import new_worker_id
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
-    from scrapy.settings import BaseSettings
     from typing_extensions import Self
 
+__all__ = ["RedisCrawlSpider", "RedisMixin", "RedisSpider", "normalize_redis_key"]
+
 logger = logging.getLogger(__name__)
-
-
-def normalize_redis_key(value: Any, spider_name: str) -> list[str]:
-    """``redis_key`` (a template or a list of them, highest priority first) as key names."""
-    if isinstance(value, str):
-        if not value.strip():
-            raise ValueError("redis_key must not be empty")
-        return [format_key(value, spider_name)]
-    if not isinstance(value, (list, tuple)):
-        raise TypeError(f"redis_key must be a string or a list of strings, not {value!r}")
-    keys: list[str] = []
-    for item in value:
-        if not isinstance(item, str) or not item.strip():
-            raise ValueError(f"redis_key must not contain empty or non-string keys: {value!r}")
-        key = format_key(item.strip(), spider_name)
-        if key not in keys:
-            keys.append(key)
-    if not keys:
-        raise ValueError("redis_key list is empty after normalization")
-    return keys
-
-
-def _as_positive_int(value: Any, name: str) -> int:
-    try:
-        number = int(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be an integer, not {value!r}") from None
-    if number <= 0:
-        raise ValueError(f"{name} must be positive, not {value!r}")
-    return number
-
-
-def _as_seconds(value: Any, name: str) -> float:
-    if value in (None, "", "0"):
-        return 0
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a number of seconds, not {value!r}") from None
-
-
-def _as_interval(value: Any, name: str) -> float:
-    seconds = _as_seconds(value, name)
-    if seconds < 0:
-        raise ValueError(f"{name} cannot be negative, not {value!r}")
-    return seconds
-
-
-def _start_mode(settings: BaseSettings) -> str:
-    if settings.getbool("REDIS_START_URLS_AS_SET", defaults.START_URLS_AS_SET):
-        return "set"
-    if settings.getbool("REDIS_START_URLS_AS_ZSET", defaults.START_URLS_AS_ZSET):
-        return "zset"
-    return "list"
 
 
 class RedisMixin:
@@ -104,6 +50,13 @@ class RedisMixin:
     (REDIS_START_URLS_BATCH_SIZE, then CONCURRENT_REQUESTS), ``redis_encoding``
     (REDIS_ENCODING), ``redis_key_check_interval`` (REDIS_KEY_CHECK_INTERVAL) and
     ``max_idle_time`` (MAX_IDLE_TIME_BEFORE_CLOSE).
+
+    The work is done by parts built in :meth:`setup_redis`: the settings
+    (:mod:`scrapy_redis.spider_settings`), the reader of start messages and their
+    leases (:attr:`redis_start_messages`, :mod:`scrapy_redis.start_reader`), the
+    count of filtered start requests (:mod:`scrapy_redis.start_filter`), the idle
+    timer (:mod:`scrapy_redis.spider_idle`) and the polling loops
+    (:mod:`scrapy_redis.spider_polling`). This class connects them to Scrapy.
     """
 
     redis_key: Any = None
@@ -114,13 +67,14 @@ class RedisMixin:
     server: Any = None
     #: Wall-clock time (seconds) at which the current idle period began, or None.
     spider_idle_start_time: int | None = None
+    #: Pops start messages under leases, renews and gives them back (built by setup_redis).
+    redis_start_messages: StartMessageReader | None = None
     # Defaults for subclasses whose setup_redis() does not call ours.
-    _unacked = PerInstance(lambda _: list[str]())
-    _filterable = PerInstance(lambda _: WeakSet[Request]())  # start requests the filter may drop
-    _filtered = 0
-    _idle_since: float | None = None
-    _poller: task.LoopingCall | None = None
-    _heartbeat: task.LoopingCall | None = None
+    _redis_keys: list[str] | None = None  # the start keys (the original's attribute)
+    _start_settings: StartSettings | None = None
+    _filtered = PerInstance(lambda self: FilteredStartRequests(self._inc, self))
+    _idle = PerInstance(lambda _: IdleTimer())
+    _poller: Poller | None = None
 
     # provided by scrapy.Spider
     name: str
@@ -143,88 +97,51 @@ class RedisMixin:
         self._ack_start_messages()  # every request of the batch is scheduled now
 
     def setup_redis(self, crawler: Crawler | None = None) -> None:
-        """Read the settings, connect to Redis and hook the spider signals."""
+        """Read the settings, connect to Redis, build the parts and hook the spider signals."""
         if self.server is not None:
             return
         crawler = crawler or getattr(self, "crawler", None)
         if crawler is None:
             raise ValueError("crawler is required")
-        self._read_redis_settings(crawler.settings)
+        config = self._apply_settings(read_start_settings(self, crawler.settings))
         self.server = connection.from_settings(crawler.settings)  # the original's lookup
         connection.ensure_reachable(self.server)  # fail fast, naming the server
-        self._start_source = StartUrlSource(
-            self.server,
-            self._redis_keys,
-            _start_mode(crawler.settings),
-            self.redis_key_check_interval,
+        guard = outage_guard(crawler)
+        self.redis_start_messages = StartMessageReader.build(
+            self.server, config, guard, self._inc, self
         )
-        timeout = crawler.settings.getfloat(
-            "SCHEDULER_WORKER_TIMEOUT", defaults.SCHEDULER_WORKER_TIMEOUT
-        )
-        self._leases = LeaseBook(
-            self.server,
-            self._redis_keys[0],
-            new_worker_id(),
-            timeout,
-            crawler.settings.getint("SCHEDULER_MAX_DELIVERIES", defaults.SCHEDULER_MAX_DELIVERIES),
-        )
-        self._unacked = []
-        self._filterable = WeakSet()
-        self._filtered = 0
-        self._idle_since = None
+        self._filtered = FilteredStartRequests(self._inc, self)
+        self._idle = IdleTimer()
         self._poller = None
-        self._heartbeat = None
         logger.info(
             "Reading start URLs from redis key(s) %(keys)s (batch size: %(size)s, encoding: "
             "%(encoding)s)",
             {
-                "keys": ", ".join(self._redis_keys),
-                "size": self.redis_batch_size,
-                "encoding": self.redis_encoding,
+                "keys": ", ".join(config.keys),
+                "size": config.batch_size,
+                "encoding": config.encoding,
             },
             extra={"spider": self},
         )
+        self._connect_signals(crawler)
+
+    def _apply_settings(self, config: StartSettings) -> StartSettings:
+        """Keep ``config`` and show its values in the spider's public attributes."""
+        self._start_settings = config
+        self._redis_keys = list(config.keys)
+        self.redis_key = config.keys[0]
+        self.redis_batch_size = config.batch_size
+        self.redis_encoding = config.encoding
+        self.redis_key_check_interval = config.key_check_interval
+        self.max_idle_time = config.max_idle_time
+        return config
+
+    def _connect_signals(self, crawler: Crawler) -> None:
         crawler.signals.connect(self.spider_idle, signal=signals.spider_idle)
         crawler.signals.connect(self._on_activity, signal=signals.response_received)
         crawler.signals.connect(self._start_polling, signal=signals.spider_opened)
         crawler.signals.connect(self._stop_polling, signal=signals.spider_closed)
         crawler.signals.connect(self._on_dropped, signal=signals.request_dropped)
-
-    def _read_redis_settings(self, settings: BaseSettings) -> None:
-        self._redis_keys = normalize_redis_key(
-            self.redis_key
-            if self.redis_key is not None  # "" and [] are refused, not replaced
-            else settings.get("REDIS_START_URLS_KEY", defaults.START_URLS_KEY),
-            self.name,
-        )
-        self.redis_key = self._redis_keys[0]
-        self.redis_batch_size = _as_positive_int(
-            self.redis_batch_size
-            or settings.get("REDIS_START_URLS_BATCH_SIZE")
-            or settings.getint("CONCURRENT_REQUESTS", defaults.REDIS_CONCURRENT_REQUESTS),
-            "redis_batch_size",
-        )
-        self.redis_encoding = self.redis_encoding or settings.get(
-            "REDIS_ENCODING", defaults.REDIS_ENCODING
-        )
-        self.redis_key_check_interval = _as_interval(
-            self.redis_key_check_interval
-            if self.redis_key_check_interval is not None
-            else settings.get("REDIS_KEY_CHECK_INTERVAL", defaults.REDIS_KEY_CHECK_INTERVAL),
-            "redis_key_check_interval",
-        )
-        self.max_idle_time = _as_seconds(
-            self.max_idle_time
-            if self.max_idle_time is not None
-            else settings.get("MAX_IDLE_TIME_BEFORE_CLOSE", defaults.MAX_IDLE_TIME),
-            "max_idle_time",
-        )
-        self._dont_filter = settings.getbool(
-            "REDIS_START_URLS_DONT_FILTER", defaults.START_URLS_DONT_FILTER
-        )
-        self._poll_interval = settings.getfloat(
-            "REDIS_START_URLS_POLL_INTERVAL", defaults.START_URLS_POLL_INTERVAL
-        )
 
     # -- reading messages -------------------------------------------------------------
 
@@ -235,10 +152,9 @@ class RedisMixin:
         ``redis/start_messages/invalid`` and skipped; the rest of its batch is kept.
         """
         self._ack_start_messages()  # the previous batch has been consumed
-        key, messages, lease_ids = self._start_source.pop(self.redis_batch_size, self._leases)
-        self._unacked.extend(lease_ids)
+        key, messages = self._reader().pop(self.redis_batch_size)
         if messages:
-            self._idle_since = None
+            self._idle.busy()
         requests: list[Request] = []
         for data in messages:
             requests.extend(self._requests_from_message(key, data))
@@ -247,7 +163,7 @@ class RedisMixin:
     def _requests_from_message(self, key: str | None, data: bytes) -> list[Request]:
         self._inc("redis/start_messages/read")
         try:
-            requests = self._as_requests(self.make_request_from_data(data))
+            requests = as_requests(self.make_request_from_data(data))
         except Exception as exc:  # a bad message must never stop the spider
             self._inc("redis/start_messages/invalid")
             logger.warning(
@@ -256,7 +172,7 @@ class RedisMixin:
                 extra={"spider": self},
             )
             return []
-        self._filterable.update(request for request in requests if not request.dont_filter)
+        self._filtered.watch(requests)
         if not requests:
             logger.debug(
                 "Request not made from data: %(data)s",
@@ -265,20 +181,26 @@ class RedisMixin:
             )
         return requests
 
-    @staticmethod
-    def _as_requests(result: Any) -> list[Request]:
-        if result is None:
-            return []
-        items = [result] if isinstance(result, Request) else list(result)
-        for item in items:
-            if not isinstance(item, Request):
-                raise TypeError(f"make_request_from_data() returned {item!r}, not a Request")
-        return items
-
     def make_request_from_data(self, data: bytes) -> Request | Iterable[Request] | None:
         """The request for one start message (override to customise)."""
         fields = parse_message(bytes_to_str(data, self.redis_encoding or "utf-8"))
-        return request_from_message(fields, self, dont_filter=self._dont_filter)  # type: ignore[arg-type]
+        return request_from_message(fields, self, dont_filter=self._dont_filter())  # type: ignore[arg-type]
+
+    def _dont_filter(self) -> bool:
+        """REDIS_START_URLS_DONT_FILTER (read here too if our setup_redis() was not called)."""
+        if self._start_settings is not None:
+            return self._start_settings.dont_filter
+        return self.crawler.settings.getbool(
+            "REDIS_START_URLS_DONT_FILTER", defaults.START_URLS_DONT_FILTER
+        )
+
+    def _reader(self) -> StartMessageReader:
+        if self.redis_start_messages is None:
+            raise RuntimeError(
+                f"{type(self).__name__}.setup_redis() did not build the reader of start "
+                "messages: call RedisMixin.setup_redis() (or override next_requests() too)"
+            )
+        return self.redis_start_messages
 
     def schedule_next_requests(self) -> int:
         """Pop one batch and hand its requests to the engine; returns how many."""
@@ -290,31 +212,17 @@ class RedisMixin:
 
     def _ack_start_messages(self) -> None:
         """Release the leases of start messages whose requests are scheduled."""
-        if not self._unacked:
+        reader = self.redis_start_messages
+        if reader is None or not reader.unacked:
             return
         scheduler = shared_scheduler(self.crawler)
         if scheduler is not None and not scheduler.send_enqueued():
             return  # their requests wait in memory for Redis: keep the leases
-        if self._unacked:
-            self._leases.ack(self._unacked)
-            self._unacked = []
-        self._report_filtered()  # every request of the batch has met the filter now
+        reader.ack()
+        self._filtered.report()  # every request of the batch has met the filter now
 
     def _on_dropped(self, request: Request) -> None:
-        if request in self._filterable:
-            self._filterable.discard(request)
-            self._filtered += 1
-            self._inc("redis/start_requests/filtered")
-
-    def _report_filtered(self) -> None:
-        if self._filtered:
-            logger.info(
-                "Start requests filtered as duplicates of requests seen before: %(count)d "
-                "(see REDIS_START_URLS_DONT_FILTER)",
-                {"count": self._filtered},
-                extra={"spider": self},
-            )
-            self._filtered = 0
+        self._filtered.dropped(request)
 
     # -- idling -------------------------------------------------------------------------
 
@@ -323,15 +231,13 @@ class RedisMixin:
         if self.server is None:
             return
         if self._schedule_safely() or self._shared_work_pending():
-            self._idle_since = None
+            self._idle.busy()
             raise DontCloseSpider
         if outage_guard(self.crawler).down:  # the scheduler closes after REDIS_OUTAGE_TIMEOUT
             raise DontCloseSpider
-        now = time.monotonic()
-        if self._idle_since is None:
-            self._idle_since = now
+        if not self._idle.running:
             self.spider_idle_start_time = int(time.time())
-        if self.max_idle_time and now - self._idle_since >= self.max_idle_time:
+        if self._idle.expired(self.max_idle_time):
             return
         raise DontCloseSpider
 
@@ -357,65 +263,30 @@ class RedisMixin:
         return scheduler is not None and scheduler.shared_work_pending()
 
     def _on_activity(self) -> None:
-        self._idle_since = None
+        self._idle.busy()
+
+    # -- polling ------------------------------------------------------------------------
 
     def _start_polling(self) -> None:
-        self._heartbeat = task.LoopingCall(self._beat)
-        self._heartbeat.start(self._leases.timeout_ms / 3000, now=False)
-        if self._poll_interval > 0:
-            self._poller = task.LoopingCall(self._poll)
-            self._poller.start(self._poll_interval, now=False)
+        """spider_opened: start the lease heartbeat and, if enabled, the polling."""
+        reader, config = self._reader(), self._start_settings
+        assert config is not None  # set with the reader
+        self._poller = Poller()
+        self._poller.every(reader.heartbeat_interval, reader.beat)
+        if config.poll_interval > 0:
+            self._poller.every(config.poll_interval, self._poll)
 
     def _poll(self) -> None:
         if engine_accepts_requests(self.crawler):
             self._schedule_safely()
 
     def _stop_polling(self) -> None:
-        self._report_filtered()
-        for loop in (self._poller, self._heartbeat):
-            if loop is not None and loop.running:
-                loop.stop()
-        try:
-            self._leases.give_back([*self._leases.held])  # popped, never scheduled
-        except OUTAGE_ERRORS:
-            logger.error(
-                "Redis is unreachable: %(count)d start messages this worker popped go back "
-                "when their lease expires (SCHEDULER_WORKER_TIMEOUT)",
-                {"count": len(self._leases.held)},
-                extra={"spider": self},
-            )
-
-    def _beat(self) -> None:
-        """Renew the leases of messages being turned into requests; recover dead ones."""
-        guard = outage_guard(self.crawler)
-        if not guard.may_try():
-            return
-        try:
-            self._leases.renew()
-            recovery = self._leases.recover_expired()
-            if recovered := recovery.requeued:
-                logger.info(
-                    "Recovered %(count)d start messages leased by workers that stopped responding",
-                    {"count": recovered},
-                    extra={"spider": self},
-                )
-                self._inc("redis/start_messages/recovered", recovered)
-            if dead := recovery.dead_lettered:
-                logger.error(
-                    "Moved %(count)d start messages to %(key)s: each was leased "
-                    "%(max)d times by workers that stopped responding (SCHEDULER_MAX_DELIVERIES)",
-                    {
-                        "count": dead,
-                        "key": self._leases.dead_letters_key,
-                        "max": self._leases.max_deliveries,
-                    },
-                    extra={"spider": self},
-                )
-                self._inc("redis/start_messages/dead_lettered", dead)
-        except OUTAGE_ERRORS as exc:
-            guard.failed(exc)
-        except Exception:  # a missed heartbeat must not kill the loop
-            logger.warning("Start-message heartbeat failed", exc_info=True, extra={"spider": self})
+        """spider_closed: stop the loops and put back the messages never scheduled."""
+        self._filtered.report()
+        if self._poller is not None:
+            self._poller.stop()
+        if self.redis_start_messages is not None:
+            self.redis_start_messages.give_back()  # popped, never scheduled
 
     def _inc(self, key: str, count: int = 1) -> None:
         stats = getattr(self.crawler, "stats", None)

@@ -4,20 +4,14 @@ Updates are kept in the worker, merged per stat, for at most
 STATS_FLUSH_INTERVAL seconds, then written in one Lua script call (increments are
 sent as increments), so concurrent workers never lose increments, and a call sent
 again (a lost reply, see writes.py) is applied once; reads add what is not
-written yet. Values keep
-their type: integers and floats are stored as decimal text (``HINCRBY`` and
-``HINCRBYFLOAT`` work on them), datetimes as ISO-8601 text in UTC, strings as
-they are (unless they would read back as another type), and anything else
-(bool, None, lists, dicts) as ``json:<JSON>``.
+written yet. Values keep their type (see :mod:`scrapy_redis.stats_values`,
+whose ``encode_value``/``decode_value`` this module still provides).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import pprint
-import re
-from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from scrapy.statscollectors import StatsCollector
@@ -31,6 +25,7 @@ from scrapy_redis.logsafe import LIMIT, shorten
 from scrapy_redis.outage import OUTAGE_ERRORS, OutageGuard, outage_guard
 from scrapy_redis.scheduler_api import shared_scheduler
 from scrapy_redis.scripts import script
+from scrapy_redis.stats_values import Backlog, decode_value, encode_value
 from scrapy_redis.utils import bytes_to_str
 from scrapy_redis.writes import WriteIds, writes_ttl
 
@@ -39,97 +34,9 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from typing_extensions import Self
 
+__all__ = ["RedisStatsCollector", "decode_value", "encode_value"]
+
 logger = logging.getLogger(__name__)
-
-_JSON = "json:"
-_INT = re.compile(r"-?\d+")
-_DATETIME = re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(\.\d+)?([+-]\d{2}:\d{2})?")
-
-
-def encode_value(value: Any) -> str:
-    """The text stored for a stat value."""
-    if isinstance(value, bool) or value is None:
-        return _JSON + json.dumps(value)
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        return repr(value)
-    if isinstance(value, datetime):
-        if value.tzinfo is not None:
-            value = value.astimezone(timezone.utc)
-        return str(value.isoformat())
-    if isinstance(value, str):
-        plain = decode_value(value)
-        return value if type(plain) is str and plain == value else _JSON + json.dumps(value)
-    return _JSON + json.dumps(value, default=str)
-
-
-def decode_value(raw: Any) -> Any:
-    """The stat value stored as ``raw`` (bytes or str)."""
-    text = bytes_to_str(raw)
-    if _INT.fullmatch(text):
-        return int(text)
-    if text.startswith(_JSON):
-        try:
-            return json.loads(text[len(_JSON) :])
-        except ValueError:
-            return text
-    if _DATETIME.fullmatch(text):
-        return datetime.fromisoformat(text)
-    try:
-        return float(text)
-    except ValueError:
-        return text
-
-
-class _Backlog:
-    """Stat updates not written yet (buffered, or Redis unreachable), merged per stat."""
-
-    def __init__(self) -> None:
-        self.values: dict[str, Any] = {}
-        self.increments: dict[str, tuple[float, float]] = {}
-        self.bounds: dict[str, tuple[str, Any]] = {}
-
-    def __bool__(self) -> bool:
-        return bool(self.values or self.increments or self.bounds)
-
-    def set(self, key: str, value: Any) -> None:
-        self.values[key] = value
-        self.increments.pop(key, None)
-        self.bounds.pop(key, None)
-
-    def inc(self, key: str, count: float, start: float) -> None:
-        if isinstance(self.values.get(key), (int, float)):
-            self.values[key] += count
-            return
-        total, first = self.increments.get(key, (0, start))
-        self.increments[key] = (total + count, first)
-
-    def bound(self, key: str, value: Any, mode: str) -> None:
-        pick = max if mode == "max" else min
-        if key in self.values:
-            self.values[key] = _pick(pick, self.values[key], value)
-        elif key in self.bounds:
-            self.bounds[key] = (mode, _pick(pick, self.bounds[key][1], value))
-        else:
-            self.bounds[key] = (mode, value)
-
-    def applied_to(self, stats: dict[str, Any]) -> dict[str, Any]:
-        """``stats`` as they will be once the backlog is replayed."""
-        stats = {**stats, **self.values}
-        for key, (count, start) in self.increments.items():
-            stats[key] = stats.get(key, start) + count
-        for key, (mode, value) in self.bounds.items():
-            pick = max if mode == "max" else min
-            stats[key] = _pick(pick, stats[key], value) if key in stats else value
-        return stats
-
-
-def _pick(pick: Any, current: Any, value: Any) -> Any:
-    try:
-        return pick(current, value)
-    except TypeError:
-        return value
 
 
 class RedisStatsCollector(StatsCollector):
@@ -139,6 +46,9 @@ class RedisStatsCollector(StatsCollector):
     Redis scheduler is used, this was the last worker of the crawl. Updates are
     written every STATS_FLUSH_INTERVAL seconds (0: at once); while Redis is
     unreachable they are kept (merged) in memory and written when it is back.
+
+    ``clock`` is the ``IReactorTime`` the flush timer runs on (a ``task.Clock`` in
+    tests); by default, the installed reactor.
     """
 
     # Defaults for subclasses whose __init__ does not call ours (read from the crawler).
@@ -153,13 +63,16 @@ class RedisStatsCollector(StatsCollector):
             "STATS_FLUSH_INTERVAL", defaults.STATS_FLUSH_INTERVAL
         )
     )
+    clock: Any = None
     _flush_call: Any = None
     _guard = PerInstance[OutageGuard](lambda self: self._new_guard())
-    _backlog = PerInstance(lambda _: _Backlog())
-    _sending: tuple[int, _Backlog] | None = None
+    _backlog = PerInstance(lambda _: Backlog())
+    _sending: tuple[int, Backlog] | None = None
     _writes = PerInstance(lambda self: WriteIds(writes_ttl(self._crawler.settings)))
 
-    def __init__(self, crawler: Crawler, spider: Spider | None = None) -> None:
+    def __init__(
+        self, crawler: Crawler, spider: Spider | None = None, *, clock: Any = None
+    ) -> None:
         super().__init__(crawler)
         self._crawler = crawler  # set by Scrapy >= 2.14 too
         self.server = redis_from_settings(crawler.settings)  # the original's lookup
@@ -169,9 +82,10 @@ class RedisStatsCollector(StatsCollector):
         self.flush_interval = crawler.settings.getfloat(
             "STATS_FLUSH_INTERVAL", defaults.STATS_FLUSH_INTERVAL
         )
+        self.clock = clock
         self._flush_call: Any = None
         self._guard = self._new_guard()
-        self._backlog = _Backlog()
+        self._backlog = Backlog()
         # The batch being written (its write number) while Redis has not confirmed it.
         self._sending = None
         self._writes = WriteIds(writes_ttl(crawler.settings))
@@ -212,7 +126,7 @@ class RedisStatsCollector(StatsCollector):
         self._written()
 
     def set_stats(self, stats: dict[str, Any], spider: Spider | None = None) -> None:
-        self._backlog, self._sending = _Backlog(), None  # replaced, not written
+        self._backlog, self._sending = Backlog(), None  # replaced, not written
         pipe = self.server.pipeline(transaction=True)
         pipe.delete(self._get_key(spider))
         if stats:
@@ -249,8 +163,8 @@ class RedisStatsCollector(StatsCollector):
 
     def _schedule_flush(self) -> None:
         if self._flush_call is None or not self._flush_call.active():
-            reactor = installed_reactor()
-            self._flush_call = reactor.callLater(self.flush_interval, self._flush_due)
+            clock = installed_reactor() if self.clock is None else self.clock
+            self._flush_call = clock.callLater(self.flush_interval, self._flush_due)
 
     def _flush_due(self) -> None:
         self._flush_call = None
@@ -280,7 +194,7 @@ class RedisStatsCollector(StatsCollector):
                 if not backlog:
                     break
                 sending = self._sending = (self._writes.take(), backlog)
-                self._backlog = _Backlog()
+                self._backlog = Backlog()
             try:
                 self._store(*sending)
             except OUTAGE_ERRORS as exc:
@@ -289,7 +203,7 @@ class RedisStatsCollector(StatsCollector):
             sending = self._sending = None
         guard.succeeded()
 
-    def _store(self, write: int, backlog: _Backlog) -> None:
+    def _store(self, write: int, backlog: Backlog) -> None:
         """Write ``backlog`` in one script call, as write number ``write``."""
         name, writes = self._get_key(), self._writes
         args: list[Any] = [writes.ttl_ms, write]
@@ -308,7 +222,7 @@ class RedisStatsCollector(StatsCollector):
             )
 
     def clear_stats(self, spider: Spider | None = None) -> None:
-        self._backlog, self._sending = _Backlog(), None
+        self._backlog, self._sending = Backlog(), None
         self._guard.attempt(lambda: self.server.unlink(self._get_key(spider)), None)
 
     def open_spider(self, spider: Spider | None = None) -> None:
