@@ -26,8 +26,8 @@ from scrapy_redis.queue import (
     SpiderPriorityQueue,
     SpiderQueue,
     SpiderStack,
-    _new_flags,
 )
+from scrapy_redis.queue_base import new_flags
 from scrapy_redis.reqser import (
     _SAFE_URL,
     dict_to_request,
@@ -634,11 +634,11 @@ class TestDictToRequest(WithSpider):
 def test_push_script_replies_are_checked():
     """A reply of another length or alphabet (a client decoding it, a changed script)
     must not read as "all duplicates", which would drop every request silently."""
-    assert _new_flags(b"101", 3) == [True, False, True]
-    assert _new_flags("01", 2) == [False, True]  # a client that decoded it
+    assert new_flags(b"101", 3) == [True, False, True]
+    assert new_flags("01", 2) == [False, True]  # a client that decoded it
     for reply in (b"10", b"1x1", b"", [1, 0, 1]):
         with pytest.raises(ValueError, match="unexpected reply"):
-            _new_flags(reply, 3)
+            new_flags(reply, 3)
 
 
 # -- untrusted entries: callbacks and error lines ------------------------------------------

@@ -10,7 +10,8 @@ entry each): a msgpack array ``{op, key, key2, arg, entry...}``.
   (to the sorted set ``key`` with the score ``arg``) or ``sadd`` (to the set ``key``);
 * the entries follow in pop order; an entry whose work is done is ``false``.
 
-This module is the only Python code that reads the format.
+This module is the only Python code that reads the format (documented for users in
+docs/keys.rst, "Lease records").
 """
 
 from __future__ import annotations
