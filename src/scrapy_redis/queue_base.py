@@ -56,7 +56,14 @@ def raw_command(server: Any, *args: Any) -> Any:
 
 
 class Base:
-    """Common code of the queues: (de)serialization and the queue contract.
+    """Common code of the queues, and the two contracts they keep:
+
+    * the original's, for Scrapy and queue classes of their own: ``push()``, ``pop()``,
+      ``__len__()``, ``clear()``, with ``_encode_request()`` / ``_decode_request()``
+      (the codec, :mod:`scrapy_redis.codec`);
+    * the batches the scheduler sends and takes: :meth:`push_new` (with the
+      fingerprints), :meth:`pop_entries` (leased with a ticket, see
+      :mod:`scrapy_redis.leases`) and :meth:`restore_entries`, over :class:`Entry`.
 
     ``key`` is the final key name; a template still holding ``%(spider)s`` is
     formatted with the spider name.
