@@ -12,8 +12,8 @@ from scrapy import Request
 from w3lib.url import canonicalize_url
 
 from scrapy_redis import canonical
-from scrapy_redis.canonical import _fast, canonical_url
-from scrapy_redis.dupefilter import _fingerprint, request_fingerprint
+from scrapy_redis.canonical import canonical_url, fast_path
+from scrapy_redis.dupefilter import fingerprint_of, request_fingerprint
 
 # Pieces that keep a URL in the fast path, and near misses that take it out.
 SCHEMES = (["http", "https"], ["HTTP", "Https", "ftp", "ws", "file", "mailto", "foo"])
@@ -239,14 +239,14 @@ def corpus():
     rng = random.Random(20240611)
     urls = [random_url(rng) for _ in range(40000)]
     urls += [realistic_url(rng) for _ in range(5000)]
-    urls += OTHERS + list(canonical._PROBES)
+    urls += OTHERS + list(canonical.PROBES)
     return urls
 
 
 @pytest.fixture
 def fast_path_on():
-    assert canonical._self_check() is True
-    assert canonical._fast_path_on is True
+    assert canonical.self_check() is True
+    assert canonical.fast_path_on is True
 
 
 def test_canonical_url_is_canonicalize_url(fast_path_on):
@@ -255,7 +255,7 @@ def test_canonical_url_is_canonicalize_url(fast_path_on):
     for url in urls:
         expected = outcome(canonicalize_url, url)
         assert outcome(canonical_url, url) == expected, url
-        result = _fast(url)
+        result = fast_path(url)
         if result is None:
             rejected += 1
         else:
@@ -269,10 +269,10 @@ def test_canonical_url_is_canonicalize_url(fast_path_on):
 def test_realistic_urls_take_the_fast_path(fast_path_on):
     rng = random.Random(7)
     urls = [realistic_url(rng) for _ in range(2000)]
-    handled = [url for url in urls if _fast(url) is not None]
+    handled = [url for url in urls if fast_path(url) is not None]
     assert len(handled) == len(urls)
     for url in handled:
-        assert _fast(url) == canonicalize_url(url)
+        assert fast_path(url) == canonicalize_url(url)
 
 
 @pytest.mark.parametrize(
@@ -298,21 +298,21 @@ def test_realistic_urls_take_the_fast_path(fast_path_on):
     ],
 )
 def test_near_misses_leave_the_fast_path(fast_path_on, url):
-    assert _fast(url) is None
+    assert fast_path(url) is None
     assert outcome(canonical_url, url) == outcome(canonicalize_url, url)
 
 
 def test_query_pairs_sort_by_key_then_value(fast_path_on):
     # As (key, value) pairs, not as "key=value" strings, where "-" < "=".
     url = "http://example.com/?a-b=1&a=2&a=10&a"
-    assert _fast(url) == "http://example.com/?a=&a=10&a=2&a-b=1"
-    assert _fast(url) == canonicalize_url(url)
+    assert fast_path(url) == "http://example.com/?a=&a=10&a=2&a-b=1"
+    assert fast_path(url) == canonicalize_url(url)
 
 
 def test_self_check_runs_on_first_use(monkeypatch):
-    monkeypatch.setattr(canonical, "_fast_path_on", None)
+    monkeypatch.setattr(canonical, "fast_path_on", None)
     assert canonical_url("http://example.com?b=1&a=2") == "http://example.com/?a=2&b=1"
-    assert canonical._fast_path_on is True
+    assert canonical.fast_path_on is True
 
 
 def _fragment_keeping_reference(url):
@@ -321,12 +321,12 @@ def _fragment_keeping_reference(url):
 
 
 def test_disagreeing_reference_switches_the_fast_path_off(monkeypatch, caplog):
-    monkeypatch.setattr(canonical, "_reference", _fragment_keeping_reference)
-    monkeypatch.setattr(canonical, "_fast_path_on", None)
+    monkeypatch.setattr(canonical, "reference", _fragment_keeping_reference)
+    monkeypatch.setattr(canonical, "fast_path_on", None)
     with caplog.at_level(logging.DEBUG, logger="scrapy_redis.canonical"):
         url = "http://example.com/x?b=2&a=1#top"
         assert canonical_url(url) == "http://example.com/x?a=1&b=2#top"
-    assert canonical._fast_path_on is False
+    assert canonical.fast_path_on is False
     assert "fast path off" in caplog.text
     rng = random.Random(3)
     urls = [realistic_url(rng) for _ in range(300)]
@@ -336,16 +336,16 @@ def test_disagreeing_reference_switches_the_fast_path_off(monkeypatch, caplog):
 
 
 def test_any_probe_disagreeing_switches_the_fast_path_off(monkeypatch):
-    for probe in canonical._PROBES:
+    for probe in canonical.PROBES:
         expected = canonicalize_url(probe)
 
         def reference(url, probe=probe, expected=expected):
             return expected + "#" if url == probe else canonicalize_url(url)
 
-        monkeypatch.setattr(canonical, "_reference", reference)
-        assert canonical._self_check() is False, probe
+        monkeypatch.setattr(canonical, "reference", reference)
+        assert canonical.self_check() is False, probe
     monkeypatch.undo()
-    assert canonical._self_check() is True
+    assert canonical.self_check() is True
 
 
 def reference_fingerprint(method, url, body):
@@ -388,4 +388,4 @@ def test_request_fingerprints_unchanged(fast_path_on):
 )
 @pytest.mark.parametrize("body", [b"", b"x\x00"])
 def test_fingerprint_json_matches_json_dumps(method, url, body):
-    assert _fingerprint(method, url, body) == reference_fingerprint(method, url, body)
+    assert fingerprint_of(method, url, body) == reference_fingerprint(method, url, body)

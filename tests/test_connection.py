@@ -25,7 +25,7 @@ def test_defaults():
     params = connection.redis_params_from_settings(Settings())
     retry = params.pop("retry")
     assert params == {"socket_timeout": 10, "socket_connect_timeout": 5, "encoding": "utf-8"}
-    assert retry._retries == 1  # fail fast on the reactor thread; we back off ourselves
+    assert retry.get_retries() == 1  # fail fast on the reactor thread; we back off ourselves
 
 
 def test_shortcuts_override_params_and_zero_is_honoured():

@@ -16,6 +16,14 @@ from typing import Any
 
 import pytest
 import redis
+from redis.backoff import (
+    DecorrelatedJitterBackoff,
+    EqualJitterBackoff,
+    ExponentialBackoff,
+    ExponentialWithJitterBackoff,
+    FullJitterBackoff,
+    NoBackoff,
+)
 from redis.retry import Retry
 
 from scrapy_redis import connection, defaults
@@ -65,9 +73,28 @@ def python_text(value: Any) -> str:
         pairs = (f"{python_text(k)}: {python_text(v)}" for k, v in value.items())
         return "{" + ", ".join(pairs) + "}"
     if isinstance(value, Retry):  # its repr() is "<redis.retry.Retry object at 0x...>"
-        retries = value.get_retries() if hasattr(value, "get_retries") else value._retries
-        return f"Retry({type(value._backoff).__name__}(), {retries})"
+        return retry_text(value)
     return repr(value).replace("'", '"')
+
+
+BACKOFFS = (
+    NoBackoff,
+    ExponentialBackoff,
+    ExponentialWithJitterBackoff,
+    FullJitterBackoff,
+    EqualJitterBackoff,
+    DecorrelatedJitterBackoff,
+)
+
+
+def retry_text(retry: Retry) -> str:
+    """``retry`` as its constructor, found by equality (a Retry compares its backoff,
+    retries and errors): the docs show the backoff classes built without arguments."""
+    retries = retry.get_retries()
+    for backoff in BACKOFFS:
+        if retry == Retry(backoff(), retries):
+            return f"Retry({backoff.__name__}(), {retries})"
+    return repr(retry)
 
 
 def table_row(text: str, constant: str) -> str | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import multiprocessing
 import pickle
 import random
+import re
 import string
 import zlib
 
@@ -20,16 +21,17 @@ from helpers import make_spider
 from scrapy_redis import picklecompat
 from scrapy_redis.exceptions import ScrapyRedisDeprecationWarning, UndecodableRequestError
 from scrapy_redis.queue import (
+    Base,
     FifoQueue,
     LifoQueue,
     PriorityQueue,
     SpiderPriorityQueue,
     SpiderQueue,
     SpiderStack,
-    _new_flags,
 )
+from scrapy_redis.queue_base import new_flags
 from scrapy_redis.reqser import (
-    _SAFE_URL,
+    SAFE_URL,
     dict_to_request,
     owned_dict_to_request,
     request_to_dict,
@@ -333,16 +335,12 @@ def zlib_raw(data: bytes) -> bytes:
 
 
 def msgpack_serializer_plain(obj: dict) -> bytes:
-    """An entry as written before deflate was used: the tag and the msgpack map."""
-    from scrapy_redis.serializers import _CODE_OF, _DEFAULTS
-
-    def is_default(name, value):
-        return (
-            name in _DEFAULTS and type(value) is type(_DEFAULTS[name]) and value == _DEFAULTS[name]
-        )
-
-    packed = {_CODE_OF.get(k, k): v for k, v in obj.items() if not is_default(k, v)}
-    return b"\xc1" + msgpack.packb(packed, use_bin_type=True)
+    """An entry as written before deflate was used: the tag and the msgpack map (what
+    the serializer writes, inflated)."""
+    stored = msgpack_serializer.dumps(obj)
+    if stored.startswith(b"\xc1\xc1"):
+        return b"\xc1" + zlib.decompress(stored[2:], -15)
+    return stored
 
 
 def bad_deflated(kind: str) -> bytes:
@@ -614,7 +612,7 @@ class TestDictToRequest(WithSpider):
                     dict_to_request({"url": url}, spider)
                 continue
             assert dict_to_request({"url": url}, spider).url == expected, url
-            fast += _SAFE_URL.fullmatch(url) is not None
+            fast += SAFE_URL.fullmatch(url) is not None
         assert fast > 200  # the verbatim path was exercised
 
     def test_meta_that_is_not_a_dict_is_left_to_scrapy(self, spider):
@@ -634,11 +632,11 @@ class TestDictToRequest(WithSpider):
 def test_push_script_replies_are_checked():
     """A reply of another length or alphabet (a client decoding it, a changed script)
     must not read as "all duplicates", which would drop every request silently."""
-    assert _new_flags(b"101", 3) == [True, False, True]
-    assert _new_flags("01", 2) == [False, True]  # a client that decoded it
+    assert new_flags(b"101", 3) == [True, False, True]
+    assert new_flags("01", 2) == [False, True]  # a client that decoded it
     for reply in (b"10", b"1x1", b"", [1, 0, 1]):
         with pytest.raises(ValueError, match="unexpected reply"):
-            _new_flags(reply, 3)
+            new_flags(reply, 3)
 
 
 # -- untrusted entries: callbacks and error lines ------------------------------------------
@@ -709,3 +707,75 @@ def test_errors_about_huge_values_are_short(server, field):
         queue.pop()
     assert len(str(info.value)) < 1500, str(info.value)[:3000]
     assert "characters)" in str(info.value)
+
+
+# -- the parts queue.Base is made of -------------------------------------------------------
+
+
+def test_pop_reply_codes_are_those_the_script_documents():
+    """PopReply names the codes pop_priority.lua's header lists, one line each."""
+    from importlib import resources
+
+    from scrapy_redis.queue_priority import PopReply
+
+    header = resources.files("scrapy_redis.lua").joinpath("pop_priority.lua").read_text()
+    documented = {int(code) for code in re.findall(r"^--\s+(?:returns )?\{(\d)\b", header, re.M)}
+    assert documented == {member.value for member in PopReply}
+
+
+def test_lease_records_the_pop_scripts_write_are_read_back(server):
+    from scrapy_redis.leases import LeaseBook
+    from scrapy_redis.records import record_entries, record_keys, unpack_record
+
+    for queue in (FifoQueue(server, make_spider(), "l"), PriorityQueue(server, make_spider(), "p")):
+        for i in range(3):
+            queue.push(Request(f"https://example.com/{i}", priority=7))
+        ticket = LeaseBook(server, queue.key, "w", 60).ticket()
+        popped = queue.pop_entries(2, ticket=ticket)
+        raw = server.hget(f"{queue.key}:leases", ticket.id)
+        record = unpack_record(raw)
+        assert record.entries == [entry.data for entry in popped] == record_entries(raw)
+        if isinstance(queue, PriorityQueue):
+            assert (record.op, record.key, record.priority) == (b"prio", "p:prio:7", 7)
+            assert record_keys(raw) == record.keys == ["p:prio:7", "p"]
+        else:
+            assert (record.op, record.key, record.priority) == (b"rpush", "l", None)
+            assert record_keys(raw) == record.keys == ["l"]
+    assert record_entries(b"") == []
+
+
+def test_the_codec_round_trips_and_names_the_key_and_fix():
+    from scrapy_redis.codec import decode_request, encode_request, is_pickle
+
+    spider = make_spider()
+    request = Request("https://example.com/c", priority=3, meta={"k": b"v"})
+    encoded = encode_request(request, spider, msgpack_serializer)
+    decoded = decode_request(encoded, spider, msgpack_serializer, "k")
+    assert decoded.to_dict(spider=spider) == request.to_dict(spider=spider)
+    assert is_pickle(picklecompat) and not is_pickle(msgpack_serializer)
+    pickled = picklecompat.dumps(request.to_dict(spider=spider))
+    with pytest.raises(UndecodableRequestError, match=r"'the:key'.*picklecompat") as info:
+        decode_request(pickled, spider, msgpack_serializer, "the:key")
+    assert info.value.looks_like_pickle
+    decoded = decode_request(pickled, spider, picklecompat, "the:key")
+    assert decoded.url == request.url
+
+
+class OriginalContractQueue(Base):
+    """A queue class written for the original: its own push/pop over our codec."""
+
+    def push(self, request):
+        self.server.lpush(self.key, self._encode_request(request))
+
+    def pop(self, timeout=0):
+        data = self.server.rpop(self.key)
+        return self._decode_request(data) if data else None
+
+
+def test_base_encodes_and_decodes_through_the_codec(server):
+    queue = OriginalContractQueue(server, make_spider(), "q")
+    queue.push(Request("https://example.com/b"))
+    assert queue.pop().url == "https://example.com/b"
+    server.lpush("q", pickle.dumps({"url": "https://example.com/p"}, protocol=4))
+    with pytest.raises(UndecodableRequestError, match=r"'q'.*picklecompat"):
+        queue.pop()

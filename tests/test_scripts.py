@@ -18,7 +18,7 @@ SCRIPTS = sorted(
 
 @pytest.mark.parametrize("name", SCRIPTS)
 def test_every_script_is_expanded_with_each_helper_once(name):
-    source = scripts._source(name)
+    source = scripts.source(name)
     assert "--#include" not in source
     defined = re.findall(r"^local function (\w+)", source, re.MULTILINE)
     assert len(defined) == len(set(defined)), defined
@@ -26,15 +26,14 @@ def test_every_script_is_expanded_with_each_helper_once(name):
 
 @pytest.mark.parametrize("name", SCRIPTS)
 def test_every_script_loads_on_the_server(server, name):
-    assert server.script_load(scripts._source(name)) == scripts.script(name).sha
+    assert server.script_load(scripts.source(name)) == scripts.script(name).sha
 
 
-def test_includes_are_expanded_once_even_in_cycles(monkeypatch):
+def test_includes_are_expanded_once_even_in_cycles():
     files = {
         "main.lua": "--#include _a.lua\n--#include _b.lua\nmain",
         "_a.lua": "--#include _b.lua\na",
         "_b.lua": "--#include _a.lua\nb",
     }
-    monkeypatch.setattr(scripts, "_read", files.__getitem__)
-    lines = scripts._source("main").splitlines()
+    lines = scripts.source("main", read=files.__getitem__).splitlines()
     assert [line for line in lines if not line.startswith("--")] == ["b", "a", "main"]

@@ -17,9 +17,11 @@ whose canonical form is known exactly, and hands everything else to w3lib:
   ``k`` becomes ``k=``, and the pairs are sorted by decoded key then value;
 * any printable ASCII fragment, which is dropped.
 
-On first use a self-check compares the fast path with w3lib on probe URLs that
-exercise each of these rules; if any differs (another w3lib version), the fast
-path is switched off for the process and every URL goes to w3lib.
+On first use a self-check (:func:`self_check`) compares the fast path with the
+reference, w3lib, on probe URLs (:data:`PROBES`) that exercise each of these
+rules; if any differs (another w3lib version), the fast path is switched off for
+the process and every URL goes to w3lib. :data:`reference` and
+:data:`fast_path_on` are the hooks to test that with.
 """
 
 from __future__ import annotations
@@ -33,8 +35,9 @@ from w3lib.url import canonicalize_url
 
 logger = logging.getLogger(__name__)
 
-# The reference the fast path must agree with (replaced in tests).
-_reference = canonicalize_url
+#: The reference the fast path must agree with, and what canonicalizes the URLs out of
+#: its class: w3lib's ``canonicalize_url`` (a hook: tests replace it).
+reference = canonicalize_url
 
 _UNRESERVED = string.ascii_letters + string.digits + "-._~"
 # Characters w3lib leaves as they are in a path (besides "%" escapes); ";"
@@ -68,22 +71,24 @@ _URL_RE = re.compile(
     r"(?:#[\x21-\x7e]*)?"  # fragment, dropped
 )
 
-_fast_path_on: bool | None = None  # None until the self-check has run
+#: Whether :func:`canonical_url` takes the fast path: None until :func:`self_check`
+#: has run (on first use; set it back to None to run it again), then its result.
+fast_path_on: bool | None = None
 
 
 def canonical_url(url: str) -> str:
     """Exactly ``w3lib.url.canonicalize_url(url)``, faster for common URLs."""
-    on = _fast_path_on
+    on = fast_path_on
     if on is None:
-        on = _self_check()
+        on = self_check()
     if on:
-        fast = _fast(url)
+        fast = fast_path(url)
         if fast is not None:
             return fast
-    return _reference(url)
+    return reference(url)
 
 
-def _fast(url: str) -> str | None:
+def fast_path(url: str) -> str | None:
     """The canonical form of ``url`` if it is in the fast-path class, else None."""
     match = _URL_RE.fullmatch(url)
     if match is None:
@@ -159,8 +164,9 @@ def _decoded_pair(pair: tuple[str, str, str]) -> tuple[bytes, bytes]:
     return unquote_to_bytes(key.replace("+", " ")), unquote_to_bytes(value.replace("+", " "))
 
 
-# Each probe exercises a rule of the fast path; all must be in its class.
-_PROBES = (
+#: The URLs :func:`self_check` tries: each exercises a rule of the fast path; all must
+#: be in its class.
+PROBES = (
     "http://example.com",
     "http://example.com:80/?#",
     "http://example.com?a",
@@ -173,12 +179,13 @@ _PROBES = (
 )
 
 
-def _self_check() -> bool:
-    """Compare the fast path with the reference on the probes; keep it on if all agree."""
-    global _fast_path_on
-    for probe in _PROBES:
-        fast = _fast(probe)
-        expected = _reference(probe)
+def self_check() -> bool:
+    """Compare the fast path with the reference on the probes; keep it on (set
+    :data:`fast_path_on`) if all agree."""
+    global fast_path_on
+    for probe in PROBES:
+        fast = fast_path(probe)
+        expected = reference(probe)
         if fast != expected:
             logger.debug(
                 "canonical_url fast path off: %r gives %r, the reference %r",
@@ -186,7 +193,7 @@ def _self_check() -> bool:
                 fast,
                 expected,
             )
-            _fast_path_on = False
+            fast_path_on = False
             return False
-    _fast_path_on = True
+    fast_path_on = True
     return True

@@ -18,14 +18,13 @@ them and put them back::
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
-import msgpack  # type: ignore[import-untyped]
 from redis.client import NEVER_DECODE
 from redis.exceptions import ResponseError
 
 from scrapy_redis.keys import dead_letters_key
-from scrapy_redis.leases import record_keys
+from scrapy_redis.records import record_keys, unpack_record
 from scrapy_redis.scripts import script
 from scrapy_redis.serializers import Serializer, msgpack_serializer
 
@@ -81,6 +80,6 @@ def requeue_dead_letters(server: Any, queue_key: str, count: int | None = None) 
 
 
 def _letter(raw: bytes) -> DeadLetter:
-    op, key, _, arg, data = msgpack.unpackb(raw, raw=True)
-    priority = int(arg) if op == b"prio" else None
-    return DeadLetter(data, key.decode(), priority)
+    record = unpack_record(raw)
+    (data,) = record.entries  # one entry per dead letter
+    return DeadLetter(cast(bytes, data), record.key, record.priority)

@@ -42,10 +42,11 @@ def request_fingerprint(request: Request) -> str:
     """The original scrapy-redis (>= 0.8) fingerprint: SHA1 of a JSON of method, URL and body."""
     if not request.body:  # the usual case; the same links recur from page to page
         return _bodiless_fingerprint(to_unicode(request.method), request.url)
-    return _fingerprint(to_unicode(request.method), request.url, request.body)
+    return fingerprint_of(to_unicode(request.method), request.url, request.body)
 
 
-def _fingerprint(method: str, url: str, body: bytes) -> str:
+def fingerprint_of(method: str, url: str, body: bytes) -> str:
+    """:func:`request_fingerprint` of a request's method, URL and body, as they are."""
     url = canonical_url(url)
     if _json_verbatim(method) and _json_verbatim(url):
         # What json.dumps(data, sort_keys=True) writes when no string needs escaping.
@@ -63,7 +64,7 @@ def _json_verbatim(text: str) -> bool:
 
 @lru_cache(maxsize=4096)
 def _bodiless_fingerprint(method: str, url: str) -> str:
-    return _fingerprint(method, url, b"")
+    return fingerprint_of(method, url, b"")
 
 
 def configured_fingerprinter(crawler: Crawler) -> RequestFingerprinterProtocol | None:

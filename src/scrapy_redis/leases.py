@@ -26,11 +26,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-import msgpack  # type: ignore[import-untyped]
 from redis.client import NEVER_DECODE
 
 from scrapy_redis import defaults
 from scrapy_redis.keys import dead_letters_key, deliveries_key, lease_deadlines_key, leases_key
+from scrapy_redis.records import record_keys
 from scrapy_redis.scripts import script
 
 # How many expired leases one recovery pass puts back at most.
@@ -73,13 +73,35 @@ class Ticket:
         return [f"{self.prefix}{self.first + n}" for n in range(count)]
 
 
+#: What the scripts take to release (or put back) entries, per lease: its id, then
+#: ``[0]`` for all it still holds, or the count and the positions (1 = the first).
+#: Both lease models come down to it: whole leases by id (start messages, see
+#: _whole()) and entries of batch leases by position (the scheduler, see _parts()).
+Groups = list[tuple[str, list[int]]]
+
+
+def _whole(ids: Iterable[str]) -> Groups:
+    """Groups releasing the leases ``ids`` whole."""
+    return [(lease_id, [0]) for lease_id in ids]
+
+
+def _parts(releases: Releases) -> Groups:
+    """Groups releasing these entries of batch leases (whole when all it still holds)."""
+    return [(lease.id, _positions_arg(lease, positions)) for lease, positions in releases]
+
+
+def _flat(groups: Groups) -> list[str | int]:
+    """Groups as script arguments."""
+    args: list[str | int] = []
+    for lease_id, positions in groups:
+        args += [lease_id, *positions]
+    return args
+
+
 def release_args(releases: Releases) -> list[str | int]:
     """What the scripts take to release (or put back) entries: per lease its id, then 0
     for all it still holds, or the count and positions of the entries."""
-    args: list[str | int] = []
-    for lease, positions in releases:
-        args += [lease.id, *_positions_arg(lease, positions)]
-    return args
+    return _flat(_parts(releases))
 
 
 def _positions_arg(lease: Lease, positions: Sequence[int]) -> list[int]:
@@ -95,15 +117,6 @@ class Recovery(NamedTuple):
     requeued: int
     #: Entries moved to the dead letters (delivered SCHEDULER_MAX_DELIVERIES times).
     dead_lettered: int
-
-
-def record_keys(raw: bytes) -> list[str]:
-    """The keys a lease record names (where its entries go back to)."""
-    op, key, key2 = msgpack.unpackb(raw, raw=True)[:3]
-    keys = [key.decode()]
-    if op == b"prio":
-        keys.append(key2.decode())
-    return keys
 
 
 def _seq(lease_id: str) -> int:
@@ -160,28 +173,46 @@ class LeaseBook:
         self._next += count
         return ticket
 
+    # Two lease models share what follows: start messages are leased one per id and
+    # released whole (ticket(count), taken, ack, give_back); the scheduler's batches are
+    # leased under one id and released entry by entry (ticket(releases=...), taken_batch,
+    # release, give_back_entries, set_aside). Both release through the pop that takes
+    # more (the ticket's releases) or through one script call of Groups.
+
     def taken(self, ticket: Ticket, count: int) -> list[str]:
         """Record that the pop of ``ticket`` ran and leased ``count`` entries, one lease
         each; their ids."""
-        self._released(ticket.releases)
-        ids = ticket.ids(count)
-        self.held.update(ids)
-        return ids
+        return self._took(ticket, ticket.ids(count))
 
     def taken_batch(self, ticket: Ticket, count: int) -> Lease | None:
         """Record that the pop of ``ticket`` ran and leased ``count`` entries under its
         id; their lease (None if it popped nothing)."""
+        self._took(ticket, [ticket.id] if count else [])
+        return Lease(ticket.id, count) if count else None
+
+    def _took(self, ticket: Ticket, ids: list[str]) -> list[str]:
+        """The pop of ``ticket`` released its releases and leased under ``ids``."""
         self._released(ticket.releases)
-        if not count:
-            return None
-        self.held.add(ticket.id)
-        return Lease(ticket.id, count)
+        self.held.update(ids)
+        return ids
 
     def release(self, releases: Releases) -> None:
         """Release entries whose work is done."""
-        if args := release_args(releases):
-            script("lease_ack")(self.server, [*self.keys, self.deliveries_key], args)
+        if self._ack(_parts(releases)):
             self._released(releases)
+
+    def ack(self, ids: Iterable[str]) -> None:
+        """Release whole leases whose work is done."""
+        ids = list(ids)
+        if self._ack(_whole(ids)):
+            self.held.difference_update(ids)
+
+    def _ack(self, groups: Groups) -> bool:
+        """Release ``groups`` (their work is done); whether there were any."""
+        if not groups:
+            return False
+        script("lease_ack")(self.server, [*self.keys, self.deliveries_key], _flat(groups))
+        return True
 
     def set_aside(self, releases: Releases, key: str) -> int:
         """Move these entries to the list ``key`` and release them, in one script call;
@@ -193,12 +224,6 @@ class LeaseBook:
         moved = int(script("lease_set_aside")(self.server, keys, args))
         self._released(releases)
         return moved
-
-    def ack(self, ids: Iterable[str]) -> None:
-        """Release whole leases whose work is done."""
-        if args := [arg for lease_id in ids for arg in (lease_id, 0)]:
-            script("lease_ack")(self.server, [*self.keys, self.deliveries_key], args)
-            self.held.difference_update(args[::2])
 
     def _released(self, releases: Releases) -> None:
         for lease, positions in releases:
@@ -223,22 +248,21 @@ class LeaseBook:
     def give_back(self, ids: Iterable[str]) -> int:
         """Put back at once every entry the leases ``ids`` still hold (graceful stop)."""
         ids = list(ids)
-        returned = self._give_back({lease_id: [0] for lease_id in ids})
+        returned = self._give_back(_whole(ids))
         self.held.difference_update(ids)
         return returned
 
     def give_back_entries(self, releases: Releases) -> int:
         """Put back at once these entries of held leases (graceful stop)."""
-        returned = self._give_back(
-            {lease.id: _positions_arg(lease, positions) for lease, positions in releases}
-        )
+        returned = self._give_back(_parts(releases))
         self._released(releases)
         return returned
 
-    def _give_back(self, positions_of: dict[str, list[int]]) -> int:
-        """Put back, per lease id, the entries ``_positions_arg()`` names."""
-        if not positions_of:
+    def _give_back(self, groups: Groups) -> int:
+        """Put back the entries ``groups`` name, of the leases that still exist."""
+        if not groups:
             return 0
+        positions_of = dict(groups)
         ids = sorted(positions_of, key=_seq, reverse=True)
         records = self.server.execute_command(
             "HMGET", self.leases_key, *ids, **{NEVER_DECODE: True}

@@ -68,11 +68,11 @@ def _method_name(spider: Spider | None, func: Any) -> str | None:
 
 
 _VERBATIM = "verbatim_url"
-# URLs that safe_url_string() returns unchanged: lowercase http(s), a plain lowercase host,
-# a port below 10000 without a leading zero, a path, a non-empty query, of printable ASCII
-# characters it keeps as they are (checked against w3lib on generated URLs in the tests).
 _SAFE_CHARS = r"A-Za-z0-9!$%&()*+,\-./:;=@_~"
-_SAFE_URL = re.compile(
+#: URLs that safe_url_string() returns unchanged: lowercase http(s), a plain lowercase host,
+#: a port below 10000 without a leading zero, a path, a non-empty query, of printable ASCII
+#: characters it keeps as they are (checked against w3lib on generated URLs in the tests).
+SAFE_URL = re.compile(
     rf"https?://[a-z0-9.-]+(?::[1-9][0-9]{{0,3}})?/[{_SAFE_CHARS}]*(?:\?[{_SAFE_CHARS}?]+)?"
 )
 
@@ -111,7 +111,7 @@ def owned_dict_to_request(data: Any, spider: Spider | None) -> Request:
             kwargs["errback"] = spider_method(spider, errback)
     meta = kwargs.get("meta")
     own_meta = not meta or (type(meta) is dict and _VERBATIM not in meta)
-    verbatim = own_meta and _SAFE_URL.fullmatch(url) is not None
+    verbatim = own_meta and SAFE_URL.fullmatch(url) is not None
     if verbatim:
         if meta:
             meta[_VERBATIM] = True  # the request takes a copy

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Callable
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -23,27 +24,30 @@ from redis.exceptions import NoScriptError
 _INCLUDE = re.compile(r"^--#include (_\w+\.lua)$", re.MULTILINE)
 
 
-def _read(filename: str) -> str:
+def read_lua(filename: str) -> str:
+    """The text of the file ``filename`` of the ``scrapy_redis.lua`` package data."""
     return resources.files("scrapy_redis.lua").joinpath(filename).read_text()
 
 
-def _expand(text: str, included: set[str]) -> str:
-    """``text`` with its include lines replaced by the files they name, expanded too;
-    a file already in ``included`` (included earlier, or including itself) is left out."""
+def _expand(text: str, included: set[str], read: Callable[[str], str]) -> str:
+    """``text`` with its include lines replaced by the files they name (read with
+    ``read``), expanded too; a file already in ``included`` (included earlier, or
+    including itself) is left out."""
 
     def include(match: re.Match[str]) -> str:
         filename = match.group(1)
         if filename in included:
             return f"-- {filename}: included above"
         included.add(filename)
-        return _expand(_read(filename), included)
+        return _expand(read(filename), included, read)
 
     return _INCLUDE.sub(include, text)
 
 
-def _source(name: str) -> str:
-    """The text of ``lua/<name>.lua``, its includes expanded (each file once)."""
-    return _expand(_read(f"{name}.lua"), set())
+def source(name: str, read: Callable[[str], str] = read_lua) -> str:
+    """The text of ``lua/<name>.lua``, its includes expanded (each file once): what is
+    sent to Redis. ``read`` (filename -> text) reads the files: :func:`read_lua`."""
+    return _expand(read(f"{name}.lua"), set(), read)
 
 
 class LuaScript:
@@ -51,7 +55,7 @@ class LuaScript:
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self.source = _source(name)
+        self.source = source(name)
         self.sha = hashlib.sha1(self.source.encode()).hexdigest()
 
     def __call__(self, client: Any, keys: list[str], args: list[Any]) -> Any:

@@ -2,6 +2,7 @@
 -- A lease record is the msgpack array {op, key, key2, arg, entry, entry...}: where its
 -- entries go back to, then the entries one pop leased under one id, in pop order. An
 -- entry whose work is done is replaced by false; the lease is deleted when none is left.
+-- Python reads records with scrapy_redis.records only.
 
 --#include _chunks.lua
 

@@ -11,7 +11,8 @@
 -- ARGV[3], ARGV[4] = (to lease) timeout in ms, the id to lease the popped entries under
 -- ARGV[5..n] = (to lease) this worker's leases whose work is done, released first: groups
 --              of (lease id, n, n positions), n = 0 for the whole lease
--- returns {0} when the queue is empty;
+-- returns (the first element is a code, named by scrapy_redis.queue_priority.PopReply)
+--         {0} when the queue is empty;
 --         {1, priority, record} after popping from KEYS[2]: the record
 --         {op, key, key2, arg, entry...} packed, its entries the popped ones in pop order
 --         (the list may have been emptied by another worker: then no record follows);

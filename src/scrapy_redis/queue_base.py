@@ -1,0 +1,234 @@
+"""What every request queue is: :class:`Base`, the entries it stores and the push scripts'
+arguments and replies. The queues themselves are in :mod:`scrapy_redis.queue`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import msgpack  # type: ignore[import-untyped]
+from redis.client import NEVER_DECODE
+from redis.cluster import RedisCluster
+from redis.crc import key_slot
+
+from scrapy_redis import defaults
+from scrapy_redis._compat import PerInstance
+from scrapy_redis.codec import decode_request, encode_request
+from scrapy_redis.exceptions import UndecodableRequestError
+from scrapy_redis.keys import format_key, invalid_entries_key, needs_formatting
+from scrapy_redis.leases import Ticket
+from scrapy_redis.serializers import Serializer, resolve_serializer
+from scrapy_redis.writes import WriteIds
+
+if TYPE_CHECKING:
+    from scrapy import Request, Spider
+
+#: Lua's unpack() is limited to a few thousand values: larger pushes are split.
+PUSH_CHUNK = 1000
+
+
+# Entries and candidates are made once per request: not frozen, which costs three times
+# as much to build. Neither is changed once made (hashed by value, as when frozen).
+@dataclass(slots=True, unsafe_hash=True)
+class Entry:
+    """A serialized request as stored in Redis, with what is needed to put it back."""
+
+    data: bytes
+    priority: int = 0
+    #: The sorted-set score of an entry written by the original PriorityQueue.
+    legacy_score: bytes | None = None
+
+
+@dataclass(slots=True, unsafe_hash=True)
+class Candidate:
+    """A request offered to :meth:`Base.push_new`."""
+
+    #: Its fingerprint; None for a ``dont_filter`` request (neither checked nor recorded).
+    fingerprint: str | None
+    #: What to store; None to record the fingerprint only (the caller keeps the request).
+    entry: Entry | None
+
+
+def raw_command(server: Any, *args: Any) -> Any:
+    """``server.execute_command(*args)``, its reply never decoded (binary entries)."""
+    return server.execute_command(*args, **{NEVER_DECODE: True})
+
+
+class Base:
+    """Common code of the queues, and the two contracts they keep:
+
+    * the original's, for Scrapy and queue classes of their own: ``push()``, ``pop()``,
+      ``__len__()``, ``clear()``, with ``_encode_request()`` / ``_decode_request()``
+      (the codec, :mod:`scrapy_redis.codec`);
+    * the batches the scheduler sends and takes: :meth:`push_new` (with the
+      fingerprints), :meth:`pop_entries` (leased with a ticket, see
+      :mod:`scrapy_redis.leases`) and :meth:`restore_entries`, over :class:`Entry`.
+
+    ``key`` is the final key name; a template still holding ``%(spider)s`` is
+    formatted with the spider name.
+    """
+
+    #: Numbers this queue's pushes, so that a push sent again is applied once (writes.py);
+    #: a class-level default for subclasses whose __init__ does not call ours.
+    writes = PerInstance(lambda _: WriteIds())
+    #: Whether the scheduler pops it through :meth:`pop_entries` with leases (a worker
+    #: that dies loses nothing); otherwise through :meth:`pop`, without leases.
+    #: A subclass may declare it; if it does not, it is True when the class implements
+    #: ``pop_entries()`` and keeps our ``pop()`` (a queue of its own written for the
+    #: original, implementing ``pop()``, is popped with it).
+    uses_leases: ClassVar[bool] = False
+    #: Whether the scheduler may push through :meth:`push_new` (one script call per batch
+    #: that also checks the fingerprints); declared, or True unless ``push()`` is overridden.
+    uses_push_script: ClassVar[bool] = True
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "uses_leases" not in cls.__dict__:
+            cls.uses_leases = cls.pop is Base.pop and cls.pop_entries is not Base.pop_entries
+        if "uses_push_script" not in cls.__dict__:
+            cls.uses_push_script = cls.push is Base.push
+
+    def __init__(
+        self, server: Any, spider: Spider, key: str, serializer: Serializer | Any = None
+    ) -> None:
+        self.server = server
+        self.spider = spider
+        self.key = format_key(key, spider.name) if needs_formatting(key) else key
+        self.serializer = resolve_serializer(
+            defaults.SCHEDULER_SERIALIZER if serializer is None else serializer
+        )
+        self.writes = WriteIds()
+
+    def _encode_request(self, request: Request) -> bytes:
+        """The bytes stored for ``request``; UnserializableRequestError with the reason
+        (see :mod:`scrapy_redis.codec`)."""
+        return encode_request(request, self.spider, self.serializer)
+
+    def _decode_request(self, encoded: bytes) -> Request:
+        """The request stored as ``encoded``; UndecodableRequestError with the fix
+        (see :mod:`scrapy_redis.codec`)."""
+        return decode_request(encoded, self.spider, self.serializer, self.key)
+
+    def __len__(self) -> int:
+        raise NotImplementedError
+
+    def push(self, request: Request) -> None:
+        """Add ``request``; UnserializableRequestError if it cannot be stored."""
+        self.push_entries([self.encode(request)])
+
+    def encode(self, request: Request) -> Entry:
+        """The entry stored for ``request``, or UnserializableRequestError (nothing is sent)."""
+        return Entry(self._encode_request(request), request.priority)
+
+    def pop(self, timeout: int = 0) -> Request | None:
+        """Take the next request, or ``None``.
+
+        A ``timeout`` > 0 blocks (``BRPOP``/``BLPOP``) that many seconds on the list
+        queues: never do that on Twisted's reactor thread (the scheduler does not).
+        """
+        for entry in self.pop_entries(1, timeout):
+            return self.decode_entry(entry)
+        return None
+
+    def decode(self, entry: Entry) -> Request:
+        """The request of ``entry``, or UndecodableRequestError (nothing else happens)."""
+        return self._decode_request(entry.data)
+
+    def decode_entry(self, entry: Entry) -> Request:
+        """The request of ``entry``, or UndecodableRequestError.
+
+        An entry that looks like pickle (wrong SCHEDULER_SERIALIZER) is put back
+        where it was; any other undecodable entry is moved to ``<key>:invalid``.
+        Neither is deleted.
+        """
+        try:
+            return self.decode(entry)
+        except UndecodableRequestError as exc:
+            if exc.looks_like_pickle:
+                self.restore_entries([entry])
+            else:
+                self.server.rpush(invalid_entries_key(self.key), entry.data)
+            raise
+
+    def is_empty(self) -> bool:
+        return not self.server.exists(self.key)
+
+    def clear(self) -> None:
+        """Delete every request of the queue (``UNLINK``: the server frees memory lazily)."""
+        self.server.unlink(*self.flush_keys())
+
+    def flush_keys(self) -> list[str]:
+        """The keys holding the queue's requests."""
+        return [self.key]
+
+    def push_entries(self, entries: Sequence[Entry]) -> None:
+        raise NotImplementedError
+
+    def push_new(
+        self,
+        candidates: Sequence[Candidate],
+        seen_key: str,
+        news: str = "",
+        write: int | None = None,
+    ) -> list[bool]:
+        """Record the fingerprints in the set ``seen_key`` and push the new requests.
+
+        Returns, per candidate, whether it was new (a duplicate is not pushed).
+        The script path publishes on the channel ``news`` (if given) when it
+        pushed requests, which wakes idle workers at once.
+        Our queues do it atomically in one script call when the set and the queue
+        may be used by one script (always, except on a Redis Cluster without a
+        shared hash tag), numbered ``write`` (default: the next of ``self.writes``):
+        a call sent again with the same number, the same candidates, is answered
+        what the first was, and writes nothing. Otherwise this one pipeline of
+        ``SADD`` then one push: a worker dying in between loses the batch's new
+        requests, and a pipeline redis-py sends again finds them all duplicates.
+        """
+        checked = [c for c in candidates if c.fingerprint is not None]
+        added: list[int] = []
+        if checked:
+            pipe = self.server.pipeline(transaction=False)
+            for candidate in checked:
+                pipe.sadd(seen_key, candidate.fingerprint)
+            added = pipe.execute()
+        replies = iter(added)
+        new = [c.fingerprint is None or next(replies) == 1 for c in candidates]
+        entries = [c.entry for c, is_new in zip(candidates, new, strict=True) if is_new]
+        self.push_entries([entry for entry in entries if entry is not None])
+        return new
+
+    def _scripts_may_use(self, *keys: str) -> bool:
+        """Whether one script may touch ``keys`` (on a Redis Cluster: one hash slot)."""
+        if not isinstance(self.server, RedisCluster):
+            return True
+        return len({key_slot(key.encode()) for key in keys}) == 1
+
+    def pop_entries(
+        self, count: int, timeout: int = 0, ticket: Ticket | None = None
+    ) -> list[Entry]:
+        """Take up to ``count`` entries; with a ``ticket``, lease them (see leases.py)."""
+        raise NotImplementedError
+
+    def restore_entries(self, entries: Sequence[Entry]) -> None:
+        """Put popped ``entries`` (in pop order) back at the head of the queue."""
+        raise NotImplementedError
+
+
+def batch_arg(values: list[Any]) -> bytes:
+    """A push script's batch as one argument: a msgpack array (str and bytes as msgpack
+    strings, which Lua's cmsgpack reads as its strings). One argument for redis-py to
+    send and one C call to unpack cost less than an argument per value."""
+    packed: bytes = msgpack.packb(values, use_bin_type=False)
+    return packed
+
+
+def new_flags(reply: bytes | str, count: int) -> list[bool]:
+    """A push script's reply, one character per request ("1" new, "0" duplicate)."""
+    flags = reply.encode() if isinstance(reply, str) else reply
+    if not isinstance(flags, bytes) or len(flags) != count or flags.strip(b"01"):
+        raise ValueError(f"unexpected reply from a push script for {count} requests: {reply!r}")
+    return [flag == _NEW for flag in flags]
+
+
+_NEW = ord("1")
