@@ -47,6 +47,10 @@ def _deprecated_alias(name: str, cls: type[Base]) -> type[Base]:
     return type(name, (cls,), {"__init__": __init__, "__doc__": f"Deprecated: {cls.__name__}."})
 
 
+# Named where they are imported from, as before the split (reprs, pickles, docs).
+for _cls in (Base, Candidate, Entry, FifoQueue, LifoQueue, PriorityQueue):
+    _cls.__module__ = __name__
+
 SpiderQueue = _deprecated_alias("SpiderQueue", FifoQueue)
 SpiderStack = _deprecated_alias("SpiderStack", LifoQueue)
 SpiderPriorityQueue = _deprecated_alias("SpiderPriorityQueue", PriorityQueue)
