@@ -75,6 +75,22 @@ def test_a_worker_whose_open_failed_never_deletes_shared_data(settings_dict, ser
     assert server.lrange("demo:requests:prio:0", 0, -1) == [b"entry"]
 
 
+def test_a_worker_stopped_by_a_key_of_another_type_at_open_closes_quietly(
+    settings_dict, server
+):
+    # The check of the key types runs before this worker joins the registry: it has
+    # nothing to leave at close (and its registry key may be the wrong one).
+    server.set("demo:requests:workers", "written by hand")
+    crawler = get_crawler(DemoSpider, settings_dict)
+    spider = crawler.spidercls.from_crawler(crawler)
+    scheduler = build_from_crawler(Scheduler, crawler)
+    with pytest.raises(WrongKeyTypeError):
+        scheduler.open(spider)
+    scheduler.close("shutdown")  # what Scrapy's engine does next: no error
+    assert scheduler.cleared_shared_data is None
+    assert server.get("demo:requests:workers") == b"written by hand"
+
+
 @pytest.fixture
 def own_server():
     server = RedisServer().start()

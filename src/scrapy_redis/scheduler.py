@@ -314,7 +314,9 @@ class Scheduler:
     def _leave(self, keep: bool) -> None:
         membership = self._parts.membership
         if membership is not None:
-            self.cleared_shared_data = membership.leave(None if keep else self._parts.shared_keys())
+            if membership.joined:  # (not if open() failed before it joined)
+                keys = None if keep else self._parts.shared_keys()
+                self.cleared_shared_data = membership.leave(keys)
         elif not keep and self.queue is not None:  # open() replaced by a subclass
             self.flush()
             self.cleared_shared_data = True

@@ -88,10 +88,14 @@ class Membership:
         if reactor is not None:
             self.heartbeat.clock = reactor
         self.interval = timeout / 3
+        #: Whether :meth:`join` was called (whatever it did): only then is there a
+        #: registry entry to :meth:`leave` (an open() that failed before has none).
+        self.joined = False
 
     def join(self, flush_keys: Sequence[str] = ()) -> None:
         """Register (first deleting ``flush_keys`` if no other worker is alive), and
         start the heartbeat."""
+        self.joined = True
         census = self.registry.join(flush_keys=flush_keys)
         if flush_keys and not census.flushed:
             scheduler_logger.warning(
