@@ -75,9 +75,7 @@ def test_a_worker_whose_open_failed_never_deletes_shared_data(settings_dict, ser
     assert server.lrange("demo:requests:prio:0", 0, -1) == [b"entry"]
 
 
-def test_a_worker_stopped_by_a_key_of_another_type_at_open_closes_quietly(
-    settings_dict, server
-):
+def test_a_worker_stopped_by_a_key_of_another_type_at_open_closes_quietly(settings_dict, server):
     # The check of the key types runs before this worker joins the registry: it has
     # nothing to leave at close (and its registry key may be the wrong one).
     server.set("demo:requests:workers", "written by hand")
