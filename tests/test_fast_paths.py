@@ -237,7 +237,7 @@ def test_without_one_script_for_both_keys_the_filter_still_holds(
     settings_dict, server, schedulers, monkeypatch
 ):
     # A Redis Cluster whose dupefilter and queue keys hash to different slots.
-    monkeypatch.setattr(Base, "_scripts_may_use", lambda self, *keys: False)
+    monkeypatch.setattr(Base, "scripts_may_use", lambda self, *keys: False)
     scheduler = schedulers(settings_dict)
     for url in ["http://example.com/a", "http://example.com/b", "http://example.com/a"]:
         scheduler.enqueue_request(Request(url, priority=len(url)))

@@ -198,8 +198,10 @@ class Base:
         self.push_entries([entry for entry in entries if entry is not None])
         return new
 
-    def _scripts_may_use(self, *keys: str) -> bool:
-        """Whether one script may touch ``keys`` (on a Redis Cluster: one hash slot)."""
+    def scripts_may_use(self, *keys: str) -> bool:
+        """Whether one script may touch ``keys`` (on a Redis Cluster: one hash slot); if
+        not, :meth:`push_new` takes the pipeline path (a hook: tests replace it to take
+        that path without a cluster)."""
         if not isinstance(self.server, RedisCluster):
             return True
         return len({key_slot(key.encode()) for key in keys}) == 1

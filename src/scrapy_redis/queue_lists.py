@@ -54,7 +54,7 @@ class _ListQueue(Base):
         write: int | None = None,
     ) -> list[bool]:
         record = self.writes.key(seen_key)
-        if not self._scripts_may_use(seen_key, self.key, record):
+        if not self.scripts_may_use(seen_key, self.key, record):
             return super().push_new(candidates, seen_key)
         if not candidates:
             return []

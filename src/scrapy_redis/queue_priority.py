@@ -106,7 +106,7 @@ class PriorityQueue(Base):
             ]
         lists = [priority_list_key(self.key, priority) for priority in number]
         record = self.writes.key(seen_key)
-        if not self._scripts_may_use(seen_key, self.key, record, *lists):
+        if not self.scripts_may_use(seen_key, self.key, record, *lists):
             return super().push_new(candidates, seen_key)
         keys = [seen_key, self.key, record, *lists]
         write = self.writes.take() if write is None else write
