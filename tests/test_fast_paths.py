@@ -768,3 +768,24 @@ def test_news_listener_listens_again_after_a_failure(monkeypatch):
     listener.join(5)
     listener.start()  # stopped: never again
     assert not listener.thread.is_alive()
+
+
+def test_an_idle_worker_on_a_test_clock_keeps_listening_to_the_news(
+    settings_dict, server, schedulers, caplog
+):
+    # Scheduler.reactor runs the timers; the news listener is a thread, which hands the
+    # news to Twisted's reactor as before (a task.Clock cannot take calls from threads).
+    scheduler = schedulers(settings_dict, reactor=Clock())
+    channel = "demo:requests:news"
+    with caplog.at_level(logging.DEBUG, logger="scrapy_redis.wakeup"):
+        assert scheduler.next_request() is None  # idles: listens to the news channel
+        deadline = time.monotonic() + 5
+        while server.pubsub_numsub(channel)[0][1] == 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert server.pubsub_numsub(channel)[0][1] == 1
+        server.publish(channel, "idle")
+        deadline = time.monotonic() + NewsListener.WAIT + 0.5
+        while server.pubsub_numsub(channel)[0][1] == 1 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert server.pubsub_numsub(channel)[0][1] == 1, "the listener stopped"
+    assert "Not listening" not in caplog.text

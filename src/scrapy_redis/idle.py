@@ -65,7 +65,9 @@ class IdleWatch:
             clock=reactor,
             on_start=lambda: calls.call(self._take_baseline, None),
         )
-        self.listener = NewsListener(news.server, news.name, self.watcher.notify, reactor)
+        # A thread: it hands the news to Twisted's reactor (a test's task.Clock, which
+        # runs the watcher, cannot take calls from other threads).
+        self.listener = NewsListener(news.server, news.name, self.watcher.notify)
 
     def found_empty(self) -> None:
         """The feed had nothing to hand out: start the grace period and watching."""
