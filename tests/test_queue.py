@@ -335,12 +335,15 @@ def zlib_raw(data: bytes) -> bytes:
 
 
 def msgpack_serializer_plain(obj: dict) -> bytes:
-    """An entry as written before deflate was used: the tag and the msgpack map (what
-    the serializer writes, inflated)."""
-    stored = msgpack_serializer.dumps(obj)
-    if stored.startswith(b"\xc1\xc1"):
-        return b"\xc1" + zlib.decompress(stored[2:], -15)
-    return stored
+    """An entry as written before deflate was used: the tag and the msgpack map."""
+    from scrapy_redis.serializers import FIELD_CODES, STORED_DEFAULTS
+
+    def is_default(name, value):
+        default = STORED_DEFAULTS.get(name)
+        return name in STORED_DEFAULTS and type(value) is type(default) and value == default
+
+    packed = {FIELD_CODES.get(k, k): v for k, v in obj.items() if not is_default(k, v)}
+    return b"\xc1" + msgpack.packb(packed, use_bin_type=True)
 
 
 def bad_deflated(kind: str) -> bytes:

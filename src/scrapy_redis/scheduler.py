@@ -271,15 +271,15 @@ class Scheduler:
         parts = self._parts
         return len(self.queue) + len(parts.local) + parts.feed.holding() + len(parts.buffer)
 
+    def has_unsent_requests(self) -> bool:
+        """Whether requests accepted during a Redis outage still wait to be pushed."""
+        return bool(len(self._parts.buffer))
+
     # -- what the spiders and the stats collector ask (scheduler_api.SharedScheduler) ---
 
     def send_enqueued(self) -> bool:
         """Send the requests waiting in this worker now; whether none is left waiting."""
         return self._parts.buffer.send()
-
-    def has_unsent_requests(self) -> bool:
-        """Whether requests accepted during a Redis outage still wait to be pushed."""
-        return bool(len(self._parts.buffer))
 
     def shared_work_pending(self) -> bool:
         """Whether work may still come from the shared queue.

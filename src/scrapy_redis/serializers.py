@@ -41,7 +41,9 @@ MAX_ITEMS = 100_000
 # bytes cannot inflate past the limit, so it is inflated in one call.
 _MAX_RATIO = 1100
 
-_DEFAULTS: dict[str, Any] = {
+#: The stored format: fields holding these values are left out of an entry, and the
+#: fields are stored under their number in FIELD_CODES (part of the format: never renumber).
+STORED_DEFAULTS: dict[str, Any] = {
     "callback": None,
     "errback": None,
     "headers": {},
@@ -55,10 +57,10 @@ _DEFAULTS: dict[str, Any] = {
     "flags": [],
     "cb_kwargs": {},
 }
-_FIELDS = ("url", *_DEFAULTS)
-_CODE_OF = {name: code for code, name in enumerate(_FIELDS)}
+_FIELDS = ("url", *STORED_DEFAULTS)
+FIELD_CODES = {name: code for code, name in enumerate(_FIELDS)}
 # Defaults that each decoded dict needs a new copy of.
-_MUTABLE = tuple(name for name, value in _DEFAULTS.items() if isinstance(value, (dict, list)))
+_MUTABLE = tuple(name for name, value in STORED_DEFAULTS.items() if isinstance(value, (dict, list)))
 
 
 @runtime_checkable
@@ -97,9 +99,9 @@ class MsgpackSerializer:
     def dumps(self, obj: dict[str, Any]) -> bytes:
         packed = {}
         for name, value in obj.items():
-            default = _DEFAULTS.get(name, _NO_DEFAULT)
+            default = STORED_DEFAULTS.get(name, _NO_DEFAULT)
             if type(value) is not type(default) or value != default:
-                packed[_CODE_OF.get(name, name)] = value
+                packed[FIELD_CODES.get(name, name)] = value
         try:
             packed_bytes: bytes = msgpack.packb(packed, use_bin_type=True)
         except (TypeError, ValueError, OverflowError) as exc:
@@ -198,10 +200,10 @@ def _size(count: int) -> str:
 def with_defaults(stored: dict[str, Any]) -> dict[str, Any]:
     """``stored`` (see :meth:`MsgpackSerializer.loads_stored`) with the fields it leaves
     out set to Scrapy's default values."""
-    obj = dict(_DEFAULTS)
+    obj = dict(STORED_DEFAULTS)
     obj.update(stored)
     for name in _MUTABLE:
-        if obj[name] is _DEFAULTS[name]:
+        if obj[name] is STORED_DEFAULTS[name]:
             obj[name] = type(obj[name])()
     return obj
 
