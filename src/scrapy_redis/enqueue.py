@@ -95,21 +95,22 @@ class SeenCache:
         self._epoch = self._identity.changes
 
 
-class LocalQueue:
-    """Requests kept in this worker's memory: those the serializer refused."""
+class LocalQueue(list):  # type: ignore[type-arg]
+    """Requests kept in this worker's memory: those the serializer refused.
+
+    A heap of (-priority, order, request); a list, so that asking whether it holds
+    any (on every next_request()) costs no Python call.
+    """
 
     def __init__(self) -> None:
-        self._heap: list[tuple[int, int, Request]] = []
+        super().__init__()
         self._order = count()
 
     def push(self, request: Request) -> None:
-        heapq.heappush(self._heap, (-request.priority, next(self._order), request))
+        heapq.heappush(self, (-request.priority, next(self._order), request))
 
-    def pop(self) -> Request | None:
-        return heapq.heappop(self._heap)[2] if self._heap else None
-
-    def __len__(self) -> int:
-        return len(self._heap)
+    def pop(self) -> Request | None:  # type: ignore[override]
+        return heapq.heappop(self)[2] if self else None
 
 
 class EnqueueBuffer:

@@ -54,6 +54,7 @@ class LeasedFeed:
         send_children: Callable[[], object],
     ) -> None:
         self.context = context
+        self.counts = context.counts
         self.book = book
         self.pacing = pacing
         #: Sends the requests this worker has buffered (raises what Redis raises).
@@ -167,7 +168,7 @@ class LeasedFeed:
                 request = entry  # decoded already, then held back
             if pacing.downloader is None or not pacing.held_back(request):
                 self._leased.add(HandedOut.of(request, lease, position))
-                self.context.counts.uncounted += 1
+                self.counts.uncounted += 1
                 break
             held.append((request, lease, position))
             request = None

@@ -253,7 +253,8 @@ class Scheduler:
             return parts.local.pop()
         request = parts.feed.next()
         if request is not None:
-            parts.idle.found_work()
+            if parts.idle.empty_since is not None:  # it was idle
+                parts.idle.found_work()
         elif not parts.feed.holding():  # (else: held back by pacing)
             parts.counts.flush_dequeued()
             parts.idle.found_empty()
