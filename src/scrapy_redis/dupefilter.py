@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from collections.abc import Sequence
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -27,6 +28,7 @@ from scrapy_redis.exceptions import warn_from_settings
 from scrapy_redis.keys import format_key, standalone_dupefilter_key
 from scrapy_redis.logsafe import shorten
 from scrapy_redis.scripts import script
+from scrapy_redis.seen_sets import SeenMembers, single_set
 from scrapy_redis.writes import WriteIds, writes_ttl
 
 if TYPE_CHECKING:
@@ -175,6 +177,11 @@ class RFPDupeFilter(BaseDupeFilter):
         added = script("seen_add")(self.server, [self.key, writes.key(self.key)], args)
         writes.confirmed()
         return int(added) == 0
+
+    def seen_members(self, fingerprints: Sequence[str]) -> SeenMembers:
+        """Where the scheduler's push script records ``fingerprints``: members of the set
+        :attr:`key` (see :mod:`scrapy_redis.seen_sets`)."""
+        return single_set(self.key, fingerprints)
 
     def request_fingerprint(self, request: Request) -> str:
         """The fingerprint stored for ``request`` (override to customise)."""
