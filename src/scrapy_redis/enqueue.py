@@ -239,7 +239,7 @@ class EnqueueBuffer:
             self._failed_push = (context.queue.writes.take(), len(batch))
         write = self._failed_push[0]
         new: list[bool] = context.queue.push_new(
-            candidates, self.dupefilter.key, context.news.name, write=write
+            candidates, self.dupefilter, context.news.name, write=write
         )
         self._failed_push = None
         self.seen.add((unsent.fingerprint for unsent in batch if unsent.fingerprint), epoch)

@@ -18,6 +18,7 @@ from scrapy_redis.codec import decode_request, encode_request
 from scrapy_redis.exceptions import UndecodableRequestError
 from scrapy_redis.keys import format_key, invalid_entries_key, needs_formatting
 from scrapy_redis.leases import Ticket
+from scrapy_redis.seen_sets import SeenMembers, SetFilter, single_set
 from scrapy_redis.serializers import Serializer, resolve_serializer
 from scrapy_redis.writes import WriteIds
 
@@ -48,6 +49,28 @@ class Candidate:
     fingerprint: str | None
     #: What to store; None to record the fingerprint only (the caller keeps the request).
     entry: Entry | None
+
+
+def seen_tokens(
+    seen: str | SetFilter, candidates: Sequence[Candidate]
+) -> tuple[SeenMembers, list[tuple[int, str | int]]]:
+    """Where ``candidates`` are recorded, and per candidate ``(set number, member)`` for a
+    push script: the set's 1-based number in ``keys``, or ``(0, "")`` for a dont_filter
+    candidate (neither checked nor recorded)."""
+    fingerprints = [c.fingerprint for c in candidates if c.fingerprint is not None]
+    if isinstance(seen, str):
+        members = single_set(seen, fingerprints)
+    else:
+        members = seen.seen_members(fingerprints)
+    placed = iter(members.members)
+    tokens: list[tuple[int, str | int]] = []
+    for candidate in candidates:
+        if candidate.fingerprint is None:
+            tokens.append((0, ""))
+        else:
+            index, member = next(placed)
+            tokens.append((index + 1, member))
+    return members, tokens
 
 
 def raw_command(server: Any, *args: Any) -> Any:
@@ -168,16 +191,18 @@ class Base:
     def push_new(
         self,
         candidates: Sequence[Candidate],
-        seen_key: str,
+        seen: str | SetFilter,
         news: str = "",
         write: int | None = None,
     ) -> list[bool]:
-        """Record the fingerprints in the set ``seen_key`` and push the new requests.
+        """Record the fingerprints and push the new requests.
 
-        Returns, per candidate, whether it was new (a duplicate is not pushed).
-        The script path publishes on the channel ``news`` (if given) when it
-        pushed requests, which wakes idle workers at once.
-        Our queues do it atomically in one script call when the set and the queue
+        ``seen`` is where fingerprints are recorded: the key of one set, or a filter
+        naming a set per fingerprint (see :mod:`scrapy_redis.seen_sets`). Returns, per
+        candidate, whether it was new (a duplicate is not pushed). The script path
+        publishes on the channel ``news`` (if given) when it pushed requests, which
+        wakes idle workers at once.
+        Our queues do it atomically in one script call when the sets and the queue
         may be used by one script (always, except on a Redis Cluster without a
         shared hash tag), numbered ``write`` (default: the next of ``self.writes``):
         a call sent again with the same number, the same candidates, is answered
@@ -185,12 +210,13 @@ class Base:
         ``SADD`` then one push: a worker dying in between loses the batch's new
         requests, and a pipeline redis-py sends again finds them all duplicates.
         """
-        checked = [c for c in candidates if c.fingerprint is not None]
+        members, tokens = seen_tokens(seen, candidates)
+        checked = [(members.keys[n - 1], member) for n, member in tokens if n]
         added: list[int] = []
         if checked:
             pipe = self.server.pipeline(transaction=False)
-            for candidate in checked:
-                pipe.sadd(seen_key, candidate.fingerprint)
+            for key, member in checked:
+                pipe.sadd(key, member)
             added = pipe.execute()
         replies = iter(added)
         new = [c.fingerprint is None or next(replies) == 1 for c in candidates]

@@ -16,9 +16,11 @@ from scrapy_redis.queue_base import (
     batch_arg,
     new_flags,
     raw_command,
+    seen_tokens,
 )
 from scrapy_redis.records import record_entries
 from scrapy_redis.scripts import script
+from scrapy_redis.seen_sets import SetFilter
 
 
 class _ListQueue(Base):
@@ -49,22 +51,23 @@ class _ListQueue(Base):
     def push_new(
         self,
         candidates: Sequence[Candidate],
-        seen_key: str,
+        seen: str | SetFilter,
         news: str = "",
         write: int | None = None,
     ) -> list[bool]:
-        record = self.writes.key(seen_key)
-        if not self.scripts_may_use(seen_key, self.key, record):
-            return super().push_new(candidates, seen_key)
+        members, tokens = seen_tokens(seen, candidates)
+        record = self.writes.key(members.base)
+        if not self.scripts_may_use(self.key, record, *members.keys):
+            return super().push_new(candidates, seen)
         if not candidates:
             return []
         batch: list[Any] = []
-        for candidate in candidates:
-            data = candidate.entry.data if candidate.entry else ""
-            batch += [candidate.fingerprint or "", data]
+        for candidate, (number, member) in zip(candidates, tokens, strict=True):
+            batch += [number, member, candidate.entry.data if candidate.entry else ""]
         number = self.writes.take() if write is None else write
         args = [news, batch_arg(batch), self.writes.ttl_ms, number]
-        reply = script("dedup_push_list")(self.server, [seen_key, self.key, record], args)
+        keys = [self.key, record, *members.keys]
+        reply = script("dedup_push_list")(self.server, keys, args)
         return new_flags(reply, len(candidates))
 
     def pop_entries(

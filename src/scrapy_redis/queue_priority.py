@@ -23,9 +23,11 @@ from scrapy_redis.queue_base import (
     batch_arg,
     new_flags,
     raw_command,
+    seen_tokens,
 )
 from scrapy_redis.records import record_entries
 from scrapy_redis.scripts import script
+from scrapy_redis.seen_sets import SetFilter
 from scrapy_redis.serializers import Serializer
 
 if TYPE_CHECKING:
@@ -88,27 +90,25 @@ class PriorityQueue(Base):
     def push_new(
         self,
         candidates: Sequence[Candidate],
-        seen_key: str,
+        seen: str | SetFilter,
         news: str = "",
         write: int | None = None,
     ) -> list[bool]:
         if not candidates:
             return []
+        members, tokens = seen_tokens(seen, candidates)
         number: dict[int, int] = {}  # priority -> its list's number in the script call
         batch: list[Any] = []
-        for candidate in candidates:
+        for candidate, (set_number, member) in zip(candidates, tokens, strict=True):
             priority = candidate.entry.priority if candidate.entry else 0
             list_number = number.setdefault(priority, len(number) + 1)
-            batch += [
-                candidate.fingerprint or "",
-                list_number,
-                candidate.entry.data if candidate.entry else "",
-            ]
+            data = candidate.entry.data if candidate.entry else ""
+            batch += [set_number, member, list_number, data]
         lists = [priority_list_key(self.key, priority) for priority in number]
-        record = self.writes.key(seen_key)
-        if not self.scripts_may_use(seen_key, self.key, record, *lists):
-            return super().push_new(candidates, seen_key)
-        keys = [seen_key, self.key, record, *lists]
+        record = self.writes.key(members.base)
+        if not self.scripts_may_use(self.key, record, *lists, *members.keys):
+            return super().push_new(candidates, seen)
+        keys = [self.key, record, *lists, *members.keys]
         write = self.writes.take() if write is None else write
         args = [news, len(number), *number, batch_arg(batch), self.writes.ttl_ms, write]
         reply = script("dedup_push_priority")(self.server, keys, args)

@@ -14,45 +14,65 @@ local function check_types(wanted)
   end
 end
 
--- Whether each of `fingerprints` is new, as a table of booleans, and the fingerprints to
--- record in the set `key` once the new requests are pushed (record_new(); one SMISMEMBER
--- per 2000, not a call each). '' (a dont_filter request) is always new and never
--- recorded; a fingerprint the batch holds twice is new the first time only.
-local function find_new(key, fingerprints)
-  local checked = {}
-  for _, fingerprint in ipairs(fingerprints) do
-    if fingerprint ~= '' then
-      checked[#checked + 1] = fingerprint
+-- The fingerprints of a batch as set members: `sets` is the list of set keys, and the i-th
+-- request's fingerprint is member `members[i]` of set `sets[numbers[i]]` (number 0: a
+-- dont_filter request, always new and never recorded). One filter keeps every fingerprint
+-- in one set (hex members); another buckets them into many small sets (integer members).
+
+-- Whether each request is new, as a table of booleans, and per set number the members to
+-- record once the new requests are pushed (record_new(); one SMISMEMBER per set and 2000
+-- members, not a call each). A fingerprint the batch holds twice is new the first time.
+local function find_new(sets, numbers, members)
+  local asked = {}
+  for i, n in ipairs(numbers) do
+    if n ~= 0 then
+      asked[n] = asked[n] or {}
+      table.insert(asked[n], members[i])
     end
   end
   local known = {}
-  for i = 1, #checked, 2000 do
-    local last = math.min(i + 1999, #checked)
-    local found = redis.call('SMISMEMBER', key, unpack(checked, i, last))
-    for j = 1, #found do
-      known[checked[i + j - 1]] = found[j] == 1
+  for n, group in pairs(asked) do
+    known[n] = {}
+    for i = 1, #group, 2000 do
+      local last = math.min(i + 1999, #group)
+      local found = redis.call('SMISMEMBER', sets[n], unpack(group, i, last))
+      for j = 1, #found do
+        known[n][group[i + j - 1]] = found[j] == 1
+      end
     end
   end
   local new, added = {}, {}
-  for i, fingerprint in ipairs(fingerprints) do
-    if fingerprint == '' then
+  for i, n in ipairs(numbers) do
+    if n == 0 then
       new[i] = true
-    elseif known[fingerprint] then
+    elseif known[n][members[i]] then
       new[i] = false
     else
       new[i] = true
-      known[fingerprint] = true
-      added[#added + 1] = fingerprint
+      known[n][members[i]] = true
+      added[n] = added[n] or {}
+      table.insert(added[n], members[i])
     end
   end
   return new, added
 end
 
--- Record the fingerprints find_new() found, last: a push that fails (a queue key of
--- another type) leaves them unrecorded, so sending the batch again is not refused as
--- duplicates. Redis does not undo a script's writes made before an error.
-local function record_new(key, added)
-  call_in_chunks('SADD', key, added)
+-- Record the members find_new() found, last: a push that fails (a queue key of another
+-- type) leaves them unrecorded, so sending the batch again is not refused as duplicates.
+-- Redis does not undo a script's writes made before an error.
+local function record_new(sets, added)
+  for n, group in pairs(added) do
+    call_in_chunks('SADD', sets[n], group)
+  end
+end
+
+-- {key, 'set'} for each of `sets`, to check with check_types().
+local function set_types(sets)
+  local wanted = {}
+  for _, key in ipairs(sets) do
+    wanted[#wanted + 1] = {key, 'set'}
+  end
+  return wanted
 end
 
 -- "1" for each new request, "0" for each duplicate: one string for the client to read.

@@ -1,41 +1,49 @@
 -- Record the fingerprints of a batch of requests and push the new ones onto a list queue.
--- KEYS[1] = the dupefilter set of fingerprints
--- KEYS[2] = the queue (list; LPUSH adds, as for a single request)
--- KEYS[3] = the record key of this queue's writes to KEYS[1] (see _once.lua)
+-- KEYS[1] = the queue (list; LPUSH adds, as for a single request)
+-- KEYS[2] = the record key of this queue's writes to the fingerprint sets (see _once.lua)
+-- KEYS[3..] = the sets the fingerprints are recorded in (see find_new() in _dedup.lua)
 -- ARGV[1] = the news channel, told when requests were pushed ("" = nobody to tell)
--- ARGV[2] = the batch: one msgpack array of pairs, in enqueue order: fingerprint ("" =
---           dont_filter: no check, not recorded), serialized request ("" = not stored
---           here: only record the fingerprint)
+-- ARGV[2] = the batch: one msgpack array of triples, in enqueue order: the number of the
+--           fingerprint's set (1 = KEYS[3]; 0 = dont_filter: no check, not recorded), its
+--           member in that set, the serialized request ("" = not stored here: only record
+--           the fingerprint)
 -- ARGV[3] = how long the record is kept, in ms
 -- ARGV[4] = the write number of this batch
--- returns one character per pair: "1" if the request is new (pushed when it has an
+-- returns one character per triple: "1" if the request is new (pushed when it has an
 --         entry), "0" if its fingerprint was already recorded (a duplicate: nothing pushed);
 --         the same reply to a copy of this call sent again (its reply lost), which does
 --         nothing
 --#include _dedup.lua
 --#include _once.lua
 
-local before = applied_before(KEYS[3], ARGV[4])
+local before = applied_before(KEYS[2], ARGV[4])
 if before then
   return before
 end
-check_types({{KEYS[1], 'set'}, {KEYS[2], 'list'}})
-local batch = cmsgpack.unpack(ARGV[2])
-local fingerprints, entries = {}, {}
-for i = 1, #batch, 2 do
-  fingerprints[#fingerprints + 1] = batch[i]
-  entries[#entries + 1] = batch[i + 1]
+local sets = {}
+for i = 3, #KEYS do -- a loop, not unpack(): a batch may name thousands of sets
+  sets[#sets + 1] = KEYS[i]
 end
-local new, added = find_new(KEYS[1], fingerprints)
+local wanted = set_types(sets)
+wanted[#wanted + 1] = {KEYS[1], 'list'}
+check_types(wanted)
+local batch = cmsgpack.unpack(ARGV[2])
+local numbers, members, entries = {}, {}, {}
+for i = 1, #batch, 3 do
+  numbers[#numbers + 1] = batch[i]
+  members[#members + 1] = batch[i + 1]
+  entries[#entries + 1] = batch[i + 2]
+end
+local new, added = find_new(sets, numbers, members)
 local pushed = {}
 for i, is_new in ipairs(new) do
   if is_new and entries[i] ~= '' then
     pushed[#pushed + 1] = entries[i]
   end
 end
-call_in_chunks('LPUSH', KEYS[2], pushed)
-record_new(KEYS[1], added)
+call_in_chunks('LPUSH', KEYS[1], pushed)
+record_new(sets, added)
 announce(ARGV[1], #pushed)
 local reply = flags(new)
-record_write(KEYS[3], ARGV[4], reply, ARGV[3])
+record_write(KEYS[2], ARGV[4], reply, ARGV[3])
 return reply
