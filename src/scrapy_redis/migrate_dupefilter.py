@@ -1,0 +1,139 @@
+"""Move the fingerprints of an existing duplicate filter set into another filter.
+
+A crawl that used the original's layout (``<spider>:dupefilter``, one set of hex
+fingerprints) keeps its history when it switches DUPEFILTER_CLASS to a filter of
+another layout: stop the workers (with SCHEDULER_PERSIST the queue is kept), copy
+the fingerprints, switch the setting, start the workers again. Requests already
+queued were recorded in the old set, so they are in the new filter too and no page
+is fetched twice. From a Scrapy project's directory, with the NEW DUPEFILTER_CLASS
+in its settings (or given with ``-s``)::
+
+    python -m scrapy_redis.migrate_dupefilter SPIDER [--delete-source] [-s NAME=VALUE]
+
+The source is ``--from KEY`` or, by default, SCHEDULER_DUPEFILTER_KEY formatted
+for SPIDER. The copy reads the set in batches (SSCAN) and writes each batch in one
+round trip; running it again copies nothing twice. The source is deleted only with
+``--delete-source``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+from scrapy_redis.seen_sets import SetFilter
+
+logger = logging.getLogger(__name__)
+
+
+@runtime_checkable
+class BatchFilter(Protocol):
+    """A filter that checks and records a batch of fingerprints in one call."""
+
+    def seen_many(self, fingerprints: Sequence[str]) -> list[bool]: ...
+
+
+def source_batches(server: Any, key: str, batch: int) -> Iterator[list[str]]:
+    """The members of the set ``key``, as text, ``batch`` at a time (SSCAN)."""
+    cursor = 0
+    while True:
+        cursor, members = server.sscan(key, cursor, count=batch)
+        if members:
+            yield [m.decode() if isinstance(m, bytes) else str(m) for m in members]
+        if int(cursor) == 0:
+            return
+
+
+def record_batch(server: Any, dupefilter: Any, fingerprints: list[str]) -> None:
+    """Record ``fingerprints`` in ``dupefilter``, in one round trip."""
+    if isinstance(dupefilter, BatchFilter):
+        dupefilter.seen_many(fingerprints)
+        return
+    if not isinstance(dupefilter, SetFilter):
+        raise TypeError(
+            f"DUPEFILTER_CLASS {type(dupefilter).__name__} cannot take fingerprints in "
+            "batches (it has neither seen_members() nor seen_many())."
+        )
+    layout = dupefilter.seen_members(fingerprints)
+    pipe = server.pipeline(transaction=False)
+    for index, member in layout.members:
+        pipe.sadd(layout.keys[index], member)
+    pipe.execute()
+
+
+def migrate(
+    server: Any,
+    source: str,
+    dupefilter: Any,
+    batch: int = 1000,
+    progress: Callable[[int], None] = lambda copied: None,
+) -> int:
+    """Copy every fingerprint of the set ``source`` into ``dupefilter``; how many."""
+    kind = server.type(source)
+    kind = kind.decode() if isinstance(kind, bytes) else kind
+    if kind not in ("set", "none"):
+        raise ValueError(f"{source} holds a {kind}, not a set of fingerprints.")
+    copied = 0
+    for fingerprints in source_batches(server, source, batch):
+        record_batch(server, dupefilter, fingerprints)
+        copied += len(fingerprints)
+        progress(copied)
+    return copied
+
+
+def writes_into(dupefilter: Any, key: str) -> bool:
+    """Whether ``dupefilter`` records fingerprints in the set ``key`` (the same layout)."""
+    return isinstance(dupefilter, SetFilter) and key in dupefilter.seen_members(["0" * 40]).keys
+
+
+def _target(spider_name: str, settings: Any) -> Any:
+    """The project's DUPEFILTER_CLASS, built as the scheduler builds it for SPIDER."""
+    from scrapy import Spider
+    from scrapy.utils.test import get_crawler  # a crawler set up as for a crawl, not run
+
+    from scrapy_redis.scheduler_settings import dupefilter_class_path
+    from scrapy_redis.utils import load_configured
+
+    spidercls = type("MigratedSpider", (Spider,), {"name": spider_name})
+    crawler = get_crawler(spidercls, settings.copy_to_dict())
+    spider = crawler.spidercls.from_crawler(crawler)
+    crawler.spider = spider
+    return load_configured("DUPEFILTER_CLASS", dupefilter_class_path(settings)).from_spider(spider)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from scrapy.utils.project import get_project_settings
+
+    from scrapy_redis import defaults
+    from scrapy_redis.connection import get_redis_from_settings
+    from scrapy_redis.keys import format_key
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("spider", help="the spider name (formats the key templates)")
+    parser.add_argument("--from", dest="source", help="the set to copy (default: the spider's)")
+    parser.add_argument("--delete-source", action="store_true")
+    parser.add_argument("--batch", type=int, default=1000)
+    parser.add_argument("-s", dest="set", action="append", default=[], metavar="NAME=VALUE")
+    args = parser.parse_args(argv)
+    settings = get_project_settings()
+    for pair in args.set:
+        name, _, value = pair.partition("=")
+        settings.set(name, value, priority="cmdline")
+    template = settings.get("SCHEDULER_DUPEFILTER_KEY") or defaults.SCHEDULER_DUPEFILTER_KEY
+    source = args.source or format_key(template, args.spider)
+    dupefilter = _target(args.spider, settings)
+    if args.delete_source and writes_into(dupefilter, source):
+        raise SystemExit(f"Not deleting {source}: the new filter keeps its fingerprints there.")
+    server = get_redis_from_settings(settings)
+    copied = migrate(server, source, dupefilter, args.batch)
+    print(f"Copied {copied} fingerprints from {source} into {type(dupefilter).__name__}.")
+    if args.delete_source:
+        server.unlink(source)
+        print(f"Deleted {source}.")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,67 @@
+"""Switching DUPEFILTER_CLASS on a kept crawl: the original's set copied into the new filter."""
+
+from __future__ import annotations
+
+import pytest
+from scrapy import Request
+
+from scrapy_redis.dupefilter import request_fingerprint
+from scrapy_redis.migrate_dupefilter import main, migrate
+from test_seen_sets import BucketFilter, bucketed
+
+URLS = [f"http://example.com/{n}" for n in range(2500)]
+
+
+def old_set(server) -> None:
+    """The original's layout: one set of hex fingerprints, as a crawl left it."""
+    server.sadd("demo:dupefilter", *(request_fingerprint(Request(url)) for url in URLS))
+
+
+def test_the_old_set_is_copied_into_the_buckets(server):
+    old_set(server)
+    seen = []
+    copied = migrate(
+        server, "demo:dupefilter", BucketFilter(server, "demo:dupefilter"), 500, seen.append
+    )
+    assert copied == len(URLS) and seen[-1] == len(URLS) and len(seen) >= 2
+    assert sum(len(members) for _, members in bucketed(server)) == len(URLS)
+    again = migrate(server, "demo:dupefilter", BucketFilter(server, "demo:dupefilter"))
+    assert again == len(URLS)  # copied again: nothing added twice
+    assert sum(len(members) for _, members in bucketed(server)) == len(URLS)
+
+
+def test_a_resumed_crawl_finds_the_old_fingerprints(settings_dict, server, schedulers):
+    old_set(server)
+    settings = {**settings_dict, "DUPEFILTER_CLASS": BucketFilter, "SCHEDULER_PERSIST": True}
+    migrate(server, "demo:dupefilter", BucketFilter(server, "demo:dupefilter"))
+    server.unlink("demo:dupefilter")
+    scheduler = schedulers(settings)
+    for url in [*URLS[:50], "http://example.com/new"]:
+        scheduler.enqueue_request(Request(url))
+    assert scheduler.send_enqueued()
+    assert [r.url for r in iter(scheduler.next_request, None)] == ["http://example.com/new"]
+    assert scheduler.stats.get_value("dupefilter/filtered") == 50
+
+
+def test_the_command_copies_and_deletes_the_source(redis_url, server, capsys):
+    old_set(server)
+    filter_path = f"{BucketFilter.__module__}.BucketFilter"
+    args = ["demo", "-s", f"REDIS_URL={redis_url}", "-s", f"DUPEFILTER_CLASS={filter_path}"]
+    assert main([*args, "--delete-source"]) == 0
+    assert f"Copied {len(URLS)} fingerprints from demo:dupefilter" in capsys.readouterr().out
+    assert not server.exists("demo:dupefilter")
+    assert sum(len(members) for _, members in bucketed(server)) == len(URLS)
+
+
+def test_the_command_keeps_a_source_the_new_filter_uses(redis_url, server):
+    old_set(server)
+    args = ["demo", "-s", f"REDIS_URL={redis_url}", "--delete-source"]
+    with pytest.raises(SystemExit, match="Not deleting demo:dupefilter"):
+        main(args)  # the project's filter is still RFPDupeFilter: same set
+    assert server.scard("demo:dupefilter") == len(URLS)
+
+
+def test_a_key_of_another_type_is_refused(server):
+    server.lpush("demo:dupefilter", "x")
+    with pytest.raises(ValueError, match="holds a list"):
+        migrate(server, "demo:dupefilter", BucketFilter(server, "demo:dupefilter"))
