@@ -47,7 +47,7 @@ def _none(n: int) -> dict[str, Any]:
 
 
 def _lean(n: int) -> dict[str, Any]:
-    return {"DUPEFILTER_CAPACITY": n}
+    return {"DUPEFILTER_LEAN_CAPACITY": n}
 
 
 def _bloom(n: int) -> dict[str, Any]:
