@@ -95,15 +95,16 @@ class LeanDupeFilter(RFPDupeFilter):
     def open(self) -> None:
         """Read (or store) the layout; called by Scrapy's scheduler, else on first use."""
         self._layout = self._open_layout()
+
+    def _open_layout(self) -> LeanLayout:
         if not self.temporary and self.server.exists(self.key):
             self._warn_once(
                 "original",
                 "%(key)s holds fingerprints of another duplicate filter, which "
-                "LeanDupeFilter does not read: requests seen before may be crawled again.",
+                "LeanDupeFilter does not read: requests seen before may be crawled again "
+                "(see LeanDupeFilter.import_set()).",
                 {"key": self.key},
             )
-
-    def _open_layout(self) -> LeanLayout:
         self.intset_entries = read_intset_entries(self.server)
         wanted = layout_for(self.capacity, self.intset_entries)
         meta = wanted.as_meta()
@@ -147,6 +148,19 @@ class LeanDupeFilter(RFPDupeFilter):
             batch = fingerprints[start : start + self.batch_size]
             new.extend(self._record(batch, self.writes.take()))
         return new
+
+    def import_set(self, source_key: str) -> int:
+        """Record every fingerprint of the set ``source_key`` (the default filter's
+        ``<spider>:dupefilter``: hex fingerprints), read with SSCAN; the set is left as it
+        is. How many were new. Run it while no worker uses this filter."""
+        imported = 0
+        batch: list[str] = []
+        for member in self.server.sscan_iter(source_key, count=self.batch_size):
+            batch.append(_text(member))
+            if len(batch) >= self.batch_size:
+                imported += sum(self.record_fingerprints(batch))
+                batch = []
+        return imported + sum(self.record_fingerprints(batch))
 
     def _record(self, fingerprints: Sequence[str], number: int) -> list[bool]:
         layout = self.layout
