@@ -231,6 +231,23 @@ def test_layout_follows_the_servers_intset_limit(settings_dict, server):
         server.config_set("set-max-intset-entries", 512)
 
 
+def test_a_server_refusing_config_is_taken_for_the_default_limit(redis_url, server):
+    server.acl_setuser(
+        "noconfig", enabled=True, nopass=True, keys="*", commands=["+@all", "-config"]
+    )
+    try:
+        client = redis.Redis.from_url(redis_url, username="noconfig")
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            client.config_get("set-max-intset-entries")
+        server.config_set("set-max-intset-entries", 128)  # not what this client can read
+        df = LeanDupeFilter(client, "demo:dupefilter", capacity=10**6)
+        assert df.layout == layout_for(10**6, 512)
+        assert df.intset_entries == 512
+    finally:
+        server.config_set("set-max-intset-entries", 512)
+        server.acl_deluser("noconfig")
+
+
 def test_a_damaged_meta_hash_is_refused_naming_it(settings_dict, server):
     server.hset("demo:dupefilter:lean", mapping={"version": 9, "bucket_bits": 12})
     df, _ = _lean(settings_dict)
