@@ -136,9 +136,14 @@ class LeanDupeFilter(RFPDupeFilter):
         script call, applied once even if redis-py sends it again."""
         writes = self.writes
         fingerprint = self.request_fingerprint(request)
-        [new] = self._record([fingerprint], writes.take_for(fingerprint))
+        layout = self.layout
+        bucket, member = layout.locate(fingerprint)
+        keys = [self.meta_key, writes.key(self.key), layout.bucket_key(self.key, bucket)]
+        args = [writes.ttl_ms, writes.take_for(fingerprint), 1, member]
+        flags, count, largest = script("lean_seen_add")(self.server, keys, args)
         writes.confirmed()
-        return not new
+        self._watch_fill(layout, int(count), int(largest))
+        return flags == b"0"
 
     def record_fingerprints(self, fingerprints: Sequence[str]) -> list[bool]:
         """Record ``fingerprints`` (hex, as :meth:`request_fingerprint` gives them), in
