@@ -143,7 +143,7 @@ class LeanDupeFilter(RFPDupeFilter):
         flags, count, largest = script("lean_seen_add")(self.server, keys, args)
         writes.confirmed()
         self._watch_fill(layout, int(count), int(largest))
-        return flags == b"0"
+        return bool(flags == b"0")
 
     def record_fingerprints(self, fingerprints: Sequence[str]) -> list[bool]:
         """Record ``fingerprints`` (hex, as :meth:`request_fingerprint` gives them), in
