@@ -17,6 +17,9 @@ from redis.retry import Retry
 #: Standalone dupefilter key, used when RFPDupeFilter runs under Scrapy's own scheduler.
 DUPEFILTER_KEY = "dupefilter:%(timestamp)s"
 
+#: DUPEFILTER_LEAN_CAPACITY: fingerprints a new LeanDupeFilter is sized for (its bucket count).
+DUPEFILTER_LEAN_CAPACITY = 10_000_000
+
 #: MAX_IDLE_TIME_BEFORE_CLOSE: seconds a RedisSpider may idle before closing (0: never).
 MAX_IDLE_TIME = 0
 

@@ -219,3 +219,13 @@ class RFPDupeFilter(BaseDupeFilter):
         stats = self.stats if self.stats is not None else getattr(spider.crawler, "stats", None)
         if stats is not None:
             stats.inc_value("dupefilter/filtered")
+
+
+def __getattr__(name: str) -> Any:
+    """``LeanDupeFilter`` (:mod:`scrapy_redis.lean_dupefilter`), importable from here
+    like every duplicate filter; loaded on first use, as it subclasses RFPDupeFilter."""
+    if name == "LeanDupeFilter":
+        from scrapy_redis.lean_dupefilter import LeanDupeFilter
+
+        return LeanDupeFilter
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

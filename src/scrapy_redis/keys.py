@@ -90,3 +90,18 @@ def _hash_tag(key: str) -> str | None:
     start = key.find("{")
     end = key.find("}", start + 1) if start >= 0 else -1
     return key[start + 1 : end] if end > start + 1 else None
+
+
+def lean_meta_key(filter_key: str) -> str:
+    """The hash holding the layout and count of the lean filter ``filter_key`` (see
+    lean_layout.py). Every other key of the filter derives from what it holds, so no
+    tool needs SCAN."""
+    return f"{filter_key}:lean"
+
+
+def lean_bucket_key(filter_key: str, bucket: int, bucket_bits: int) -> str:
+    """One bucket (an intset) of the lean filter ``filter_key``: ``<key>:lean:<bucket>``,
+    the bucket number in fixed-width hex, so its leading digits (the fingerprint's top
+    bits) can later name a Redis Cluster shard and its hash tag without renaming the
+    rest (a new layout version)."""
+    return f"{filter_key}:lean:{bucket:0{(bucket_bits + 3) // 4}x}"

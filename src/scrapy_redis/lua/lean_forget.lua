@@ -1,0 +1,12 @@
+-- Forget one fingerprint of a lean duplicate filter (so that its request can be
+-- scheduled again), keeping the filter's count; nothing if it is not there.
+-- KEYS[1] = the filter's meta hash (field "count")
+-- KEYS[2] = the fingerprint's bucket
+-- ARGV[1] = the fingerprint's member
+-- returns 1 if it was removed, 0 if it was not there
+
+local removed = redis.call('SREM', KEYS[2], ARGV[1])
+if removed == 1 then
+  redis.call('HINCRBY', KEYS[1], 'count', -1)
+end
+return removed
