@@ -296,12 +296,6 @@ def test_standalone_with_scrapys_scheduler(redis_url, server):
     assert server.keys("dupefilter:*") == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Left to the scheduler (not this slice): when the last worker leaves without "
-    "SCHEDULER_PERSIST (or on SCHEDULER_FLUSH_ON_START) it deletes the filter's key only, "
-    "not the lean buckets; it should call the filter's clear().",
-)
 def test_the_last_worker_deletes_the_buckets(settings_dict, server, schedulers):
     scheduler = schedulers(
         {**settings_dict, "DUPEFILTER_CLASS": LEAN, "SCHEDULER_ENQUEUE_DELAY": 0}
@@ -310,6 +304,19 @@ def test_the_last_worker_deletes_the_buckets(settings_dict, server, schedulers):
     scheduler.close("finished")
     assert scheduler.cleared_shared_data is True
     assert server.keys("demo:dupefilter*") == []
+
+
+def test_flush_on_start_deletes_the_buckets(settings_dict, server, schedulers):
+    kept = {**settings_dict, "DUPEFILTER_CLASS": LEAN, "SCHEDULER_PERSIST": True}
+    first = schedulers(kept)
+    first.enqueue_request(Request("http://example.com/a"))
+    first.close("shutdown")
+    assert server.keys("demo:dupefilter:lean:*")
+    second = schedulers({**kept, "SCHEDULER_FLUSH_ON_START": True})
+    assert server.keys("demo:dupefilter*") == []
+    second.enqueue_request(Request("http://example.com/a"))
+    assert second.send_enqueued()
+    assert second.next_request().url == "http://example.com/a"  # new again
 
 
 # -- end to end ----------------------------------------------------------------------

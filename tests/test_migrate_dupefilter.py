@@ -65,3 +65,14 @@ def test_a_key_of_another_type_is_refused(server):
     server.lpush("demo:dupefilter", "x")
     with pytest.raises(ValueError, match="holds a list"):
         migrate(server, "demo:dupefilter", BucketFilter(server, "demo:dupefilter"))
+
+
+def test_the_old_set_is_copied_into_the_lean_filter(server):
+    from scrapy_redis.dupefilter import LeanDupeFilter
+
+    old_set(server)
+    lean = LeanDupeFilter(server, "demo:dupefilter", capacity=10_000)
+    assert migrate(server, "demo:dupefilter", lean) == len(URLS)
+    assert lean.count() == len(URLS)  # its own count kept
+    assert lean.request_seen(Request(URLS[7])) is True
+    assert lean.request_seen(Request("http://example.com/new")) is False

@@ -46,8 +46,18 @@ def source_batches(server: Any, key: str, batch: int) -> Iterator[list[str]]:
             return
 
 
+@runtime_checkable
+class RecordingFilter(Protocol):
+    """A filter that records a batch of fingerprints itself (keeping its own counts)."""
+
+    def record_fingerprints(self, fingerprints: Sequence[str]) -> list[bool]: ...
+
+
 def record_batch(server: Any, dupefilter: Any, fingerprints: list[str]) -> None:
     """Record ``fingerprints`` in ``dupefilter``, in one round trip."""
+    if isinstance(dupefilter, RecordingFilter):
+        dupefilter.record_fingerprints(fingerprints)
+        return
     if isinstance(dupefilter, BatchFilter):
         dupefilter.seen_many(fingerprints)
         return

@@ -187,7 +187,8 @@ class Scheduler:
             settings = self.crawler.settings if self.crawler is not None else None
             self.queue.writes = WriteIds(writes_ttl(settings), writer=self.worker_id)
         assert parts.membership is not None
-        parts.membership.join(parts.shared_keys() if self.flush_on_start else ())
+        if parts.membership.join(parts.shared_keys() if self.flush_on_start else ()):
+            self._clear_filter()
         parts.feed.recover()
         if pending := len(self.queue):  # the original's spider.log(): spider's logger, DEBUG
             spider_logger = getattr(spider, "logger", logger)
@@ -312,12 +313,20 @@ class Scheduler:
                 f"Failed to instantiate SCHEDULER_QUEUE_CLASS {self.queue_cls!r}: {exc}"
             ) from exc
 
+    def _clear_filter(self) -> None:
+        """After the shared keys were deleted: the filter's other keys too (a filter
+        keeping fingerprints in many keys, such as the lean filter's buckets)."""
+        if hasattr(self.df, "clear"):
+            self.df.clear()
+
     def _leave(self, keep: bool) -> None:
         membership = self._parts.membership
         if membership is not None:
             if membership.joined:  # (not if open() failed before it joined)
                 keys = None if keep else self._parts.shared_keys()
-                self.cleared_shared_data = membership.leave(keys)
+                self.cleared_shared_data = flushed = membership.leave(keys)
+                if flushed:
+                    self._clear_filter()
         elif not keep and self.queue is not None:  # open() replaced by a subclass
             self.flush()
             self.cleared_shared_data = True

@@ -92,9 +92,9 @@ class Membership:
         #: registry entry to :meth:`leave` (an open() that failed before has none).
         self.joined = False
 
-    def join(self, flush_keys: Sequence[str] = ()) -> None:
+    def join(self, flush_keys: Sequence[str] = ()) -> bool:
         """Register (first deleting ``flush_keys`` if no other worker is alive), and
-        start the heartbeat."""
+        start the heartbeat. Whether they were deleted."""
         self.joined = True
         census = self.registry.join(flush_keys=flush_keys)
         if flush_keys and not census.flushed:
@@ -105,6 +105,7 @@ class Membership:
                 extra={"spider": self.spider},
             )
         self.heartbeat.start(self.interval, now=False)
+        return census.flushed
 
     def stop(self) -> None:
         """Stop the heartbeat (close, or a test's SIGKILL)."""
