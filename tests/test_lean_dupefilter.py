@@ -155,6 +155,7 @@ def test_seen_members_names_each_bucket_once(settings_dict, server):
 
 
 def test_the_scheduler_filters_duplicates_through_request_seen(settings_dict, schedulers):
+    """One request at a time (SCHEDULER_ENQUEUE_DELAY = 0): False for a duplicate."""
     scheduler = schedulers(
         {**settings_dict, "DUPEFILTER_CLASS": LEAN, "SCHEDULER_ENQUEUE_DELAY": 0}
     )
@@ -163,6 +164,36 @@ def test_the_scheduler_filters_duplicates_through_request_seen(settings_dict, sc
     assert scheduler.enqueue_request(Request("http://example.com/a")) is False
     assert scheduler.df.count() == 1
     assert scheduler.stats.get_value("dupefilter/filtered") == 1
+
+
+@pytest.mark.parametrize("queue", ["FifoQueue", "PriorityQueue"])
+def test_the_schedulers_push_script_records_in_the_buckets(
+    settings_dict, server, schedulers, queue
+):
+    from helpers import Calls
+
+    settings = {
+        **settings_dict,
+        "DUPEFILTER_CLASS": LEAN,
+        "DUPEFILTER_LEAN_CAPACITY": 100_000,
+        "SCHEDULER_QUEUE_CLASS": f"scrapy_redis.queue.{queue}",
+    }
+    scheduler = schedulers(settings)
+    assert scheduler.df.layout.bucket_bits  # the layout is read (the filter's first use)
+    calls = Calls(server, "evalsha", "sadd")
+    urls = [f"http://example.com/{n}" for n in range(90)]
+    for url in [*urls, *urls[:9]]:
+        scheduler.enqueue_request(Request(url))
+    assert scheduler.send_enqueued()
+    made = calls()
+    assert made["evalsha"] == 1  # one script call: 90 new, 9 duplicates
+    assert scheduler.df.count() == 90 and scheduler.stats.get_value("dupefilter/filtered") == 9
+    buckets = list(server.scan_iter("demo:dupefilter:lean:*"))
+    assert made["sadd"] == len(buckets)  # one SADD per bucket of the batch
+    assert sum(server.scard(key) for key in buckets) == 90
+    assert {server.object("encoding", key) for key in buckets} == {b"intset"}
+    assert not server.exists("demo:dupefilter")
+    assert len(list(iter(scheduler.next_request, None))) == 90
 
 
 # -- what users ask for --------------------------------------------------------------

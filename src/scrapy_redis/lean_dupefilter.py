@@ -54,8 +54,12 @@ _GLOB_SPECIAL = re.compile(r"([*?\[\]\\])")
 class LeanDupeFilter(RFPDupeFilter):
     """An exact shared duplicate filter at ~5 bytes per request (see the module)."""
 
-    #: The scheduler calls :meth:`request_seen` (its push script does not know the buckets yet).
-    checks_in_script: ClassVar[bool] = False
+    #: The scheduler's push script checks and records the buckets (see seen_members()).
+    checks_in_script: ClassVar[bool] = True
+    #: Under the scheduler's push script, the fill is read (one HGET) every this many
+    #: batches, for the stats and the warning past capacity.
+    fill_check_every = 64
+    _batches = 0
     #: Fingerprints the filter is sized for, when it creates its layout.
     capacity: int = defaults.DUPEFILTER_LEAN_CAPACITY
     #: Most fingerprints written by one script call of :meth:`record_fingerprints`.
@@ -181,7 +185,9 @@ class LeanDupeFilter(RFPDupeFilter):
     def seen_members(self, fingerprints: Sequence[str]) -> SeenMembers:
         """Where ``fingerprints`` are recorded: for each, its bucket (an index into the
         distinct bucket keys of the batch) and its integer member (see
-        :mod:`scrapy_redis.seen_sets`). Reads the layout once, if not read yet."""
+        :mod:`scrapy_redis.seen_sets`); the script counts what it adds in the meta hash.
+        Reads the layout once, if not read yet, and the fill every
+        :attr:`fill_check_every` batches (the warning past capacity)."""
         layout = self.layout
         keys: list[str] = []
         index_of: dict[int, int] = {}
@@ -193,7 +199,10 @@ class LeanDupeFilter(RFPDupeFilter):
                 index = index_of[bucket] = len(keys)
                 keys.append(layout.bucket_key(self.key, bucket))
             members.append((index, member))
-        return SeenMembers(self.key, keys, members)
+        self._batches += 1
+        if self._batches % self.fill_check_every == 1:
+            self._watch_fill(layout, self.count(), 0)
+        return SeenMembers(self.key, keys, members, counter=self.meta_key)
 
     # -- what users ask for ------------------------------------------------------------
 

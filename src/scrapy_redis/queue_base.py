@@ -73,6 +73,11 @@ def seen_tokens(
     return members, tokens
 
 
+def counter_keys(members: SeenMembers) -> list[str]:
+    """The count hash of ``members``, as a list of keys (empty: no count kept)."""
+    return [members.counter] if members.counter is not None else []
+
+
 def raw_command(server: Any, *args: Any) -> Any:
     """``server.execute_command(*args)``, its reply never decoded (binary entries)."""
     return server.execute_command(*args, **{NEVER_DECODE: True})
@@ -218,6 +223,9 @@ class Base:
             for key, member in checked:
                 pipe.sadd(key, member)
             added = pipe.execute()
+            count = sum(int(reply) for reply in added)
+            if members.counter is not None and count:
+                self.server.hincrby(members.counter, "count", count)
         replies = iter(added)
         new = [c.fingerprint is None or next(replies) == 1 for c in candidates]
         entries = [c.entry for c, is_new in zip(candidates, new, strict=True) if is_new]

@@ -14,6 +14,7 @@ from scrapy_redis.queue_base import (
     Candidate,
     Entry,
     batch_arg,
+    counter_keys,
     new_flags,
     raw_command,
     seen_tokens,
@@ -57,7 +58,7 @@ class _ListQueue(Base):
     ) -> list[bool]:
         members, tokens = seen_tokens(seen, candidates)
         record = self.writes.key(members.base)
-        if not self.scripts_may_use(self.key, record, *members.keys):
+        if not self.scripts_may_use(self.key, record, *members.keys, *counter_keys(members)):
             return super().push_new(candidates, seen)
         if not candidates:
             return []
@@ -65,8 +66,9 @@ class _ListQueue(Base):
         for candidate, (number, member) in zip(candidates, tokens, strict=True):
             batch += [number, member, candidate.entry.data if candidate.entry else ""]
         number = self.writes.take() if write is None else write
-        args = [news, batch_arg(batch), self.writes.ttl_ms, number]
-        keys = [self.key, record, *members.keys]
+        counters = counter_keys(members)
+        args = [news, batch_arg(batch), self.writes.ttl_ms, number, "1" if counters else "0"]
+        keys = [self.key, record, *members.keys, *counters]
         reply = script("dedup_push_list")(self.server, keys, args)
         return new_flags(reply, len(candidates))
 

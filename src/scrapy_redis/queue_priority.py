@@ -21,6 +21,7 @@ from scrapy_redis.queue_base import (
     Candidate,
     Entry,
     batch_arg,
+    counter_keys,
     new_flags,
     raw_command,
     seen_tokens,
@@ -106,11 +107,13 @@ class PriorityQueue(Base):
             batch += [set_number, member, list_number, data]
         lists = [priority_list_key(self.key, priority) for priority in number]
         record = self.writes.key(members.base)
-        if not self.scripts_may_use(self.key, record, *lists, *members.keys):
+        counters = counter_keys(members)
+        if not self.scripts_may_use(self.key, record, *lists, *members.keys, *counters):
             return super().push_new(candidates, seen)
-        keys = [self.key, record, *lists, *members.keys]
+        keys = [self.key, record, *lists, *members.keys, *counters]
         write = self.writes.take() if write is None else write
         args = [news, len(number), *number, batch_arg(batch), self.writes.ttl_ms, write]
+        args.append("1" if counters else "0")
         reply = script("dedup_push_priority")(self.server, keys, args)
         return new_flags(reply, len(candidates))
 

@@ -24,6 +24,9 @@ class SeenMembers:
     base: str
     keys: list[str]
     members: list[tuple[int, str | int]]
+    #: A hash whose field ``count`` the script increases by the members it added (a
+    #: filter that keeps its own exact count), or None.
+    counter: str | None = None
 
 
 @runtime_checkable

@@ -66,6 +66,36 @@ local function record_new(sets, added)
   end
 end
 
+-- Add the number of members record_new() recorded to the field `count` of the hash
+-- `counter` (nil: the filter keeps no count).
+local function count_new(counter, added)
+  if not counter then
+    return
+  end
+  local total = 0
+  for _, group in pairs(added) do
+    total = total + #group
+  end
+  if total > 0 then
+    redis.call('HINCRBY', counter, 'count', total)
+  end
+end
+
+-- The sets KEYS[first..], and the counter hash: the last key if `counted` is '1'.
+local function sets_and_counter(first, counted)
+  local last = #KEYS
+  local counter = nil
+  if counted == '1' then
+    counter = KEYS[last]
+    last = last - 1
+  end
+  local sets = {}
+  for i = first, last do -- a loop, not unpack(): a batch may name thousands of sets
+    sets[#sets + 1] = KEYS[i]
+  end
+  return sets, counter
+end
+
 -- {key, 'set'} for each of `sets`, to check with check_types().
 local function set_types(sets)
   local wanted = {}

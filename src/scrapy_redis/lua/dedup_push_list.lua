@@ -1,7 +1,8 @@
 -- Record the fingerprints of a batch of requests and push the new ones onto a list queue.
 -- KEYS[1] = the queue (list; LPUSH adds, as for a single request)
 -- KEYS[2] = the record key of this queue's writes to the fingerprint sets (see _once.lua)
--- KEYS[3..] = the sets the fingerprints are recorded in (see find_new() in _dedup.lua)
+-- KEYS[3..] = the sets the fingerprints are recorded in (see find_new() in _dedup.lua),
+--            then, if ARGV[5] is "1", a hash whose field "count" counts the members added
 -- ARGV[1] = the news channel, told when requests were pushed ("" = nobody to tell)
 -- ARGV[2] = the batch: one msgpack array of triples, in enqueue order: the number of the
 --           fingerprint's set (1 = KEYS[3]; 0 = dont_filter: no check, not recorded), its
@@ -9,6 +10,7 @@
 --           the fingerprint)
 -- ARGV[3] = how long the record is kept, in ms
 -- ARGV[4] = the write number of this batch
+-- ARGV[5] = "1" if the last key is the count hash, else "0"
 -- returns one character per triple: "1" if the request is new (pushed when it has an
 --         entry), "0" if its fingerprint was already recorded (a duplicate: nothing pushed);
 --         the same reply to a copy of this call sent again (its reply lost), which does
@@ -20,10 +22,7 @@ local before = applied_before(KEYS[2], ARGV[4])
 if before then
   return before
 end
-local sets = {}
-for i = 3, #KEYS do -- a loop, not unpack(): a batch may name thousands of sets
-  sets[#sets + 1] = KEYS[i]
-end
+local sets, counter = sets_and_counter(3, ARGV[5])
 local wanted = set_types(sets)
 wanted[#wanted + 1] = {KEYS[1], 'list'}
 check_types(wanted)
@@ -43,6 +42,7 @@ for i, is_new in ipairs(new) do
 end
 call_in_chunks('LPUSH', KEYS[1], pushed)
 record_new(sets, added)
+count_new(counter, added)
 announce(ARGV[1], #pushed)
 local reply = flags(new)
 record_write(KEYS[2], ARGV[4], reply, ARGV[3])

@@ -2,7 +2,9 @@
 -- KEYS[1] = the queue's index: sorted set, member = priority as text, score = -priority
 -- KEYS[2] = the record key of this queue's writes to the fingerprint sets (see _once.lua)
 -- KEYS[3..k+2] = the lists of the priorities of the batch, one per priority
--- KEYS[k+3..] = the sets the fingerprints are recorded in (see find_new() in _dedup.lua)
+-- KEYS[k+3..] = the sets the fingerprints are recorded in (see find_new() in _dedup.lua),
+--               then, if ARGV[k+6] is "1", a hash whose field "count" counts the members
+--               added
 -- ARGV[1] = the news channel, told when requests were pushed ("" = nobody to tell)
 -- ARGV[2] = how many priority lists follow KEYS[2] (k)
 -- ARGV[3..k+2] = the priority of each of those lists (integers, as text), same order
@@ -13,6 +15,7 @@
 --             fingerprint)
 -- ARGV[k+4] = how long the record is kept, in ms
 -- ARGV[k+5] = the write number of this batch
+-- ARGV[k+6] = "1" if the last key is the count hash, else "0"
 -- returns one character per quadruple: "1" if the request is new (appended to its
 --         priority list when it has an entry), "0" if its fingerprint was already
 --         recorded; the same reply to a copy of this call sent again (its reply lost),
@@ -25,10 +28,7 @@ local before = applied_before(KEYS[2], ARGV[lists + 5])
 if before then
   return before
 end
-local sets = {}
-for i = lists + 3, #KEYS do -- a loop, not unpack(): a batch may name thousands of sets
-  sets[#sets + 1] = KEYS[i]
-end
+local sets, counter = sets_and_counter(lists + 3, ARGV[lists + 6])
 local wanted = set_types(sets)
 wanted[#wanted + 1] = {KEYS[1], 'zset'}
 for i = 3, lists + 2 do
@@ -59,6 +59,7 @@ for list, group in pairs(pushed) do
   redis.call('ZADD', KEYS[1], -tonumber(priority), priority)
 end
 record_new(sets, added)
+count_new(counter, added)
 announce(ARGV[1], count)
 local reply = flags(new)
 record_write(KEYS[2], ARGV[lists + 5], reply, ARGV[lists + 4])
