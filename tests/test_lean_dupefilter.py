@@ -388,3 +388,16 @@ def test_two_workers_crawl_every_page_once_with_the_lean_filter(server, redis_ur
     assert not server.exists("myspider_redis:dupefilter")  # no hex set: buckets only
     assert all(not new for new in df.record_fingerprints(sorted(recorded)))
     assert sum(worker.stats.get("dupefilter/filtered", 0) for worker in workers) > pages
+
+
+def test_without_one_script_the_count_is_kept(settings_dict, server, schedulers, monkeypatch):
+    from scrapy_redis.queue import Base
+
+    # A Redis Cluster whose buckets and queue hash to different slots: the pipeline path.
+    monkeypatch.setattr(Base, "scripts_may_use", lambda self, *keys: False)
+    scheduler = schedulers({**settings_dict, "DUPEFILTER_CLASS": LEAN})
+    for url in ["http://example.com/a", "http://example.com/b", "http://example.com/a"]:
+        scheduler.enqueue_request(Request(url))
+    assert scheduler.send_enqueued()
+    assert scheduler.df.count() == 2
+    assert len(list(iter(scheduler.next_request, None))) == 2
