@@ -40,6 +40,16 @@ if TYPE_CHECKING:
     from typing_extensions import Self
 
 
+def __getattr__(name: str) -> Any:
+    """``BloomDupeFilter`` is defined in :mod:`scrapy_redis.bloom_dupefilter` (which imports
+    this module) and imported from here on first use."""
+    if name == "BloomDupeFilter":
+        from scrapy_redis.bloom_dupefilter import BloomDupeFilter
+
+        return BloomDupeFilter
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def request_fingerprint(request: Request) -> str:
     """The original scrapy-redis (>= 0.8) fingerprint: SHA1 of a JSON of method, URL and body."""
     if not request.body:  # the usual case; the same links recur from page to page

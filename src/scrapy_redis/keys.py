@@ -90,3 +90,24 @@ def _hash_tag(key: str) -> str | None:
     start = key.find("{")
     end = key.find("}", start + 1) if start >= 0 else -1
     return key[start + 1 : end] if end > start + 1 else None
+
+
+def bloom_meta_key(filter_key: str) -> str:
+    """The hash describing a Bloom filter (layout, layers, counts); see bloom_dupefilter.py."""
+    return f"{filter_key}:bloom"
+
+
+def bloom_block_key(filter_key: str, layer: int, block: int) -> str:
+    """The string holding block ``block`` of layer ``layer`` of a Bloom filter.
+
+    Blocks are independent (all bits of a fingerprint are in one block), so on Redis
+    Cluster they may spread over slots: a later version can group the blocks of one
+    shard under one hash tag (``{<filter key>:<shard>}:bloom:<layer>:<block>``) without
+    changing the layout. Today they follow the filter key's own tag, if any.
+    """
+    return f"{filter_key}:bloom:{layer}:{block}"
+
+
+def bloom_module_key(filter_key: str) -> str:
+    """The RedisBloom (``BF.*``) filter used instead of the blocks when the server has it."""
+    return f"{filter_key}:bf"
