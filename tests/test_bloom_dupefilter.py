@@ -242,6 +242,22 @@ def test_standalone_use_under_scrapys_scheduler(redis_url, server):
     assert server.keys("*") == []  # the one-time filter and its write record are deleted
 
 
+def test_under_the_redis_scheduler_on_the_shared_key(redis_url, server, schedulers):
+    scheduler = schedulers(
+        {**bloom_settings(redis_url), "SCHEDULER": "scrapy_redis.scheduler.Scheduler"}
+    )
+    assert isinstance(scheduler.df, BloomDupeFilter) and scheduler.df.key == "demo:dupefilter"
+    assert scheduler.enqueue_request(Request("http://example.com/a")) is True
+    assert scheduler.enqueue_request(Request("http://example.com/a")) is True  # buffered
+    assert scheduler.enqueue_request(Request("http://example.com/b")) is True
+    urls = {scheduler.next_request().url for _ in range(2)}
+    assert urls == {"http://example.com/a", "http://example.com/b"}
+    assert scheduler.next_request() is None
+    assert scheduler.stats.get_value("dupefilter/filtered") == 1
+    assert server.hget("demo:dupefilter:bloom", "count") == b"2"
+    assert scheduler.stats.get_value("dupefilter/capacity") == 10**6
+
+
 def test_forget_is_refused_pointing_to_the_exact_filter(server):
     with pytest.raises(BloomForgetError, match="LeanDupeFilter"):
         bloom(server, 1000, 0.01).forget(Request("https://example.com/"))
@@ -256,6 +272,13 @@ def test_clear_deletes_every_layer(server):
     assert server.keys("demo:dupefilter*") == []
     assert not any(dupefilter.seen_many(inserted[:100]))
     assert dupefilter.count() == 100
+
+
+def test_clear_deletes_a_filter_made_with_other_settings(server):
+    bloom(server, 10**6, 0.01).seen_many(fingerprints(2000, "in"))
+    assert len(server.keys("demo:dupefilter:bloom:0:*")) > 1
+    bloom(server, 1000, 0.01).clear()  # one block per layer in its own layout
+    assert server.keys("demo:dupefilter*") == []
 
 
 # --- writes sent again -----------------------------------------------------------------

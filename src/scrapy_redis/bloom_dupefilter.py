@@ -39,6 +39,7 @@ BACKENDS = ("auto", "lua", "redisbloom")
 #: Fingerprints per script call (a call blocks the server while it runs).
 BATCH_SIZE = 500
 _MAX_LAYERS = 64
+_MAX_BLOCKS = 1 << 24
 
 
 class BloomForgetError(ScrapyRedisError, NotImplementedError):
@@ -270,14 +271,22 @@ class BloomDupeFilter(RFPDupeFilter):
 
     def clear(self) -> None:
         """Delete the filter: its meta hash, every block of every layer, its RedisBloom key."""
-        layers = int(self.server.hget(self.meta_key, "layers") or 0)
         keys = [self.meta_key, bloom_module_key(self.key)]
-        for index in range(min(layers, _MAX_LAYERS)):
-            blocks = self.layout.layer(index).blocks
+        for index, blocks in enumerate(self._stored_blocks()):
             keys.extend(bloom_block_key(self.key, index, block) for block in range(blocks))
         for i in range(0, len(keys), 1000):
             self.server.unlink(*keys[i : i + 1000])
         self.backend, self.layers = None, []
+
+    def _stored_blocks(self) -> list[int]:
+        """The block count of each layer, as stored in the meta hash (whatever its layout)."""
+        meta = self.server.hgetall(self.meta_key)
+        layers = min(int(meta.get(b"layers", 0)), _MAX_LAYERS)
+        counts = []
+        for index in range(layers):
+            described = meta.get(f"layer:{index}".encode(), b"").split(b",")
+            counts.append(min(int(described[3]), _MAX_BLOCKS) if len(described) == 5 else 0)
+        return counts
 
     def forget(self, *args: Any, **kwargs: Any) -> None:
         """Impossible: a Bloom filter's bits are shared by many URLs."""
