@@ -26,8 +26,7 @@ from scrapy_redis.bloom_layout import (
     layout_from_settings,
 )
 from scrapy_redis.dupefilter import BloomDupeFilter
-from scrapy_redis.exceptions import ConfigurationError
-from scrapy_redis.keys import bloom_meta_key
+from scrapy_redis.exceptions import ConfigurationError, WrongKeyTypeError
 
 
 def fingerprints(count: int, seed: str) -> list[str]:
@@ -177,7 +176,7 @@ def test_racing_processes_see_each_fingerprint_new_once(server, redis_url, capac
         assert sorted(new) == sorted(fingerprints(20000, "race"))
     else:  # grown twice while racing (the stale-layer path): only false positives missing
         assert len(new) >= 0.995 * 20000
-        assert int(server.hget(bloom_meta_key("demo:dupefilter"), "layers")) == 3
+        assert int(server.hget("demo:dupefilter", "layers")) == 3
 
 
 # --- keys, backend, operations -------------------------------------------------------
@@ -188,8 +187,8 @@ def test_blocks_are_strings_of_their_full_size(server):
     dupefilter.seen_many(fingerprints(20, "in"))
     layer = dupefilter.layers[0]
     assert layer.blocks == 3
-    blocks = sorted(k.decode() for k in server.keys("demo:dupefilter:bloom:0:*"))
-    assert blocks == [f"demo:dupefilter:bloom:0:{i}" for i in range(3)]
+    blocks = sorted(k.decode() for k in server.keys("demo:dupefilter:bloom:1:0:*"))
+    assert blocks == [f"demo:dupefilter:bloom:1:0:{i}" for i in range(3)]  # generation 1
     for key in blocks:
         assert server.type(key) == b"string"
         assert server.strlen(key) == layer.block_bits // 8
@@ -199,7 +198,7 @@ def test_blocks_are_strings_of_their_full_size(server):
 
 def test_the_layout_is_stored_and_other_settings_are_refused(server):
     bloom(server, 10**4, 0.01).open()
-    meta = server.hgetall(bloom_meta_key("demo:dupefilter"))
+    meta = server.hgetall("demo:dupefilter")  # the filter's key is its meta hash
     assert meta[b"capacity"] == b"10000" and meta[b"layers"] == b"1"
     assert meta[b"layer:0"] == BloomLayout(10**4, 0.01).layer(0).describe().encode()
     with pytest.raises(ConfigurationError, match="BLOOMFILTER_CAPACITY"):
@@ -254,8 +253,31 @@ def test_under_the_redis_scheduler_on_the_shared_key(redis_url, server, schedule
     assert urls == {"http://example.com/a", "http://example.com/b"}
     assert scheduler.next_request() is None
     assert scheduler.stats.get_value("dupefilter/filtered") == 1
-    assert server.hget("demo:dupefilter:bloom", "count") == b"2"
+    assert server.hget("demo:dupefilter", "count") == b"2"
     assert scheduler.stats.get_value("dupefilter/capacity") == 10**6
+
+
+def test_the_filter_goes_with_the_crawls_shared_keys(redis_url, server, schedulers):
+    settings = {**bloom_settings(redis_url), "SCHEDULER": "scrapy_redis.scheduler.Scheduler"}
+    settings["SCHEDULER_ENQUEUE_DELAY"] = 0
+    scheduler = schedulers(settings)
+    assert scheduler.enqueue_request(Request("http://example.com/a")) is True
+    scheduler.close("finished")  # SCHEDULER_PERSIST is False: the scheduler deletes its key
+    assert not server.exists("demo:dupefilter")
+    old_blocks = server.keys("demo:dupefilter:bloom:1:*")
+    assert old_blocks  # left for the next filter's maker
+    scheduler = schedulers(settings)
+    assert scheduler.enqueue_request(Request("http://example.com/a")) is True  # a new crawl
+    assert server.hget("demo:dupefilter", "generation") == b"2"
+    assert server.exists(*old_blocks) == 0
+    assert server.hkeys("demo:dupefilter:bloom") == [b"generation", b"2:0"]
+
+
+def test_a_key_of_another_type_is_refused(server):
+    server.sadd("demo:dupefilter", "0" * 40)  # RFPDupeFilter's fingerprints
+    with pytest.raises(WrongKeyTypeError, match="SCHEDULER_DUPEFILTER_KEY"):
+        bloom(server, 1000, 0.01).open()
+    assert server.type("demo:dupefilter") == b"set"
 
 
 def test_forget_is_refused_pointing_to_the_exact_filter(server):
@@ -276,7 +298,7 @@ def test_clear_deletes_every_layer(server):
 
 def test_clear_deletes_a_filter_made_with_other_settings(server):
     bloom(server, 10**6, 0.01).seen_many(fingerprints(2000, "in"))
-    assert len(server.keys("demo:dupefilter:bloom:0:*")) > 1
+    assert len(server.keys("demo:dupefilter:bloom:1:0:*")) > 1
     bloom(server, 1000, 0.01).clear()  # one block per layer in its own layout
     assert server.keys("demo:dupefilter*") == []
 

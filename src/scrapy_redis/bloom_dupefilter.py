@@ -3,14 +3,16 @@
 :class:`BloomDupeFilter` keeps the fingerprints of :class:`~scrapy_redis.dupefilter.RFPDupeFilter`
 in a layered, blocked Bloom filter (geometry: :mod:`scrapy_redis.bloom_layout`):
 
-* the layout is stored in the meta hash ``<key>:bloom`` when the filter is made
-  (``bloom_open.lua``); a worker whose settings give another layout refuses to open it;
+* the filter's key is a hash holding its layout, made with the filter (``bloom_open.lua``);
+  a worker whose settings give another layout refuses to open it. Deleting that key (as
+  the scheduler does with its shared keys) deletes the filter: the next one is a new
+  generation, whose maker deletes the blocks of the old ones (listed in ``<key>:bloom``);
 * one script call (``bloom_add.lua``) checks and records a whole batch, atomically and at
   most once (see :mod:`scrapy_redis.writes`): workers racing on a URL see it new once;
 * when the newest layer holds its capacity the same call adds a larger, tighter layer
   (the total error rate stays under BLOOMFILTER_ERROR_RATE); the filter logs a warning;
-* on a server with RedisBloom's ``BF.*`` (Redis 8, Redis Stack) the filter is one
-  RedisBloom key instead (BLOOMFILTER_BACKEND).
+* on a server with RedisBloom's ``BF.*`` (Redis 8, Redis Stack) the filter's key is a
+  RedisBloom filter instead (BLOOMFILTER_BACKEND).
 """
 
 from __future__ import annotations
@@ -23,8 +25,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from scrapy_redis import defaults
 from scrapy_redis.bloom_layout import EXPANSION, BloomLayout, Layer, layout_from_settings
 from scrapy_redis.dupefilter import RFPDupeFilter
-from scrapy_redis.exceptions import ConfigurationError, ScrapyRedisError
-from scrapy_redis.keys import bloom_block_key, bloom_meta_key, bloom_module_key
+from scrapy_redis.exceptions import ConfigurationError, ScrapyRedisError, WrongKeyTypeError
+from scrapy_redis.keys import bloom_block_key, bloom_blocks_key
 from scrapy_redis.scripts import script
 
 if TYPE_CHECKING:
@@ -78,8 +80,12 @@ def choose_backend(server: Any, setting: str, key: str) -> str:
             "(RedisBloom, Redis Stack or Redis >= 8). Set BLOOMFILTER_BACKEND = 'lua' (or "
             "'auto') to keep the Bloom filter in plain strings."
         )
-    if setting == "auto" and server.exists(bloom_meta_key(key)):
-        return "lua"
+    if setting == "auto":
+        kind = server.type(key)
+        if kind in (b"hash", "hash"):
+            return "lua"
+        if kind not in (b"none", "none"):  # a RedisBloom filter, or what open() reports
+            return "redisbloom" if has_module else "lua"
     return "redisbloom" if has_module else "lua"
 
 
@@ -114,6 +120,7 @@ class BloomDupeFilter(RFPDupeFilter):
         #: "lua" or "redisbloom" once opened.
         self.backend: str | None = None
         self.layers: list[Layer] = []
+        self.generation = ""
 
     @classmethod
     def _build(cls, crawler: Crawler, key: str, temporary: bool) -> Self:
@@ -124,7 +131,8 @@ class BloomDupeFilter(RFPDupeFilter):
 
     @property
     def meta_key(self) -> str:
-        return bloom_meta_key(self.key)
+        """The filter's meta hash: its key."""
+        return self.key
 
     def open(self) -> None:
         """Choose the backend and open (or make) the filter; done by the first use otherwise."""
@@ -170,13 +178,13 @@ class BloomDupeFilter(RFPDupeFilter):
     def _batch_args(self, fingerprints: list[str], number: int) -> tuple[list[str], list[Any]]:
         """KEYS and ARGV of ``bloom_add.lua`` for ``fingerprints`` in the known layers."""
         layers, writes = self.layers, self.writes
-        keys = [self.meta_key, writes.key(self.meta_key)]
+        keys = [self.meta_key, writes.key(self.meta_key), bloom_blocks_key(self.key)]
         slots: dict[str, int] = {}
         items: list[int] = []
         for fingerprint in fingerprints:
             for index, layer in enumerate(layers):
                 block, offsets = layer.positions(fingerprint, index)
-                name = bloom_block_key(self.key, index, block)
+                name = bloom_block_key(self.key, self.generation, index, block)
                 slot = slots.get(name)
                 if slot is None:
                     keys.append(name)
@@ -187,7 +195,8 @@ class BloomDupeFilter(RFPDupeFilter):
         head: list[Any] = [writes.ttl_ms, number, len(layers), len(fingerprints)]
         head += [layer.k for layer in layers] + [layer.block_bits - 1 for layer in layers]
         head += [upcoming.capacity, upcoming.describe()]
-        return keys, [*head, struct.pack(f">{len(items)}I", *items)]
+        blob = struct.pack(f">{len(items)}I", *items)
+        return keys, [*head, blob, self.generation, upcoming.blocks]
 
     def _after_batch(self, layers: int, count: int) -> None:
         grown = layers != len(self.layers)
@@ -207,7 +216,7 @@ class BloomDupeFilter(RFPDupeFilter):
             self.stats.set_value("dupefilter/fill", self._fill(count))
 
     def _module_batch(self, fingerprints: list[str]) -> bytes:
-        writes, key = self.writes, bloom_module_key(self.key)
+        writes, key = self.writes, self.key
         number = writes.take_for(tuple(fingerprints))
         args = [writes.ttl_ms, number, self.layout.capacity, repr(self.layout.error_rate)]
         args += [EXPANSION, *fingerprints]
@@ -218,9 +227,19 @@ class BloomDupeFilter(RFPDupeFilter):
     def _load_meta(self) -> None:
         """Make the filter if it does not exist; check that its stored layout is ours."""
         ours = self.layout.describe()
-        flat = [part for pair in ours.items() for part in pair]
-        raw = script("bloom_open")(self.server, [self.meta_key], flat)
+        flat = [part for pair in ours.items() for part in pair] + [self.layout.layer(0).blocks]
+        keys = [self.meta_key, bloom_blocks_key(self.key)]
+        made, raw = script("bloom_open")(self.server, keys, flat)
+        if made == b"wrongtype":
+            raise WrongKeyTypeError(
+                f"{self.key} is a {raw.decode()}, not a Bloom filter (a SET holds the "
+                "fingerprints of RFPDupeFilter). Set SCHEDULER_DUPEFILTER_KEY to another "
+                "key, or delete this one (its URLs may then be crawled again)."
+            )
         meta = {raw[i].decode(): raw[i + 1].decode() for i in range(0, len(raw), 2)}
+        self.generation = meta.get("generation", "")
+        if made:
+            self._delete_blocks(keep=self.generation)  # of the filters deleted before
         for field, value in ours.items():
             if meta.get(field) != value:
                 raise ConfigurationError(self._disagreement(field, meta.get(field), value))
@@ -253,7 +272,7 @@ class BloomDupeFilter(RFPDupeFilter):
         if self.backend is None:
             self.open()
         if self.backend == "redisbloom":
-            reply = self.server.execute_command("BF.INFO", bloom_module_key(self.key), "ITEMS")
+            reply = self.server.execute_command("BF.INFO", self.key, "ITEMS")
             return int(reply[0] if isinstance(reply, list) else reply)
         return int(self.server.hget(self.meta_key, "count") or 0)
 
@@ -271,22 +290,23 @@ class BloomDupeFilter(RFPDupeFilter):
 
     def clear(self) -> None:
         """Delete the filter: its meta hash, every block of every layer, its RedisBloom key."""
-        keys = [self.meta_key, bloom_module_key(self.key)]
-        for index, blocks in enumerate(self._stored_blocks()):
-            keys.extend(bloom_block_key(self.key, index, block) for block in range(blocks))
-        for i in range(0, len(keys), 1000):
-            self.server.unlink(*keys[i : i + 1000])
+        self.server.unlink(self.key)
+        self._delete_blocks(keep=None)
+        self.server.unlink(bloom_blocks_key(self.key))
         self.backend, self.layers = None, []
 
-    def _stored_blocks(self) -> list[int]:
-        """The block count of each layer, as stored in the meta hash (whatever its layout)."""
-        meta = self.server.hgetall(self.meta_key)
-        layers = min(int(meta.get(b"layers", 0)), _MAX_LAYERS)
-        counts = []
-        for index in range(layers):
-            described = meta.get(f"layer:{index}".encode(), b"").split(b",")
-            counts.append(min(int(described[3]), _MAX_BLOCKS) if len(described) == 5 else 0)
-        return counts
+    def _delete_blocks(self, keep: str | None) -> None:
+        """Delete the blocks listed in ``<key>:bloom`` but those of generation ``keep``."""
+        listing = bloom_blocks_key(self.key)
+        for field, value in self.server.hgetall(listing).items():
+            generation, _, layer = field.decode().partition(":")
+            if not layer or generation == keep:
+                continue
+            blocks = min(int(value), _MAX_BLOCKS)
+            keys = [bloom_block_key(self.key, generation, int(layer), b) for b in range(blocks)]
+            for i in range(0, len(keys), 1000):
+                self.server.unlink(*keys[i : i + 1000])
+            self.server.hdel(listing, field)
 
     def forget(self, *args: Any, **kwargs: Any) -> None:
         """Impossible: a Bloom filter's bits are shared by many URLs."""

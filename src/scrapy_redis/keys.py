@@ -92,22 +92,20 @@ def _hash_tag(key: str) -> str | None:
     return key[start + 1 : end] if end > start + 1 else None
 
 
-def bloom_meta_key(filter_key: str) -> str:
-    """The hash describing a Bloom filter (layout, layers, counts); see bloom_dupefilter.py."""
+def bloom_blocks_key(filter_key: str) -> str:
+    """The hash listing the block groups of a Bloom filter (see bloom_dupefilter.py): field
+    ``<generation>:<layer>`` = its block count, and the last ``generation``. The filter's own
+    key (its meta hash) may be deleted with the crawl's shared keys; this one survives, so
+    the blocks of a deleted filter are found and deleted when the next one is made."""
     return f"{filter_key}:bloom"
 
 
-def bloom_block_key(filter_key: str, layer: int, block: int) -> str:
-    """The string holding block ``block`` of layer ``layer`` of a Bloom filter.
+def bloom_block_key(filter_key: str, generation: str, layer: int, block: int) -> str:
+    """The string holding one block of one layer of a Bloom filter.
 
     Blocks are independent (all bits of a fingerprint are in one block), so on Redis
     Cluster they may spread over slots: a later version can group the blocks of one
-    shard under one hash tag (``{<filter key>:<shard>}:bloom:<layer>:<block>``) without
-    changing the layout. Today they follow the filter key's own tag, if any.
+    shard under one hash tag (``{<filter key>:<shard>}:bloom:...``) without changing
+    the layout. Today they follow the filter key's own tag, if any.
     """
-    return f"{filter_key}:bloom:{layer}:{block}"
-
-
-def bloom_module_key(filter_key: str) -> str:
-    """The RedisBloom (``BF.*``) filter used instead of the blocks when the server has it."""
-    return f"{filter_key}:bf"
+    return f"{filter_key}:bloom:{generation}:{layer}:{block}"

@@ -2,20 +2,23 @@
 -- once (see _once.lua): a fingerprint is seen if all its k bits are set in one layer;
 -- a new one gets its bits set in the newest layer. A batch is one atomic call, so two
 -- workers racing on one fingerprint see it new exactly once.
--- KEYS[1] = the filter's meta hash (layers, count, count:<i>, capacity:<i>, layer:<i>)
+-- KEYS[1] = the filter's key: its meta hash (generation, layers, count, count:<i>,
+--           capacity:<i>, layer:<i>)
 -- KEYS[2] = the record key of this filter's writes to KEYS[1] (see _once.lua)
--- KEYS[3..] = the block keys the batch touches
+-- KEYS[3] = the hash listing its block groups (see scrapy_redis/keys.py: bloom_blocks_key)
+-- KEYS[4..] = the block keys the batch touches
 -- ARGV[1] = how long the record is kept, in ms; ARGV[2] = the write number of this call
 -- ARGV[3] = L, the layers the client knows; ARGV[4] = n, the fingerprints in the batch
 -- ARGV[5..4+L] = k of each layer; ARGV[5+L..4+2L] = the last bit of a block of each layer
 -- ARGV[5+2L], ARGV[6+2L] = capacity and description of the layer added when the newest fills
 -- ARGV[7+2L] = per fingerprint, per layer: the index in KEYS of its block and its k bit
 --             offsets, each a big-endian uint32 (one string: cheap to send)
+-- ARGV[8+2L] = the generation the client knows; ARGV[9+2L] = block count of the next layer
 -- Only the first fingerprints, as many as the newest layer has room for, are recorded (the
 -- flags say how many): the client sends the others again, to the layer added for them.
 -- returns {flags, layers, count}: flags a string with one '1' (new) or '0' (seen) per
 -- fingerprint, layers the layer count after the call, count the fingerprints recorded in
--- all; {'stale', layers, '0'} (nothing done) if L is not the layer count
+-- all; {'stale', layers, '0'} (nothing done) if L or the generation are not the filter's
 --#include _once.lua
 
 -- BITFIELD(_RO) on `key`: GET (read) or SET to 1 (write) each offset; the old values.
@@ -62,7 +65,9 @@ if before then
   return {before, redis.call('HGET', meta, 'layers'), redis.call('HGET', meta, 'count')}
 end
 local layers, n = tonumber(ARGV[3]), tonumber(ARGV[4])
-if tonumber(redis.call('HGET', meta, 'layers') or 0) ~= layers then
+local generation = redis.call('HGET', meta, 'generation')
+if tonumber(redis.call('HGET', meta, 'layers') or 0) ~= layers
+    or generation ~= ARGV[8 + 2 * layers] then
   return {'stale', redis.call('HGET', meta, 'layers') or '0', '0'}
 end
 local newest = layers - 1
@@ -116,6 +121,7 @@ local filled = redis.call('HINCRBY', meta, 'count:' .. newest, added)
 if filled >= tonumber(redis.call('HGET', meta, 'capacity:' .. newest)) then
   redis.call('HSET', meta, 'layers', layers + 1, 'count:' .. layers, 0,
     'capacity:' .. layers, ARGV[5 + 2 * layers], 'layer:' .. layers, ARGV[6 + 2 * layers])
+  redis.call('HSET', KEYS[3], generation .. ':' .. layers, ARGV[9 + 2 * layers])
   layers = layers + 1
 end
 record_write(KEYS[2], ARGV[2], flags, ARGV[1])

@@ -1,6 +1,6 @@
 -- Check and record a batch of fingerprints in a RedisBloom filter (BF.INSERT creates it,
 -- scaling, with the given capacity and error rate), at most once (see _once.lua).
--- KEYS[1] = the RedisBloom filter (see scrapy_redis/keys.py: bloom_module_key)
+-- KEYS[1] = the RedisBloom filter (the filter's key)
 -- KEYS[2] = the record key of this filter's writes to KEYS[1]
 -- ARGV[1] = how long the record is kept, in ms; ARGV[2] = the write number of this call
 -- ARGV[3] = capacity, ARGV[4] = error rate, ARGV[5] = expansion; ARGV[6..] = fingerprints
