@@ -4,6 +4,7 @@ growing, atomic check-and-set under racing processes, its layout and its keys.""
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import math
 import multiprocessing
@@ -324,3 +325,32 @@ def test_a_batch_whose_reply_is_lost_is_answered_as_first(proxy, server, how):
     assert proxy.lost
     assert all(dupefilter.seen_many(batch))
     dupefilter.close("finished")
+
+
+# --- a real crawl ----------------------------------------------------------------------
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(300)
+def test_two_workers_crawl_every_page_once_through_a_growing_filter(redis_url, server, tmp_path):
+    """Two ``scrapy crawl`` processes share a Bloom filter that grows twice during the crawl
+    (capacity 300 for ~1,000 URLs; an error rate of 1e-6 so that no page is missed)."""
+    from test_e2e import DOMAIN, IDLE, PAGES, DemoSite, assert_hits, crawl, expected_hits
+
+    with DemoSite(pages=PAGES) as site:
+        server.lpush("myspider:start_urls", json.dumps({"url": site.url}))
+        settings = {
+            "MAX_IDLE_TIME_BEFORE_CLOSE": IDLE,
+            "SCHEDULER_PERSIST": True,
+            "DUPEFILTER_CLASS": "scrapy_redis.dupefilter.BloomDupeFilter",
+            "BLOOMFILTER_CAPACITY": 300,
+            "BLOOMFILTER_ERROR_RATE": 1e-6,
+        }
+        workers = crawl("myspider_redis", redis_url, tmp_path, settings=settings, arguments=DOMAIN)
+        assert_hits(site.snapshot(), expected_hits(PAGES))
+    meta = server.hgetall("myspider_redis:dupefilter")
+    assert meta[b"layers"] == b"3"  # 300 + 600 + 1200
+    assert int(meta[b"count"]) == len(expected_hits(PAGES)) - 1  # all but the start URL
+    assert any("past its capacity" in worker.log for worker in workers)
+    filtered = sum(worker.stats.get("dupefilter/filtered", 0) for worker in workers)
+    assert filtered > PAGES  # the site links each page ~10 times
