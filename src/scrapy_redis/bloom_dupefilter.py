@@ -272,6 +272,8 @@ class BloomDupeFilter(RFPDupeFilter):
         if self.backend is None:
             self.open()
         if self.backend == "redisbloom":
+            if not self.server.exists(self.key):  # made by the first BF.INSERT
+                return 0
             reply = self.server.execute_command("BF.INFO", self.key, "ITEMS")
             return int(reply[0] if isinstance(reply, list) else reply)
         return int(self.server.hget(self.meta_key, "count") or 0)

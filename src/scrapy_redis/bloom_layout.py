@@ -78,9 +78,11 @@ def split_into_blocks(bits: int) -> tuple[int, int]:
     """(blocks, bits per block) for a layer of at least ``bits`` bits: blocks of a size that
     fills its memory allocation (see :func:`block_bytes`)."""
     largest = BLOCK_TARGET_BITS // 8 - _STRING_OVERHEAD  # fills a 64 KiB allocation
-    blocks = max(1, math.ceil(bits / (8 * largest)))
-    wanted = math.ceil(max(BLOCK_MIN_BITS, bits / blocks) / 8)
-    return blocks, 8 * block_bytes(wanted)
+    fewest = max(1, math.ceil(bits / (8 * largest)))
+    # a few more blocks may round up less (the sizes of allocations are steps)
+    splits = [(n, 8 * block_bytes(math.ceil(max(BLOCK_MIN_BITS, bits / n) / 8))) for n in
+              range(fewest, fewest + 8)]  # fmt: skip
+    return min(splits, key=lambda split: split[0] * split[1])
 
 
 def block_bytes(wanted: int) -> int:
