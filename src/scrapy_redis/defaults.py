@@ -121,3 +121,13 @@ STATS_FLUSH_INTERVAL = 1.0
 
 #: STATS_KEY: hash holding the stats shared by the workers.
 STATS_KEY = "%(spider)s:stats"
+
+#: BLOOMFILTER_BACKEND: where the Bloom filter lives: "auto" (RedisBloom's BF.* when the
+#: server has it, else "lua"), "lua" (bit blocks in plain strings) or "redisbloom".
+BLOOMFILTER_BACKEND = "auto"
+
+#: BLOOMFILTER_CAPACITY: URLs the Bloom filter's first layer holds at BLOOMFILTER_ERROR_RATE.
+BLOOMFILTER_CAPACITY = 1_000_000
+
+#: BLOOMFILTER_ERROR_RATE: bound on the Bloom filter's false-positive rate (new URLs dropped).
+BLOOMFILTER_ERROR_RATE = 0.001

@@ -222,10 +222,15 @@ class RFPDupeFilter(BaseDupeFilter):
 
 
 def __getattr__(name: str) -> Any:
-    """``LeanDupeFilter`` (:mod:`scrapy_redis.lean_dupefilter`), importable from here
-    like every duplicate filter; loaded on first use, as it subclasses RFPDupeFilter."""
+    """``LeanDupeFilter`` (:mod:`scrapy_redis.lean_dupefilter`) and ``BloomDupeFilter``
+    (:mod:`scrapy_redis.bloom_dupefilter`), importable from here like every duplicate
+    filter; loaded on first use, as their modules import this one."""
     if name == "LeanDupeFilter":
         from scrapy_redis.lean_dupefilter import LeanDupeFilter
 
         return LeanDupeFilter
+    if name == "BloomDupeFilter":
+        from scrapy_redis.bloom_dupefilter import BloomDupeFilter
+
+        return BloomDupeFilter
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -105,3 +105,22 @@ def lean_bucket_key(filter_key: str, bucket: int, bucket_bits: int) -> str:
     bits) can later name a Redis Cluster shard and its hash tag without renaming the
     rest (a new layout version)."""
     return f"{filter_key}:lean:{bucket:0{(bucket_bits + 3) // 4}x}"
+
+
+def bloom_blocks_key(filter_key: str) -> str:
+    """The hash listing the block groups of a Bloom filter (see bloom_dupefilter.py): field
+    ``<generation>:<layer>`` = its block count, and the last ``generation``. The filter's own
+    key (its meta hash) may be deleted with the crawl's shared keys; this one survives, so
+    the blocks of a deleted filter are found and deleted when the next one is made."""
+    return f"{filter_key}:bloom"
+
+
+def bloom_block_key(filter_key: str, generation: str, layer: int, block: int) -> str:
+    """The string holding one block of one layer of a Bloom filter.
+
+    Blocks are independent (all bits of a fingerprint are in one block), so on Redis
+    Cluster they may spread over slots: a later version can group the blocks of one
+    shard under one hash tag (``{<filter key>:<shard>}:bloom:...``) without changing
+    the layout. Today they follow the filter key's own tag, if any.
+    """
+    return f"{filter_key}:bloom:{generation}:{layer}:{block}"

@@ -1,0 +1,320 @@
+"""The Bloom duplicate filter: ~2 bytes per URL, shared by every worker, atomic.
+
+:class:`BloomDupeFilter` keeps the fingerprints of :class:`~scrapy_redis.dupefilter.RFPDupeFilter`
+in a layered, blocked Bloom filter (geometry: :mod:`scrapy_redis.bloom_layout`):
+
+* the filter's key is a hash holding its layout, made with the filter (``bloom_open.lua``);
+  a worker whose settings give another layout refuses to open it. Deleting that key (as
+  the scheduler does with its shared keys) deletes the filter: the next one is a new
+  generation, whose maker deletes the blocks of the old ones (listed in ``<key>:bloom``);
+* one script call (``bloom_add.lua``) checks and records a whole batch, atomically and at
+  most once (see :mod:`scrapy_redis.writes`): workers racing on a URL see it new once;
+* when the newest layer holds its capacity the same call adds a larger, tighter layer
+  (the total error rate stays under BLOOMFILTER_ERROR_RATE); the filter logs a warning;
+* on a server with RedisBloom's ``BF.*`` (Redis 8, Redis Stack) the filter's key is a
+  RedisBloom filter instead (BLOOMFILTER_BACKEND).
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from scrapy_redis import defaults
+from scrapy_redis.bloom_layout import EXPANSION, BloomLayout, Layer, layout_from_settings
+from scrapy_redis.dupefilter import RFPDupeFilter
+from scrapy_redis.exceptions import ConfigurationError, ScrapyRedisError, WrongKeyTypeError
+from scrapy_redis.keys import bloom_block_key, bloom_blocks_key
+from scrapy_redis.scripts import script
+
+if TYPE_CHECKING:
+    from scrapy import Request
+    from scrapy.crawler import Crawler
+    from scrapy.settings import BaseSettings
+    from typing_extensions import Self
+
+logger = logging.getLogger(__name__)
+
+BACKENDS = ("auto", "lua", "redisbloom")
+#: Fingerprints per script call (a call blocks the server while it runs).
+BATCH_SIZE = 500
+_MAX_LAYERS = 64
+_MAX_BLOCKS = 1 << 24
+
+
+class BloomForgetError(ScrapyRedisError, NotImplementedError):
+    """A Bloom filter cannot forget one URL."""
+
+
+def backend_setting(settings: BaseSettings) -> str:
+    """BLOOMFILTER_BACKEND, checked."""
+    value = str(settings.get("BLOOMFILTER_BACKEND", defaults.BLOOMFILTER_BACKEND)).lower()
+    if value not in BACKENDS:
+        raise ConfigurationError(
+            f"BLOOMFILTER_BACKEND = {value!r} is not one of {', '.join(map(repr, BACKENDS))}."
+        )
+    return value
+
+
+def server_has_redisbloom(server: Any) -> bool:
+    """Whether the server knows ``BF.MADD`` (``COMMAND INFO`` answers nil for an unknown command;
+    unlike ``MODULE LIST`` it needs no admin rights)."""
+    reply = server.execute_command("COMMAND INFO", "BF.MADD")  # no reply parsing
+    if isinstance(reply, dict):  # a redis-py that parses the reply
+        return any(reply.values())
+    return bool(reply) and reply[0] is not None
+
+
+def choose_backend(server: Any, setting: str, key: str) -> str:
+    """The backend ("lua" or "redisbloom") of the filter ``key``, by BLOOMFILTER_BACKEND:
+    "auto" keeps a filter that exists where it is, and makes a new one with RedisBloom if
+    the server has it."""
+    if setting == "lua":
+        return "lua"
+    has_module = server_has_redisbloom(server)
+    if setting == "redisbloom" and not has_module:
+        raise ConfigurationError(
+            "BLOOMFILTER_BACKEND = 'redisbloom' but the Redis server has no BF.* commands "
+            "(RedisBloom, Redis Stack or Redis >= 8). Set BLOOMFILTER_BACKEND = 'lua' (or "
+            "'auto') to keep the Bloom filter in plain strings."
+        )
+    if setting == "auto":
+        kind = server.type(key)
+        if kind in (b"hash", "hash"):
+            return "lua"
+        if kind not in (b"none", "none"):  # a RedisBloom filter, or what open() reports
+            return "redisbloom" if has_module else "lua"
+    return "redisbloom" if has_module else "lua"
+
+
+class BloomDupeFilter(RFPDupeFilter):
+    """Redis Bloom-filter request duplicates filter (see the module's docstring).
+
+    Built like :class:`RFPDupeFilter` (``from_crawler``: a one-time key; ``from_spider``:
+    the scheduler's SCHEDULER_DUPEFILTER_KEY), sized by BLOOMFILTER_CAPACITY and
+    BLOOMFILTER_ERROR_RATE. A false positive drops a new URL: at most the configured rate.
+    """
+
+    logger = logger
+    #: The scheduler calls :meth:`request_seen` (its push script knows only sets).
+    checks_in_script: ClassVar[bool] = False
+
+    def __init__(
+        self,
+        server: Any,
+        key: str,
+        debug: bool = False,
+        *,
+        layout: BloomLayout | None = None,
+        backend: str = defaults.BLOOMFILTER_BACKEND,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(server, key, debug, **kwargs)
+        default = BloomLayout(defaults.BLOOMFILTER_CAPACITY, defaults.BLOOMFILTER_ERROR_RATE)
+        self.layout = layout or default
+        if backend not in BACKENDS:
+            raise ConfigurationError(f"BLOOMFILTER_BACKEND = {backend!r} is not one of {BACKENDS}.")
+        self.backend_setting = backend
+        #: "lua" or "redisbloom" once opened.
+        self.backend: str | None = None
+        self.layers: list[Layer] = []
+        self.generation = ""
+
+    @classmethod
+    def _build(cls, crawler: Crawler, key: str, temporary: bool) -> Self:
+        dupefilter = super()._build(crawler, key, temporary)
+        dupefilter.layout = layout_from_settings(crawler.settings)
+        dupefilter.backend_setting = backend_setting(crawler.settings)
+        return dupefilter
+
+    @property
+    def meta_key(self) -> str:
+        """The filter's meta hash: its key."""
+        return self.key
+
+    def open(self) -> None:
+        """Choose the backend and open (or make) the filter; done by the first use otherwise."""
+        if self.backend is None:
+            self.backend = choose_backend(self.server, self.backend_setting, self.key)
+            if self.backend == "lua":
+                self._load_meta()
+            self._update_stats(self.count())
+
+    def request_seen(self, request: Request) -> bool:
+        """Record the fingerprint of ``request``; True if the filter had it (or a false
+        positive: at most BLOOMFILTER_ERROR_RATE of new requests)."""
+        return self.seen_many([self.request_fingerprint(request)])[0]
+
+    def seen_many(self, fingerprints: Sequence[str]) -> list[bool]:
+        """Record ``fingerprints`` (in order, a batch per script call); for each, True if it was
+        seen already (earlier in the list included)."""
+        self.open()
+        seen: list[bool] = []
+        while len(seen) < len(fingerprints):
+            batch = list(fingerprints[len(seen) : len(seen) + BATCH_SIZE])
+            module = self.backend == "redisbloom"
+            flags = self._module_batch(batch) if module else self._batch(batch)
+            # the Lua filter answers for fewer when its newest layer fills: the rest is sent again
+            seen.extend(flag == ord("0") for flag in flags)
+        return seen
+
+    def _batch(self, fingerprints: list[str]) -> bytes:
+        writes = self.writes
+        number = writes.take_for(tuple(fingerprints))
+        for _ in range(_MAX_LAYERS):
+            keys, args = self._batch_args(fingerprints, number)
+            flags, layers, count = script("bloom_add")(self.server, keys, args)
+            if flags != b"stale":
+                break
+            self._load_meta()  # another worker added a layer (or cleared the filter)
+        else:
+            raise ScrapyRedisError(f"The Bloom filter {self.meta_key} keeps changing its layers.")
+        writes.confirmed()
+        self._after_batch(int(layers), int(count))
+        return bytes(flags)
+
+    def _batch_args(self, fingerprints: list[str], number: int) -> tuple[list[str], list[Any]]:
+        """KEYS and ARGV of ``bloom_add.lua`` for ``fingerprints`` in the known layers."""
+        layers, writes = self.layers, self.writes
+        keys = [self.meta_key, writes.key(self.meta_key), bloom_blocks_key(self.key)]
+        slots: dict[str, int] = {}
+        items: list[int] = []
+        for fingerprint in fingerprints:
+            for index, layer in enumerate(layers):
+                block, offsets = layer.positions(fingerprint, index)
+                name = bloom_block_key(self.key, self.generation, index, block)
+                slot = slots.get(name)
+                if slot is None:
+                    keys.append(name)
+                    slot = slots[name] = len(keys)  # KEYS[slot] in Lua
+                items.append(slot)
+                items.extend(offsets)
+        upcoming = self.layout.layer(len(layers))
+        head: list[Any] = [writes.ttl_ms, number, len(layers), len(fingerprints)]
+        head += [layer.k for layer in layers] + [layer.block_bits - 1 for layer in layers]
+        head += [upcoming.capacity, upcoming.describe()]
+        blob = struct.pack(f">{len(items)}I", *items)
+        return keys, [*head, blob, self.generation, upcoming.blocks]
+
+    def _after_batch(self, layers: int, count: int) -> None:
+        grown = layers != len(self.layers)
+        if grown:
+            self._load_meta()
+            newest = self.layers[-1]
+            logger.warning(
+                "Bloom filter %s is past its capacity: %d URLs in %d layers; added a layer for "
+                "%d more URLs at error rate %g (%.1f MB). Set BLOOMFILTER_CAPACITY to the "
+                "crawl's size to keep it at its smallest.",
+                self.meta_key, count, len(self.layers), newest.capacity, newest.error_rate,
+                newest.bits / 8e6,
+            )  # fmt: skip
+        if grown:
+            self._update_stats(count)
+        elif self.stats is not None:
+            self.stats.set_value("dupefilter/fill", self._fill(count))
+
+    def _module_batch(self, fingerprints: list[str]) -> bytes:
+        writes, key = self.writes, self.key
+        number = writes.take_for(tuple(fingerprints))
+        args = [writes.ttl_ms, number, self.layout.capacity, repr(self.layout.error_rate)]
+        args += [EXPANSION, *fingerprints]
+        flags = script("bloom_module_add")(self.server, [key, writes.key(key)], args)
+        writes.confirmed()
+        return bytes(flags)
+
+    def _load_meta(self) -> None:
+        """Make the filter if it does not exist; check that its stored layout is ours."""
+        ours = self.layout.describe()
+        flat = [part for pair in ours.items() for part in pair] + [self.layout.layer(0).blocks]
+        keys = [self.meta_key, bloom_blocks_key(self.key)]
+        made, raw = script("bloom_open")(self.server, keys, flat)
+        if made == b"wrongtype":
+            raise WrongKeyTypeError(
+                f"{self.key} is a {raw.decode()}, not a Bloom filter (a SET holds the "
+                "fingerprints of RFPDupeFilter). Set SCHEDULER_DUPEFILTER_KEY to another "
+                "key, or delete this one (its URLs may then be crawled again)."
+            )
+        meta = {raw[i].decode(): raw[i + 1].decode() for i in range(0, len(raw), 2)}
+        self.generation = meta.get("generation", "")
+        if made:
+            self._delete_blocks(keep=self.generation)  # of the filters deleted before
+        for field, value in ours.items():
+            if meta.get(field) != value:
+                raise ConfigurationError(self._disagreement(field, meta.get(field), value))
+        layers = int(meta.get("layers", "0"))
+        if not 1 <= layers <= _MAX_LAYERS:
+            raise ConfigurationError(f"The Bloom filter {self.meta_key} has {layers} layers.")
+        self.layers = [self.layout.layer(i) for i in range(layers)]
+        for i, layer in enumerate(self.layers):
+            if meta.get(f"layer:{i}") != layer.describe():
+                raise ConfigurationError(
+                    self._disagreement(f"layer:{i}", meta.get(f"layer:{i}"), layer.describe())
+                )
+
+    def _disagreement(self, field: str, stored: str | None, ours: str) -> str:
+        return (
+            f"The Bloom filter {self.meta_key} was made with {field} = {stored!r}; these "
+            f"settings give {ours!r}. Set BLOOMFILTER_CAPACITY and BLOOMFILTER_ERROR_RATE "
+            "(or BLOOMFILTER_BIT and BLOOMFILTER_HASH_NUMBER) as when it was made, or clear "
+            "it (BloomDupeFilter.clear(), or delete its keys) to start a new one."
+        )
+
+    def capacity(self) -> int:
+        """URLs the known layers hold at their error rates."""
+        if self.backend == "redisbloom":
+            return self.layout.capacity
+        return sum(layer.capacity for layer in self.layers)
+
+    def count(self) -> int:
+        """About how many fingerprints were recorded (new ones; false positives not)."""
+        if self.backend is None:
+            self.open()
+        if self.backend == "redisbloom":
+            if not self.server.exists(self.key):  # made by the first BF.INSERT
+                return 0
+            reply = self.server.execute_command("BF.INFO", self.key, "ITEMS")
+            return int(reply[0] if isinstance(reply, list) else reply)
+        return int(self.server.hget(self.meta_key, "count") or 0)
+
+    def _update_stats(self, count: int) -> None:
+        if self.stats is None:
+            return
+        self.stats.set_value("dupefilter/capacity", self.capacity())
+        self.stats.set_value("dupefilter/layers", max(1, len(self.layers)))
+        self.stats.set_value("dupefilter/fill", self._fill(count))
+
+    def _fill(self, count: int) -> float:
+        """``count`` as a fraction of the capacity of the known layers."""
+        capacity = self.capacity()
+        return round(count / capacity, 4) if capacity else 0.0
+
+    def clear(self) -> None:
+        """Delete the filter: its meta hash, every block of every layer, its RedisBloom key."""
+        self.server.unlink(self.key)
+        self._delete_blocks(keep=None)
+        self.server.unlink(bloom_blocks_key(self.key))
+        self.backend, self.layers = None, []
+
+    def _delete_blocks(self, keep: str | None) -> None:
+        """Delete the blocks listed in ``<key>:bloom`` but those of generation ``keep``."""
+        listing = bloom_blocks_key(self.key)
+        for field, value in self.server.hgetall(listing).items():
+            generation, _, layer = field.decode().partition(":")
+            if not layer or generation == keep:
+                continue
+            blocks = min(int(value), _MAX_BLOCKS)
+            keys = [bloom_block_key(self.key, generation, int(layer), b) for b in range(blocks)]
+            for i in range(0, len(keys), 1000):
+                self.server.unlink(*keys[i : i + 1000])
+            self.server.hdel(listing, field)
+
+    def forget(self, *args: Any, **kwargs: Any) -> None:
+        """Impossible: a Bloom filter's bits are shared by many URLs."""
+        raise BloomForgetError(
+            "A Bloom filter cannot forget a URL: its bits are shared with other URLs, so "
+            "clearing them would make those be crawled again. Use the exact filter "
+            "(scrapy_redis.dupefilter.LeanDupeFilter or RFPDupeFilter) to forget URLs, or "
+            "clear() this one."
+        )

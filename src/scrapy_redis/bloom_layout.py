@@ -1,0 +1,174 @@
+"""The geometry of the Bloom duplicate filter: layers, blocks, bit positions.
+
+A filter is a chain of layers (a scalable Bloom filter, Almeida et al. 2007):
+layer ``i`` holds ``capacity * EXPANSION**i`` fingerprints at the error rate
+``error_rate * (1 - TIGHTENING) * TIGHTENING**i``, so that the rates of all
+layers add up to at most ``error_rate``. Each layer is split into blocks (one
+Redis string each) of at least :data:`BLOCK_MIN_BITS`; all k bits of one
+fingerprint fall in one block (a blocked Bloom filter), chosen by a hash, so a
+fingerprint touches one key per layer. Positions come from a BLAKE2b of the
+fingerprint (salted per layer), by enhanced double hashing. Everything here is
+pure arithmetic: the same settings give the same layout on every worker, and
+the layout is stored with the filter (see :mod:`scrapy_redis.bloom_dupefilter`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import struct
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from scrapy_redis import defaults
+from scrapy_redis.exceptions import ConfigurationError
+
+if TYPE_CHECKING:
+    from scrapy.settings import BaseSettings
+
+#: Format of the stored filter; a filter written in another format is not opened.
+VERSION = "1"
+#: How positions are derived (stored with the filter: workers must agree).
+HASH_NAME = "blake2b-192-edh"
+#: Capacity factor of each new layer.
+EXPANSION = 2
+#: Error-rate factor of each new layer (RedisBloom's): layer 0 gets half the rate.
+TIGHTENING = 0.5
+#: Smallest block: below 8 KiB the uneven load of blocks raises the error rate.
+BLOCK_MIN_BITS = 1 << 16
+#: Size a large layer's blocks aim at (64 KiB): many keys, none slow to allocate.
+BLOCK_TARGET_BITS = 1 << 19
+#: The fork scrapy-redis-bloomfilter's defaults (BLOOMFILTER_BIT, BLOOMFILTER_HASH_NUMBER).
+FORK_BIT, FORK_HASH_NUMBER = 30, 6
+
+_LN2 = math.log(2)
+_STRING_OVERHEAD = 16
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One layer of the filter: what it holds and how its bits are laid out."""
+
+    capacity: int
+    error_rate: float
+    k: int
+    blocks: int
+    block_bits: int
+
+    @property
+    def bits(self) -> int:
+        return self.blocks * self.block_bits
+
+    def describe(self) -> str:
+        """The layer as stored in the filter's meta hash (compared on open)."""
+        return f"{self.capacity},{self.error_rate!r},{self.k},{self.blocks},{self.block_bits}"
+
+    def positions(self, fingerprint: str, index: int) -> tuple[int, list[int]]:
+        """The block of ``fingerprint`` in this layer (layer number ``index``) and its k bits."""
+        person = b"srbloom%d" % index
+        digest = hashlib.blake2b(fingerprint.encode(), digest_size=24, person=person).digest()
+        a, h1, h2 = struct.unpack(">QQQ", digest)
+        m = self.block_bits
+        h1, h2 = h1 % m, h2 % m
+        # enhanced double hashing (Dillinger & Manolios): no short cycles when h2 is 0
+        return (a * self.blocks) >> 64, [(h1 + i * h2 + (i**3 - i) // 6) % m for i in range(self.k)]
+
+
+def split_into_blocks(bits: int) -> tuple[int, int]:
+    """(blocks, bits per block) for a layer of at least ``bits`` bits: blocks of a size that
+    fills its memory allocation (see :func:`block_bytes`)."""
+    largest = BLOCK_TARGET_BITS // 8 - _STRING_OVERHEAD  # fills a 64 KiB allocation
+    fewest = max(1, math.ceil(bits / (8 * largest)))
+    # a few more blocks may round up less (the sizes of allocations are steps)
+    splits = [(n, 8 * block_bytes(math.ceil(max(BLOCK_MIN_BITS, bits / n) / 8))) for n in
+              range(fewest, fewest + 8)]  # fmt: skip
+    return min(splits, key=lambda split: split[0] * split[1])
+
+
+def block_bytes(wanted: int) -> int:
+    """The string length, at least ``wanted`` bytes, that wastes no memory: jemalloc rounds an
+    allocation up to one of 4 sizes per power of two, and a string adds a header of up to
+    10 bytes (16 kept) to its length: a block of exactly 64 KiB would take 80 KiB."""
+    size = wanted + _STRING_OVERHEAD
+    step = 1 << max((size - 1).bit_length() - 3, 4)
+    return -(-size // step) * step - _STRING_OVERHEAD
+
+
+def sized_layer(capacity: int, error_rate: float) -> Layer:
+    """The smallest layer holding ``capacity`` fingerprints at ``error_rate``."""
+    ln_p = -math.log(error_rate)
+    bits = math.ceil(capacity * ln_p / _LN2**2)
+    k = max(1, round(ln_p / _LN2))
+    return Layer(capacity, error_rate, k, *split_into_blocks(bits))
+
+
+@dataclass(frozen=True)
+class BloomLayout:
+    """A filter's parameters: total capacity and error rate of its first layer, or the
+    first layer itself (``first``: the fork's BLOOMFILTER_BIT and BLOOMFILTER_HASH_NUMBER)."""
+
+    capacity: int
+    error_rate: float
+    first: Layer | None = None
+
+    def layer(self, index: int) -> Layer:
+        """Layer number ``index`` (0: the first)."""
+        if index == 0 and self.first is not None:
+            return self.first
+        capacity = self.capacity * EXPANSION**index
+        rate = self.error_rate * (1 - TIGHTENING) * TIGHTENING**index
+        return sized_layer(capacity, rate)
+
+    def describe(self) -> dict[str, str]:
+        """What workers sharing the filter must agree on (stored in its meta hash)."""
+        return {
+            "version": VERSION,
+            "hash": HASH_NAME,
+            "capacity": str(self.capacity),
+            "error_rate": repr(self.error_rate),
+            "expansion": str(EXPANSION),
+            "tightening": repr(TIGHTENING),
+            "capacity:0": str(self.layer(0).capacity),
+            "layer:0": self.layer(0).describe(),
+        }
+
+
+def fork_layout(bit: int, hash_number: int) -> BloomLayout:
+    """The layout of scrapy-redis-bloomfilter's settings: 2**bit bits, hash_number hashes.
+
+    Its capacity is the count at which ``hash_number`` is the best k (m ln 2 / k), where
+    the error rate is 2**-k; the total rate of the chain is then twice that.
+    """
+    bits = 1 << bit
+    capacity = int(bits * _LN2 / hash_number)
+    rate = 0.5**hash_number
+    first = Layer(capacity, rate, hash_number, *split_into_blocks(bits))
+    return BloomLayout(capacity, rate / (1 - TIGHTENING), first)
+
+
+def layout_from_settings(settings: BaseSettings) -> BloomLayout:
+    """BLOOMFILTER_CAPACITY and BLOOMFILTER_ERROR_RATE; if the project set neither but set
+    the fork's BLOOMFILTER_BIT or BLOOMFILTER_HASH_NUMBER, those."""
+    ours = any(settings.getpriority(n) is not None for n in _OURS)
+    if not ours and any(settings.getpriority(n) is not None for n in _FORK):
+        bit = settings.getint("BLOOMFILTER_BIT", FORK_BIT)
+        hash_number = settings.getint("BLOOMFILTER_HASH_NUMBER", FORK_HASH_NUMBER)
+        if not (16 <= bit <= 40 and 1 <= hash_number <= 64):
+            raise ConfigurationError(
+                f"BLOOMFILTER_BIT={bit} / BLOOMFILTER_HASH_NUMBER={hash_number}: the bit count "
+                "must be 16..40 and the hash count 1..64; or set BLOOMFILTER_CAPACITY and "
+                "BLOOMFILTER_ERROR_RATE instead."
+            )
+        return fork_layout(bit, hash_number)
+    capacity = settings.getint("BLOOMFILTER_CAPACITY", defaults.BLOOMFILTER_CAPACITY)
+    rate = settings.getfloat("BLOOMFILTER_ERROR_RATE", defaults.BLOOMFILTER_ERROR_RATE)
+    if capacity < 1 or not 0 < rate < 1:
+        raise ConfigurationError(
+            f"BLOOMFILTER_CAPACITY={capacity} / BLOOMFILTER_ERROR_RATE={rate}: the capacity "
+            "must be a positive count of URLs and the error rate between 0 and 1 (e.g. 0.001)."
+        )
+    return BloomLayout(capacity, rate)
+
+
+_OURS = ("BLOOMFILTER_CAPACITY", "BLOOMFILTER_ERROR_RATE")
+_FORK = ("BLOOMFILTER_BIT", "BLOOMFILTER_HASH_NUMBER")

@@ -1,0 +1,369 @@
+"""The Bloom duplicate filter on a real redis-server: its error rate at capacity and after
+growing, atomic check-and-set under racing processes, its layout and its keys."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import multiprocessing
+import random
+
+import pytest
+import redis
+from scrapy import Request
+from scrapy.settings import Settings
+from scrapy.utils.test import get_crawler
+
+from helpers import DemoSpider
+from lossy_proxy import LossyProxy
+from scrapy_redis.bloom_dupefilter import BloomForgetError, server_has_redisbloom
+from scrapy_redis.bloom_layout import (
+    BLOCK_MIN_BITS,
+    BloomLayout,
+    block_bytes,
+    fork_layout,
+    layout_from_settings,
+)
+from scrapy_redis.dupefilter import BloomDupeFilter
+from scrapy_redis.exceptions import ConfigurationError, WrongKeyTypeError
+
+
+def fingerprints(count: int, seed: str) -> list[str]:
+    """``count`` distinct fingerprints, as the original's (SHA1 hex)."""
+    return [hashlib.sha1(f"{seed}:{i}".encode()).hexdigest() for i in range(count)]
+
+
+def bloom(server, capacity: int, error_rate: float, key: str = "demo:dupefilter", **kw):
+    layout = BloomLayout(capacity, error_rate)
+    return BloomDupeFilter(server, key, layout=layout, temporary=False, **kw)
+
+
+def bloom_settings(redis_url, **extra):
+    return {
+        "REDIS_URL": redis_url,
+        "DUPEFILTER_CLASS": "scrapy_redis.dupefilter.BloomDupeFilter",
+        **extra,
+    }
+
+
+# --- layout ---------------------------------------------------------------------------
+
+
+def test_a_layer_is_sized_by_capacity_and_error_rate():
+    layout = BloomLayout(10**8, 0.001)
+    first = layout.layer(0)
+    assert first.error_rate == pytest.approx(0.0005)  # half the total: the chain stays under it
+    assert first.k == 11
+    assert first.bits / 10**8 == pytest.approx(15.82, rel=0.01)  # -ln(p) / ln(2)^2 bits per URL
+    assert first.block_bits >= BLOCK_MIN_BITS and first.block_bits % 64 == 0
+    second = layout.layer(1)
+    assert (second.capacity, second.error_rate) == (2 * 10**8, pytest.approx(0.00025))
+
+
+def test_a_small_filter_still_has_blocks_of_8_kib():
+    layer = BloomLayout(100, 0.01).layer(0)
+    assert layer.blocks == 1
+    assert layer.block_bits == 8 * (10 * 1024 - 16) > BLOCK_MIN_BITS  # 10 KiB allocated
+
+
+@pytest.mark.parametrize("wanted", [100, 8192, 10_000, 65_520, 65_536, 300_000])
+def test_blocks_fill_their_allocation(wanted):
+    size = block_bytes(wanted)
+    allocated = size + 16  # jemalloc: 4 size classes per power of two
+    step = 2 ** (max((allocated - 1).bit_length() - 3, 4))
+    assert wanted <= size and allocated % step == 0 and allocated - step < wanted + 16
+
+
+def test_the_forks_settings_map_to_its_bits_and_hashes():
+    layout = layout_from_settings(Settings({"BLOOMFILTER_BIT": 30, "BLOOMFILTER_HASH_NUMBER": 6}))
+    first = layout.layer(0)
+    assert first.k == 6  # the fork's filter: k hashes, 2**BIT bits (in blocks that fill
+    assert 2**30 <= first.bits <= 1.001 * 2**30  # their memory allocation)
+    assert first.blocks == 2049 and first.block_bits == 8 * (2**16 - 16)
+    assert layout == fork_layout(30, 6)
+    assert layout_from_settings(Settings({"BLOOMFILTER_BIT": 25})) == fork_layout(25, 6)
+
+
+def test_our_settings_win_over_the_forks():
+    settings = Settings(
+        {"BLOOMFILTER_BIT": 30, "BLOOMFILTER_CAPACITY": 5000, "BLOOMFILTER_ERROR_RATE": 0.01}
+    )
+    assert layout_from_settings(settings) == BloomLayout(5000, 0.01)
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [{"BLOOMFILTER_CAPACITY": 0}, {"BLOOMFILTER_ERROR_RATE": 1.5}, {"BLOOMFILTER_BIT": 60}],
+)
+def test_bad_sizes_are_refused_naming_the_setting(settings):
+    with pytest.raises(ConfigurationError, match=next(iter(settings))):
+        layout_from_settings(Settings(settings))
+
+
+# --- error rates (measured) -------------------------------------------------------------
+
+
+def test_false_positive_rate_at_capacity(server):
+    dupefilter = bloom(server, 10**5, 0.01)
+    # false positives while it fills: fewer than at capacity
+    assert sum(dupefilter.seen_many(fingerprints(10**5, "in"))) < 0.005 * 10**5
+    unseen = fingerprints(10**5, "out")
+    rate = sum(dupefilter.seen_many(unseen)) / len(unseen)
+    assert rate <= 1.25 * 0.01
+    # The first layer is built for half the configured rate, with a few more bits than
+    # needed (whole blocks): the textbook rate of its geometry, (1 - e^(-kn/m))^k.
+    layer = dupefilter.layers[0]
+    expected = (1 - math.exp(-layer.k * 10**5 / layer.bits)) ** layer.k
+    assert 0.0025 < expected <= 0.005
+    assert 0.8 * expected <= rate <= 1.25 * expected  # 10^5 samples: sigma ~ 5 % of it
+
+
+def test_growth_past_capacity_keeps_the_configured_rate(server, caplog):
+    stats = get_crawler(DemoSpider).stats
+    dupefilter = bloom(server, 10**4, 0.01, stats=stats)
+    with caplog.at_level(logging.WARNING):
+        new = 4 * 10**4 - sum(dupefilter.seen_many(fingerprints(4 * 10**4, "in")))
+    assert len(dupefilter.layers) == 3  # 10^4 + 2·10^4 + 4·10^4
+    assert "past its capacity" in caplog.text
+    assert stats.get_value("dupefilter/layers") == 3
+    assert stats.get_value("dupefilter/capacity") == 7 * 10**4
+    assert stats.get_value("dupefilter/fill") == pytest.approx(new / (7 * 10**4), abs=1e-4)
+    assert dupefilter.count() == new >= 0.99 * 4 * 10**4
+    unseen = fingerprints(10**5, "out")
+    assert sum(dupefilter.seen_many(unseen)) / len(unseen) <= 0.01
+
+
+def test_every_fingerprint_seen_once_is_seen_again_in_every_layer(server):
+    dupefilter = bloom(server, 1000, 0.01)
+    inserted = fingerprints(5000, "in")
+    dupefilter.seen_many(inserted)
+    assert len(dupefilter.layers) == 3
+    assert all(dupefilter.seen_many(inserted))  # no false negatives, whatever the layer
+
+
+# --- atomicity -------------------------------------------------------------------------
+
+
+def _race(url: str, capacity: int, seed: int, queue) -> None:
+    client = redis.Redis.from_url(url)
+    dupefilter = bloom(client, capacity, 0.001)
+    mine = fingerprints(20000, "race")
+    random.Random(seed).shuffle(mine)
+    new = []
+    for i in range(0, len(mine), 100):
+        batch = mine[i : i + 100]
+        new += [fp for fp, seen in zip(batch, dupefilter.seen_many(batch), strict=True) if not seen]
+    queue.put(new)
+
+
+@pytest.mark.parametrize("capacity", [10**6, 4000])
+def test_racing_processes_see_each_fingerprint_new_once(server, redis_url, capacity):
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    workers = [
+        context.Process(target=_race, args=(redis_url, capacity, s, queue)) for s in range(4)
+    ]
+    for worker in workers:
+        worker.start()
+    reported = [queue.get(timeout=60) for _ in workers]
+    for worker in workers:
+        worker.join(10)
+    new = [fp for report in reported for fp in report]
+    assert len(new) == len(set(new))  # never new twice
+    assert all(report for report in reported)  # they did race
+    if capacity == 10**6:  # far from full: no false positive to expect
+        assert sorted(new) == sorted(fingerprints(20000, "race"))
+    else:  # grown twice while racing (the stale-layer path): only false positives missing
+        assert len(new) >= 0.995 * 20000
+        assert int(server.hget("demo:dupefilter", "layers")) == 3
+
+
+# --- keys, backend, operations -------------------------------------------------------
+
+
+def test_blocks_are_strings_of_their_full_size(server):
+    dupefilter = bloom(server, 10**5, 0.01)
+    dupefilter.seen_many(fingerprints(20, "in"))
+    layer = dupefilter.layers[0]
+    assert layer.blocks == 10  # the count whose blocks fit their allocations best
+    blocks = {k.decode() for k in server.keys("demo:dupefilter:bloom:1:0:*")}
+    assert len(blocks) >= 8  # 20 fingerprints, each in one block of generation 1
+    assert blocks <= {f"demo:dupefilter:bloom:1:0:{i}" for i in range(10)}
+    for key in blocks:
+        assert server.type(key) == b"string"
+        assert server.strlen(key) == layer.block_bits // 8
+        # no allocation rounding: a 64 KiB string would take 80 KiB
+        assert server.memory_usage(key, samples=0) <= layer.block_bits // 8 + 100
+
+
+def test_the_layout_is_stored_and_other_settings_are_refused(server):
+    bloom(server, 10**4, 0.01).open()
+    meta = server.hgetall("demo:dupefilter")  # the filter's key is its meta hash
+    assert meta[b"capacity"] == b"10000" and meta[b"layers"] == b"1"
+    assert meta[b"layer:0"] == BloomLayout(10**4, 0.01).layer(0).describe().encode()
+    with pytest.raises(ConfigurationError, match="BLOOMFILTER_CAPACITY"):
+        bloom(server, 2 * 10**4, 0.01).open()
+
+
+def test_auto_uses_lua_on_a_server_without_redisbloom(server):
+    assert server_has_redisbloom(server) is False  # Debian's redis-server 7.0
+    dupefilter = bloom(server, 1000, 0.01)
+    dupefilter.open()
+    assert dupefilter.backend == "lua"
+
+
+def test_forcing_redisbloom_without_it_fails_at_open_naming_the_setting(redis_url, server):
+    crawler = get_crawler(DemoSpider, bloom_settings(redis_url, BLOOMFILTER_BACKEND="redisbloom"))
+    dupefilter = BloomDupeFilter.from_crawler(crawler)
+    with pytest.raises(ConfigurationError, match="BLOOMFILTER_BACKEND"):
+        dupefilter.open()
+    assert server.keys("*") == []
+
+
+def test_an_unknown_backend_is_refused(redis_url):
+    crawler = get_crawler(DemoSpider, bloom_settings(redis_url, BLOOMFILTER_BACKEND="bitmap"))
+    with pytest.raises(ConfigurationError, match="BLOOMFILTER_BACKEND"):
+        BloomDupeFilter.from_crawler(crawler)
+
+
+def test_standalone_use_under_scrapys_scheduler(redis_url, server):
+    settings = bloom_settings(redis_url, BLOOMFILTER_CAPACITY=5000, BLOOMFILTER_ERROR_RATE=0.01)
+    crawler = get_crawler(DemoSpider, settings)
+    dupefilter = BloomDupeFilter.from_crawler(crawler)
+    assert BloomDupeFilter.checks_in_script is False  # the scheduler calls request_seen()
+    dupefilter.open()
+    assert crawler.stats.get_value("dupefilter/capacity") == 5000
+    assert dupefilter.request_seen(Request("https://example.com/")) is False
+    assert dupefilter.request_seen(Request("https://example.com/")) is True
+    assert dupefilter.request_seen(Request("https://example.com/?")) is True  # canonical URL
+    assert dupefilter.count() == 1
+    dupefilter.close("finished")
+    assert server.keys("*") == []  # the one-time filter and its write record are deleted
+
+
+def test_under_the_redis_scheduler_on_the_shared_key(redis_url, server, schedulers):
+    scheduler = schedulers(
+        {**bloom_settings(redis_url), "SCHEDULER": "scrapy_redis.scheduler.Scheduler"}
+    )
+    assert isinstance(scheduler.df, BloomDupeFilter) and scheduler.df.key == "demo:dupefilter"
+    assert scheduler.enqueue_request(Request("http://example.com/a")) is True
+    assert scheduler.enqueue_request(Request("http://example.com/a")) is True  # buffered
+    assert scheduler.enqueue_request(Request("http://example.com/b")) is True
+    urls = {scheduler.next_request().url for _ in range(2)}
+    assert urls == {"http://example.com/a", "http://example.com/b"}
+    assert scheduler.next_request() is None
+    assert scheduler.stats.get_value("dupefilter/filtered") == 1
+    assert server.hget("demo:dupefilter", "count") == b"2"
+    assert scheduler.stats.get_value("dupefilter/capacity") == 10**6
+
+
+def test_the_filter_goes_with_the_crawls_shared_keys(redis_url, server, schedulers):
+    settings = {**bloom_settings(redis_url), "SCHEDULER": "scrapy_redis.scheduler.Scheduler"}
+    settings["SCHEDULER_ENQUEUE_DELAY"] = 0
+    scheduler = schedulers(settings)
+    assert scheduler.enqueue_request(Request("http://example.com/a")) is True
+    # SCHEDULER_PERSIST is False: the last worker deletes the shared keys, then clears
+    # the filter (its blocks and their list too).
+    scheduler.close("finished")
+    assert server.keys("demo:dupefilter*") == []
+    scheduler = schedulers(settings)
+    assert scheduler.enqueue_request(Request("http://example.com/a")) is True  # a new crawl
+    assert server.exists("demo:dupefilter")
+
+
+def test_a_key_of_another_type_is_refused(server):
+    server.sadd("demo:dupefilter", "0" * 40)  # RFPDupeFilter's fingerprints
+    with pytest.raises(WrongKeyTypeError, match="SCHEDULER_DUPEFILTER_KEY"):
+        bloom(server, 1000, 0.01).open()
+    assert server.type("demo:dupefilter") == b"set"
+
+
+def test_forget_is_refused_pointing_to_the_exact_filter(server):
+    with pytest.raises(BloomForgetError, match="LeanDupeFilter"):
+        bloom(server, 1000, 0.01).forget(Request("https://example.com/"))
+
+
+def test_clear_deletes_every_layer(server):
+    dupefilter = bloom(server, 1000, 0.01)
+    inserted = fingerprints(2500, "in")
+    dupefilter.seen_many(inserted)
+    assert len(dupefilter.layers) == 2
+    dupefilter.clear()
+    assert server.keys("demo:dupefilter*") == []
+    assert not any(dupefilter.seen_many(inserted[:100]))
+    assert dupefilter.count() == 100
+
+
+def test_clear_deletes_a_filter_made_with_other_settings(server):
+    bloom(server, 10**6, 0.01).seen_many(fingerprints(2000, "in"))
+    assert len(server.keys("demo:dupefilter:bloom:1:0:*")) > 1
+    bloom(server, 1000, 0.01).clear()  # one block per layer in its own layout
+    assert server.keys("demo:dupefilter*") == []
+
+
+# --- writes sent again -----------------------------------------------------------------
+
+
+@pytest.fixture
+def proxy(redis_server):
+    proxy = LossyProxy(redis_server.port)
+    yield proxy
+    proxy.close()
+
+
+@pytest.mark.parametrize("how", ["drop", "stall"])
+def test_a_batch_whose_reply_is_lost_is_answered_as_first(proxy, server, how):
+    settings = {"REDIS_URL": proxy.url, "REDIS_PARAMS": {"socket_timeout": 0.5}}
+    dupefilter = BloomDupeFilter.from_crawler(get_crawler(DemoSpider, settings))
+    batch = fingerprints(50, "in")
+    assert dupefilter.seen_many(batch[:1]) == [False]  # opens the filter, loads the script
+    proxy.lose_next_reply(how)
+    assert dupefilter.seen_many(batch) == [True] + [False] * 49  # redis-py sent it twice
+    assert proxy.lost
+    assert all(dupefilter.seen_many(batch))
+    dupefilter.close("finished")
+    assert server.keys("*") == []  # its one-time filter, its blocks, its write record
+
+
+def test_a_request_sent_again_after_an_outage_is_not_taken_for_a_duplicate(proxy, server):
+    settings = {"REDIS_URL": proxy.url, "REDIS_PARAMS": {"socket_timeout": 0.5}}
+    dupefilter = BloomDupeFilter.from_crawler(get_crawler(DemoSpider, settings))
+    assert dupefilter.request_seen(Request("https://example.com/")) is False  # loads scripts
+    proxy.lose_next_reply(times=2)  # the retry's too: the call fails (an outage)
+    with pytest.raises((redis.ConnectionError, redis.TimeoutError)):
+        dupefilter.request_seen(Request("https://example.com/a"))
+    # Sent again when Redis answers (as the scheduler does): the first copy was applied.
+    assert dupefilter.request_seen(Request("https://example.com/a")) is False
+    assert dupefilter.request_seen(Request("https://example.com/a")) is True
+    dupefilter.close("finished")
+
+
+# --- a real crawl ----------------------------------------------------------------------
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(300)
+def test_two_workers_crawl_every_page_once_through_a_growing_filter(redis_url, server, tmp_path):
+    """Two ``scrapy crawl`` processes share a Bloom filter that grows twice during the crawl
+    (capacity 300 for ~1,000 URLs; an error rate of 1e-6 so that no page is missed)."""
+    from test_e2e import DOMAIN, IDLE, PAGES, DemoSite, assert_hits, crawl, expected_hits
+
+    with DemoSite(pages=PAGES) as site:
+        server.lpush("myspider:start_urls", json.dumps({"url": site.url}))
+        settings = {
+            "MAX_IDLE_TIME_BEFORE_CLOSE": IDLE,
+            "SCHEDULER_PERSIST": True,
+            "DUPEFILTER_CLASS": "scrapy_redis.dupefilter.BloomDupeFilter",
+            "BLOOMFILTER_CAPACITY": 300,
+            "BLOOMFILTER_ERROR_RATE": 1e-6,
+        }
+        workers = crawl("myspider_redis", redis_url, tmp_path, settings=settings, arguments=DOMAIN)
+        assert_hits(site.snapshot(), expected_hits(PAGES))
+    meta = server.hgetall("myspider_redis:dupefilter")
+    assert meta[b"layers"] == b"3"  # 300 + 600 + 1200
+    assert int(meta[b"count"]) == len(expected_hits(PAGES)) - 1  # all but the start URL
+    assert any("past its capacity" in worker.log for worker in workers)
+    filtered = sum(worker.stats.get("dupefilter/filtered", 0) for worker in workers)
+    assert filtered > PAGES  # the site links each page ~10 times
