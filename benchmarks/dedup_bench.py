@@ -48,9 +48,9 @@ def record_seen(df: Any, start: int, count: int) -> int:
 
 
 def record_batch(df: Any, start: int, count: int) -> int:
-    """Batches of BATCH in one call each: our push script's dedup for a filter whose
-    fingerprints live in sets, else the filter's own ``seen_many()``; how many were
-    reported seen."""
+    """Batches of BATCH in one call each: our push script's dedup for a filter our
+    scheduler checks in it (``checks_in_script``), else the filter's own
+    ``seen_many()``; how many were reported seen."""
     from scrapy_redis.queue import Candidate, FifoQueue
 
     queue = FifoQueue(df.server, Spider("bench"), "bench:unused-queue")
@@ -58,7 +58,7 @@ def record_batch(df: Any, start: int, count: int) -> int:
     for first in range(start, start + count, BATCH):
         last = min(first + BATCH, start + count)
         fps = [df.request_fingerprint(Request(url(n))) for n in range(first, last)]
-        if hasattr(df, "seen_members"):
+        if getattr(df, "checks_in_script", False):  # what our scheduler would do
             flags = queue.push_new([Candidate(fp, None) for fp in fps], df)
             seen += flags.count(False)
         else:
