@@ -38,6 +38,7 @@ from scrapy_redis.lean_layout import (
     layout_for,
     layout_from_meta,
 )
+from scrapy_redis.migrate_dupefilter import source_batches
 from scrapy_redis.scripts import script
 from scrapy_redis.seen_sets import SeenMembers
 
@@ -162,14 +163,8 @@ class LeanDupeFilter(RFPDupeFilter):
         """Record every fingerprint of the set ``source_key`` (the default filter's
         ``<spider>:dupefilter``: hex fingerprints), read with SSCAN; the set is left as it
         is. How many were new. Run it while no worker uses this filter."""
-        imported = 0
-        batch: list[str] = []
-        for member in self.server.sscan_iter(source_key, count=self.batch_size):
-            batch.append(_text(member))
-            if len(batch) >= self.batch_size:
-                imported += sum(self.record_fingerprints(batch))
-                batch = []
-        return imported + sum(self.record_fingerprints(batch))
+        batches = source_batches(self.server, source_key, self.batch_size)
+        return sum(sum(self.record_fingerprints(batch)) for batch in batches)
 
     def _record(self, fingerprints: Sequence[str], number: int) -> list[bool]:
         layout = self.layout

@@ -230,8 +230,7 @@ class Scheduler:
         """Delete the shared queue, its leases and the fingerprints now, whoever else
         uses them. What workers had leased is gone too: it never comes back."""
         self._parts.seen.clear()
-        if hasattr(self.df, "clear"):
-            self.df.clear()
+        self._clear_filter()
         self._parts.feed.clear()
 
     # -- the engine's interface --------------------------------------------------------
