@@ -338,20 +338,19 @@ def test_patching_dupefilter_get_redis_from_settings(settings_dict):
     assert standalone.server is shared.server is get_redis.return_value
 
 
-def test_patching_scheduler_connection(settings_dict):
+@pytest.mark.parametrize(
+    ("target", "component"),
+    [
+        ("scrapy_redis.scheduler.connection", Scheduler),
+        ("scrapy_redis.pipelines.connection", RedisPipeline),
+    ],
+)
+def test_patching_a_modules_connection(settings_dict, target, component):
     crawler = _crawler(settings_dict)
-    with mock.patch("scrapy_redis.scheduler.connection") as patched:
-        scheduler = Scheduler.from_crawler(crawler)
+    with mock.patch(target) as patched:
+        built = component.from_crawler(crawler)
     patched.from_settings.assert_called_once_with(crawler.settings)
-    assert scheduler.server is patched.from_settings.return_value
-
-
-def test_patching_pipelines_connection(settings_dict):
-    crawler = _crawler(settings_dict)
-    with mock.patch("scrapy_redis.pipelines.connection") as patched:
-        pipeline = RedisPipeline.from_crawler(crawler)
-    patched.from_settings.assert_called_once_with(crawler.settings)
-    assert pipeline.server is patched.from_settings.return_value
+    assert built.server is patched.from_settings.return_value
 
 
 def test_patching_stats_redis_from_settings(settings_dict):
