@@ -28,6 +28,7 @@ from scrapy_redis.bloom_layout import (
 )
 from scrapy_redis.dupefilter import BloomDupeFilter
 from scrapy_redis.exceptions import ConfigurationError, WrongKeyTypeError
+from scrapy_redis.queue import Candidate, Entry, FifoQueue
 
 
 def fingerprints(count: int, seed: str) -> list[str]:
@@ -158,12 +159,32 @@ def _race(url: str, capacity: int, seed: int, queue) -> None:
     queue.put(new)
 
 
+def _race_push(url: str, capacity: int, seed: int, queue) -> None:
+    """As _race, through the scheduler's push script: the new ones are pushed, in the
+    same call, onto one shared queue."""
+    client = redis.Redis.from_url(url)
+    dupefilter = bloom(client, capacity, 0.001)
+    requests = FifoQueue(client, DemoSpider(), "demo:requests")
+    mine = fingerprints(20000, "race")
+    random.Random(seed).shuffle(mine)
+    new = []
+    for i in range(0, len(mine), 100):
+        batch = [Candidate(fp, Entry(fp.encode())) for fp in mine[i : i + 100]]
+        while batch:  # a layer that fills answers for the first ones: the rest again
+            flags = requests.push_new(batch, dupefilter)
+            new += [c.fingerprint for c, is_new in zip(batch, flags, strict=False) if is_new]
+            batch = batch[len(flags) :]
+    queue.put(new)
+
+
+@pytest.mark.parametrize("path", ["seen_many", "push script"])
 @pytest.mark.parametrize("capacity", [10**6, 4000])
-def test_racing_processes_see_each_fingerprint_new_once(server, redis_url, capacity):
+def test_racing_processes_see_each_fingerprint_new_once(server, redis_url, capacity, path):
     context = multiprocessing.get_context("fork")
     queue = context.Queue()
+    target = _race if path == "seen_many" else _race_push
     workers = [
-        context.Process(target=_race, args=(redis_url, capacity, s, queue)) for s in range(4)
+        context.Process(target=target, args=(redis_url, capacity, s, queue)) for s in range(4)
     ]
     for worker in workers:
         worker.start()
@@ -172,6 +193,8 @@ def test_racing_processes_see_each_fingerprint_new_once(server, redis_url, capac
         worker.join(10)
     new = [fp for report in reported for fp in report]
     assert len(new) == len(set(new))  # never new twice
+    if path == "push script":  # pushed exactly when reported new
+        assert sorted(server.lrange("demo:requests", 0, -1)) == sorted(fp.encode() for fp in new)
     assert all(report for report in reported)  # they did race
     if capacity == 10**6:  # far from full: no false positive to expect
         assert sorted(new) == sorted(fingerprints(20000, "race"))
@@ -232,7 +255,6 @@ def test_standalone_use_under_scrapys_scheduler(redis_url, server):
     settings = bloom_settings(redis_url, BLOOMFILTER_CAPACITY=5000, BLOOMFILTER_ERROR_RATE=0.01)
     crawler = get_crawler(DemoSpider, settings)
     dupefilter = BloomDupeFilter.from_crawler(crawler)
-    assert BloomDupeFilter.checks_in_script is False  # the scheduler calls request_seen()
     dupefilter.open()
     assert crawler.stats.get_value("dupefilter/capacity") == 5000
     assert dupefilter.request_seen(Request("https://example.com/")) is False
@@ -259,6 +281,78 @@ def test_under_the_redis_scheduler_on_the_shared_key(redis_url, server, schedule
     assert scheduler.stats.get_value("dupefilter/capacity") == 10**6
 
 
+@pytest.mark.parametrize("queue", ["FifoQueue", "PriorityQueue"])
+def test_the_schedulers_push_script_checks_and_records_the_bits(
+    redis_url, server, schedulers, queue
+):
+    from helpers import Calls
+
+    settings = {
+        **bloom_settings(redis_url, BLOOMFILTER_CAPACITY=10**5),
+        "SCHEDULER": "scrapy_redis.scheduler.Scheduler",
+        "SCHEDULER_QUEUE_CLASS": f"scrapy_redis.queue.{queue}",
+    }
+    scheduler = schedulers(settings)
+    scheduler.df.open()  # the filter's first use: its layout is read (or made)
+    calls = Calls(server, "evalsha", "bitfield", "bitfield_ro")
+    urls = [f"http://example.com/{n}" for n in range(90)]
+    for url in [*urls, *urls[:9]]:
+        scheduler.enqueue_request(Request(url))
+    scheduler.enqueue_request(Request(urls[0], dont_filter=True))
+    assert scheduler.send_enqueued()
+    made = calls()
+    assert made["evalsha"] == 1  # one script call: 90 new, 9 duplicates, 1 unfiltered
+    assert made["bitfield"] >= 1 and made["bitfield_ro"] >= 1  # in that call
+    assert scheduler.df.count() == 90 and scheduler.stats.get_value("dupefilter/filtered") == 9
+    popped = sorted(r.url for r in iter(scheduler.next_request, None))
+    assert popped == sorted([*urls, urls[0]])
+
+
+@pytest.mark.parametrize("queue", ["FifoQueue", "PriorityQueue"])
+def test_a_layer_filling_mid_batch_sends_the_rest_to_the_next(
+    redis_url, server, schedulers, queue, caplog
+):
+    settings = {
+        **bloom_settings(redis_url, BLOOMFILTER_CAPACITY=50, BLOOMFILTER_ERROR_RATE=0.001),
+        "SCHEDULER": "scrapy_redis.scheduler.Scheduler",
+        "SCHEDULER_QUEUE_CLASS": f"scrapy_redis.queue.{queue}",
+        "SCHEDULER_ENQUEUE_BATCH_SIZE": 1000,
+    }
+    scheduler = schedulers(settings)
+    urls = [f"http://example.com/{n}" for n in range(400)]
+    with caplog.at_level(logging.WARNING):
+        for url in urls:
+            scheduler.enqueue_request(Request(url))
+        assert scheduler.send_enqueued()
+    layers = int(server.hget("demo:dupefilter", "layers"))
+    assert layers >= 3  # grown while the batch was sent, in several calls
+    assert len(scheduler.df.layers) == layers  # the filter knows, and said so
+    assert "past its capacity" in caplog.text
+    assert scheduler.stats.get_value("dupefilter/layers") == layers
+    count = int(server.hget("demo:dupefilter", "count"))
+    popped = [r.url for r in iter(scheduler.next_request, None)]
+    assert len(popped) == len(set(popped)) == count  # each pushed once, when counted new
+    assert count >= 398  # at 0.1 %, a false positive or two at most
+    for url in urls:  # every one is now seen, in whichever layer it went to
+        scheduler.enqueue_request(Request(url))
+    assert scheduler.send_enqueued()
+    assert scheduler.next_request() is None
+
+
+def test_a_worker_whose_layers_are_stale_sends_again(redis_url, server):
+    first = bloom(server, 100, 0.01)
+    second = bloom(server, 100, 0.01)
+    first.open(), second.open()
+    requests = FifoQueue(server, DemoSpider(), "demo:requests")
+    first.seen_many(fingerprints(150, "grow"))  # the first worker grows the filter
+    assert len(first.layers) == 2 and len(second.layers) == 1
+    batch = [Candidate(fp, Entry(fp.encode())) for fp in fingerprints(30, "late")]
+    assert requests.push_new(batch, second) == [True] * 30  # stale: read again, sent again
+    assert len(second.layers) == 2
+    assert requests.push_new(batch, second) == [False] * 30
+    assert server.llen("demo:requests") == 30
+
+
 def test_the_filter_goes_with_the_crawls_shared_keys(redis_url, server, schedulers):
     settings = {**bloom_settings(redis_url), "SCHEDULER": "scrapy_redis.scheduler.Scheduler"}
     settings["SCHEDULER_ENQUEUE_DELAY"] = 0
@@ -278,6 +372,11 @@ def test_a_key_of_another_type_is_refused(server):
     with pytest.raises(WrongKeyTypeError, match="SCHEDULER_DUPEFILTER_KEY"):
         bloom(server, 1000, 0.01).open()
     assert server.type("demo:dupefilter") == b"set"
+
+
+def test_it_has_no_set_members_to_give(server):
+    with pytest.raises(TypeError, match="seen_bits"):
+        bloom(server, 100, 0.01).seen_members(fingerprints(1, "x"))
 
 
 def test_forget_is_refused_pointing_to_the_exact_filter(server):

@@ -76,3 +76,31 @@ def test_the_old_set_is_copied_into_the_lean_filter(server):
     assert lean.count() == len(URLS)  # its own count kept
     assert lean.request_seen(Request(URLS[7])) is True
     assert lean.request_seen(Request("http://example.com/new")) is False
+
+
+def test_the_old_set_is_copied_into_a_bloom_filter_on_the_same_key(server):
+    from scrapy_redis.bloom_layout import BloomLayout
+    from scrapy_redis.dupefilter import BloomDupeFilter
+
+    old_set(server)
+    bloom = BloomDupeFilter(server, "demo:dupefilter", layout=BloomLayout(10_000, 0.001))
+    assert migrate(server, "demo:dupefilter", bloom) == len(URLS)
+    assert server.type("demo:dupefilter") == b"hash"  # the Bloom filter's layout
+    assert server.scard("demo:dupefilter:old") == len(URLS)  # the set, moved aside
+    assert bloom.count() == len(URLS)
+    assert bloom.request_seen(Request(URLS[7])) is True
+    assert bloom.request_seen(Request("http://example.com/new")) is False
+    assert migrate(server, "demo:dupefilter", bloom) == len(URLS)  # again: read from :old
+    assert bloom.count() == len(URLS) + 1
+
+
+def test_the_command_moves_the_set_out_of_the_bloom_filters_way(redis_url, server, capsys):
+    old_set(server)
+    args = ["demo", "-s", f"REDIS_URL={redis_url}", "--delete-source"]
+    args += ["-s", "DUPEFILTER_CLASS=scrapy_redis.dupefilter.BloomDupeFilter"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert f"Copied {len(URLS)} fingerprints from demo:dupefilter:old" in out
+    assert "Deleted demo:dupefilter:old." in out
+    assert not server.exists("demo:dupefilter:old")
+    assert int(server.hget("demo:dupefilter", "count")) == len(URLS)

@@ -22,12 +22,15 @@ import struct
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
+import msgpack  # type: ignore[import-untyped]
+
 from scrapy_redis import defaults
 from scrapy_redis.bloom_layout import EXPANSION, BloomLayout, Layer, layout_from_settings
 from scrapy_redis.dupefilter import RFPDupeFilter
 from scrapy_redis.exceptions import ConfigurationError, ScrapyRedisError, WrongKeyTypeError
 from scrapy_redis.keys import bloom_block_key, bloom_blocks_key
 from scrapy_redis.scripts import script
+from scrapy_redis.seen_sets import SeenBits, SeenMembers
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -98,8 +101,12 @@ class BloomDupeFilter(RFPDupeFilter):
     """
 
     logger = logger
-    #: The scheduler calls :meth:`request_seen` (its push script knows only sets).
-    checks_in_script: ClassVar[bool] = False
+    #: The scheduler's push script checks and records the bits (see seen_bits()).
+    checks_in_script: ClassVar[bool] = True
+    #: Under the scheduler's push script, the fill is read (one HMGET) every this many
+    #: batches, for the stats.
+    fill_check_every: ClassVar[int] = 64
+    _calls = 0
 
     def __init__(
         self,
@@ -164,7 +171,10 @@ class BloomDupeFilter(RFPDupeFilter):
         writes = self.writes
         number = writes.take_for(tuple(fingerprints))
         for _ in range(_MAX_LAYERS):
-            keys, args = self._batch_args(fingerprints, number)
+            bits = self.seen_bits(fingerprints)
+            assert bits is not None  # the Lua backend
+            keys = [writes.key(self.meta_key), *bits.keys]
+            args = [writes.ttl_ms, number, *bits.args, len(fingerprints)]
             flags, layers, count = script("bloom_add")(self.server, keys, args)
             if flags != b"stale":
                 break
@@ -175,10 +185,15 @@ class BloomDupeFilter(RFPDupeFilter):
         self._after_batch(int(layers), int(count))
         return bytes(flags)
 
-    def _batch_args(self, fingerprints: list[str], number: int) -> tuple[list[str], list[Any]]:
-        """KEYS and ARGV of ``bloom_add.lua`` for ``fingerprints`` in the known layers."""
-        layers, writes = self.layers, self.writes
-        keys = [self.meta_key, writes.key(self.meta_key), bloom_blocks_key(self.key)]
+    def seen_bits(self, fingerprints: Sequence[str]) -> SeenBits | None:
+        """The keys and bits of ``fingerprints`` in the known layers, for ``lua/_bloom.lua``
+        (the scheduler's push script checks and records them with the push); None for a
+        RedisBloom filter, checked by :meth:`seen_many` before the push."""
+        self.open()
+        if self.backend == "redisbloom":
+            return None
+        layers = self.layers
+        keys = [self.meta_key, bloom_blocks_key(self.key)]
         slots: dict[str, int] = {}
         items: list[int] = []
         for fingerprint in fingerprints:
@@ -188,15 +203,43 @@ class BloomDupeFilter(RFPDupeFilter):
                 slot = slots.get(name)
                 if slot is None:
                     keys.append(name)
-                    slot = slots[name] = len(keys)  # KEYS[slot] in Lua
+                    slot = slots[name] = len(keys)  # its index in the script's filter keys
                 items.append(slot)
                 items.extend(offsets)
         upcoming = self.layout.layer(len(layers))
-        head: list[Any] = [writes.ttl_ms, number, len(layers), len(fingerprints)]
-        head += [layer.k for layer in layers] + [layer.block_bits - 1 for layer in layers]
-        head += [upcoming.capacity, upcoming.describe()]
+        params = [
+            len(layers),
+            self.generation,
+            [layer.k for layer in layers],
+            [layer.block_bits - 1 for layer in layers],
+            upcoming.capacity,
+            upcoming.describe(),
+            upcoming.blocks,
+        ]
         blob = struct.pack(f">{len(items)}I", *items)
-        return keys, [*head, blob, self.generation, upcoming.blocks]
+        return SeenBits(self.key, keys, [msgpack.packb(params, use_bin_type=False), blob])
+
+    def bits_answered(self, answered: int, asked: int) -> None:
+        """After a push script's reply: a short answer means the newest layer filled (the
+        script added the next one); the fill is read every :attr:`fill_check_every` calls."""
+        self._calls += 1
+        if answered < asked or self._calls % self.fill_check_every == 0:
+            meta = self.server.hmget(self.meta_key, "layers", "count")
+            layers, count = int(meta[0] or 0), int(meta[1] or 0)
+            if layers != len(self.layers) and layers > 0:
+                self._after_batch(layers, count)
+            elif self.stats is not None:
+                self.stats.set_value("dupefilter/fill", self._fill(count))
+
+    def bits_stale(self) -> None:
+        """A push script found other layers or another generation: read the filter again."""
+        self._load_meta()
+
+    def seen_members(self, fingerprints: Sequence[str]) -> SeenMembers:
+        """Refused: a Bloom filter's fingerprints are bits, not set members (seen_bits())."""
+        raise TypeError(
+            f"{type(self).__name__} keeps bits, not set members: use seen_bits() or seen_many()"
+        )
 
     def _after_batch(self, layers: int, count: int) -> None:
         grown = layers != len(self.layers)

@@ -188,6 +188,7 @@ class EnqueueBuffer:
                 size = self._failed_push[1] if self._failed_push else self.batch_size
                 batch = list(islice(self._unsent, size))
                 new = self._send_in_script(batch)
+                del batch[len(new) :]  # a Bloom filter's layer filled: the rest go next
             else:
                 batch = [self._unsent[0]]
                 new = [self._send_checked(batch[0])]
@@ -231,7 +232,8 @@ class EnqueueBuffer:
         return answer
 
     def _send_in_script(self, batch: list[Unsent]) -> list[bool]:
-        """One script call: record the fingerprints, push the new requests."""
+        """One script call: record the fingerprints, push the new requests. The answer may
+        be for the first requests only (see Base.push_new): the others are sent next."""
         context = self.context
         candidates, refused = self._candidates(batch)
         epoch = self.seen.epoch()
@@ -242,7 +244,9 @@ class EnqueueBuffer:
             candidates, self.dupefilter, context.news.name, write=write
         )
         self._failed_push = None
-        self.seen.add((unsent.fingerprint for unsent in batch if unsent.fingerprint), epoch)
+        answered = batch[: len(new)]
+        self.seen.add((unsent.fingerprint for unsent in answered if unsent.fingerprint), epoch)
+        refused = {index: error for index, error in refused.items() if index < len(new)}
         context.counts.enqueued_to_redis(sum(new) - sum(new[index] for index in refused))
         for index, error in refused.items():
             if new[index]:

@@ -13,7 +13,9 @@ in its settings (or given with ``-s``)::
 The source is ``--from KEY`` or, by default, SCHEDULER_DUPEFILTER_KEY formatted
 for SPIDER. The copy reads the set in batches (SSCAN) and writes each batch in one
 round trip; running it again copies nothing twice. The source is deleted only with
-``--delete-source``.
+``--delete-source``. A filter whose own key is the source (the Bloom filter keeps
+its layout in ``<spider>:dupefilter``) gets it out of the way first: the set is
+renamed ``<source>:old`` (:func:`make_way`), and read from there.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import logging
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from scrapy_redis.seen_sets import SetFilter
+from scrapy_redis.seen_sets import BitFilter, SetFilter
 
 logger = logging.getLogger(__name__)
 
@@ -80,7 +82,9 @@ def migrate(
     batch: int = 1000,
     progress: Callable[[int], None] = lambda copied: None,
 ) -> int:
-    """Copy every fingerprint of the set ``source`` into ``dupefilter``; how many."""
+    """Copy every fingerprint of the set ``source`` into ``dupefilter``; how many. A set
+    in the filter's own key is renamed first (see :func:`make_way`)."""
+    source = make_way(server, source, dupefilter)
     kind = server.type(source)
     kind = kind.decode() if isinstance(kind, bytes) else kind
     if kind not in ("set", "none"):
@@ -95,7 +99,33 @@ def migrate(
 
 def writes_into(dupefilter: Any, key: str) -> bool:
     """Whether ``dupefilter`` records fingerprints in the set ``key`` (the same layout)."""
-    return isinstance(dupefilter, SetFilter) and key in dupefilter.seen_members(["0" * 40]).keys
+    if isinstance(dupefilter, BitFilter) or not isinstance(dupefilter, SetFilter):
+        return False
+    return key in dupefilter.seen_members(["0" * 40]).keys
+
+
+def set_aside_key(source: str) -> str:
+    """Where :func:`make_way` moves a source set that is in the new filter's way."""
+    return f"{source}:old"
+
+
+def make_way(server: Any, source: str, dupefilter: Any) -> str:
+    """The key to read the fingerprints of ``source`` from: ``source`` itself, unless it
+    is the key of a filter that keeps something else there (the Bloom filter's layout):
+    then the set is renamed to :func:`set_aside_key` (once; a copy run again reads it
+    there)."""
+    if getattr(dupefilter, "key", None) != source or writes_into(dupefilter, source):
+        return source
+    aside = set_aside_key(source)
+    kind = server.type(source)
+    if kind in (b"set", "set"):
+        if not server.renamenx(source, aside):
+            raise ValueError(
+                f"{source} is in the way of {type(dupefilter).__name__} and {aside}, where "
+                "it would be moved, exists: copy that one first (--from), then delete it."
+            )
+        logger.warning("Moved %s to %s: the new filter uses %s.", source, aside, source)
+    return aside if server.exists(aside) else source
 
 
 def _target(spider_name: str, settings: Any) -> Any:
@@ -137,11 +167,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.delete_source and writes_into(dupefilter, source):
         raise SystemExit(f"Not deleting {source}: the new filter keeps its fingerprints there.")
     server = get_redis_from_settings(settings)
-    copied = migrate(server, source, dupefilter, args.batch)
-    print(f"Copied {copied} fingerprints from {source} into {type(dupefilter).__name__}.")
+    read_from = make_way(server, source, dupefilter)
+    copied = migrate(server, read_from, dupefilter, args.batch)
+    print(f"Copied {copied} fingerprints from {read_from} into {type(dupefilter).__name__}.")
     if args.delete_source:
-        server.unlink(source)
-        print(f"Deleted {source}.")
+        server.unlink(read_from)
+        print(f"Deleted {read_from}.")
     return 0
 
 

@@ -3,7 +3,7 @@ arguments and replies. The queues themselves are in :mod:`scrapy_redis.queue`.""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -15,10 +15,10 @@ from redis.crc import key_slot
 from scrapy_redis import defaults
 from scrapy_redis._compat import PerInstance
 from scrapy_redis.codec import decode_request, encode_request
-from scrapy_redis.exceptions import UndecodableRequestError
+from scrapy_redis.exceptions import ScrapyRedisError, UndecodableRequestError
 from scrapy_redis.keys import format_key, invalid_entries_key, needs_formatting
 from scrapy_redis.leases import Ticket
-from scrapy_redis.seen_sets import SeenMembers, SetFilter, single_set
+from scrapy_redis.seen_sets import BitFilter, SeenMembers, SetFilter, single_set
 from scrapy_redis.serializers import Serializer, resolve_serializer
 from scrapy_redis.writes import WriteIds
 
@@ -76,6 +76,73 @@ def seen_tokens(
 def counter_keys(members: SeenMembers) -> list[str]:
     """The count hash of ``members``, as a list of keys (empty: no count kept)."""
     return [members.counter] if members.counter is not None else []
+
+
+#: Where a push script's fingerprints go: a set key, a filter of sets or a Bloom filter.
+Seen = str | SetFilter | BitFilter
+
+
+@dataclass(slots=True)
+class FilterArgs:
+    """The duplicate filter's part of a push script call (see open_filter() in
+    ``lua/_dedup.lua``)."""
+
+    #: The key the filter is known by: the record of the queue's writes is named after it.
+    base: str
+    #: The filter's keys, after the queue's.
+    keys: list[str]
+    #: The script's arguments from the filter's mode on.
+    args: list[Any]
+    #: Per candidate, ``(set number, member)`` (see :func:`seen_tokens`).
+    tokens: list[tuple[int, str | int]]
+    #: A Bloom filter: it may answer for the first candidates only, or "stale".
+    bits: BitFilter | None = None
+
+
+def filter_args(seen: Seen, candidates: Sequence[Candidate]) -> FilterArgs | None:
+    """The filter's part of a push script call for ``candidates``; None if the filter is
+    not checked in a script."""
+    if isinstance(seen, BitFilter):
+        fingerprints = [c.fingerprint for c in candidates if c.fingerprint is not None]
+        bits = seen.seen_bits(fingerprints)
+        if bits is None:
+            return None
+        tokens: list[tuple[int, str | int]] = [
+            (0 if c.fingerprint is None else 1, "") for c in candidates
+        ]
+        return FilterArgs(bits.base, bits.keys, ["bloom", *bits.args], tokens, seen)
+    members, tokens = seen_tokens(seen, candidates)
+    counters = counter_keys(members)
+    return FilterArgs(members.base, [*members.keys, *counters], ["1" if counters else "0"], tokens)
+
+
+#: How often a push is sent again to a Bloom filter that keeps changing its layers.
+_STALE_TRIES = 64
+
+
+def send_push(
+    seen: Seen,
+    candidates: Sequence[Candidate],
+    first: FilterArgs,
+    send: Callable[[FilterArgs], Any],
+) -> list[bool]:
+    """``send(args)`` (one push script call) and its flags; a Bloom filter that changed
+    since ``first`` was made is looked at again and the call sent again (nothing was
+    written). The flags may be for the first candidates only (see :meth:`Base.push_new`)."""
+    args = first
+    for _ in range(_STALE_TRIES):
+        reply = send(args)
+        if args.bits is None:
+            return new_flags(reply, len(candidates))
+        if reply not in (b"stale", "stale"):
+            flags = new_flags(reply, len(candidates), prefix=True)
+            args.bits.bits_answered(len(flags), len(candidates))
+            return flags
+        args.bits.bits_stale()
+        again = filter_args(seen, candidates)
+        assert again is not None  # the filter was checked in a script a moment ago
+        args = again
+    raise ScrapyRedisError(f"The Bloom filter {args.base} keeps changing its layers.")
 
 
 def raw_command(server: Any, *args: Any) -> Any:
@@ -196,15 +263,17 @@ class Base:
     def push_new(
         self,
         candidates: Sequence[Candidate],
-        seen: str | SetFilter,
+        seen: Seen,
         news: str = "",
         write: int | None = None,
     ) -> list[bool]:
         """Record the fingerprints and push the new requests.
 
-        ``seen`` is where fingerprints are recorded: the key of one set, or a filter
-        naming a set per fingerprint (see :mod:`scrapy_redis.seen_sets`). Returns, per
-        candidate, whether it was new (a duplicate is not pushed). The script path
+        ``seen`` is where fingerprints are recorded: the key of one set, a filter
+        naming a set per fingerprint, or a Bloom filter (see :mod:`scrapy_redis.seen_sets`).
+        Returns, per candidate, whether it was new (a duplicate is not pushed); with a
+        Bloom filter, possibly for the first candidates only (its newest layer filled:
+        the caller sends the others again, in another call). The script path
         publishes on the channel ``news`` (if given) when it pushed requests, which
         wakes idle workers at once.
         Our queues do it atomically in one script call when the sets and the queue
@@ -213,8 +282,14 @@ class Base:
         a call sent again with the same number, the same candidates, is answered
         what the first was, and writes nothing. Otherwise this one pipeline of
         ``SADD`` then one push: a worker dying in between loses the batch's new
-        requests, and a pipeline redis-py sends again finds them all duplicates.
+        requests, and a pipeline redis-py sends again finds them all duplicates
+        (a Bloom filter: its own check-and-record call, then the push).
         """
+        if isinstance(seen, BitFilter):
+            fingerprints = [c.fingerprint for c in candidates if c.fingerprint is not None]
+            answers = iter(seen.seen_many(fingerprints))
+            new = [c.fingerprint is None or not next(answers) for c in candidates]
+            return self._push_the_new(candidates, new)
         members, tokens = seen_tokens(seen, candidates)
         checked = [(members.keys[n - 1], member) for n, member in tokens if n]
         added: list[int] = []
@@ -228,6 +303,9 @@ class Base:
                 self.server.hincrby(members.counter, "count", count)
         replies = iter(added)
         new = [c.fingerprint is None or next(replies) == 1 for c in candidates]
+        return self._push_the_new(candidates, new)
+
+    def _push_the_new(self, candidates: Sequence[Candidate], new: list[bool]) -> list[bool]:
         entries = [c.entry for c, is_new in zip(candidates, new, strict=True) if is_new]
         self.push_entries([entry for entry in entries if entry is not None])
         return new
@@ -259,10 +337,15 @@ def batch_arg(values: list[Any]) -> bytes:
     return packed
 
 
-def new_flags(reply: bytes | str, count: int) -> list[bool]:
-    """A push script's reply, one character per request ("1" new, "0" duplicate)."""
+def new_flags(reply: bytes | str, count: int, prefix: bool = False) -> list[bool]:
+    """A push script's reply, one character per request ("1" new, "0" duplicate); with
+    ``prefix``, for at least the first of them."""
     flags = reply.encode() if isinstance(reply, str) else reply
-    if not isinstance(flags, bytes) or len(flags) != count or flags.strip(b"01"):
+    if (
+        not isinstance(flags, bytes)
+        or flags.strip(b"01")
+        or not (0 < len(flags) <= count if prefix else len(flags) == count)
+    ):
         raise ValueError(f"unexpected reply from a push script for {count} requests: {reply!r}")
     return [flag == _NEW for flag in flags]
 

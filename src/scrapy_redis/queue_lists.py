@@ -13,15 +13,15 @@ from scrapy_redis.queue_base import (
     Base,
     Candidate,
     Entry,
+    FilterArgs,
+    Seen,
     batch_arg,
-    counter_keys,
-    new_flags,
+    filter_args,
     raw_command,
-    seen_tokens,
+    send_push,
 )
 from scrapy_redis.records import record_entries
 from scrapy_redis.scripts import script
-from scrapy_redis.seen_sets import SetFilter
 
 
 class _ListQueue(Base):
@@ -52,25 +52,29 @@ class _ListQueue(Base):
     def push_new(
         self,
         candidates: Sequence[Candidate],
-        seen: str | SetFilter,
+        seen: Seen,
         news: str = "",
         write: int | None = None,
     ) -> list[bool]:
-        members, tokens = seen_tokens(seen, candidates)
-        record = self.writes.key(members.base)
-        if not self.scripts_may_use(self.key, record, *members.keys, *counter_keys(members)):
+        first = filter_args(seen, candidates)
+        if first is None:
+            return super().push_new(candidates, seen)
+        record = self.writes.key(first.base)
+        if not self.scripts_may_use(self.key, record, *first.keys):
             return super().push_new(candidates, seen)
         if not candidates:
             return []
-        batch: list[Any] = []
-        for candidate, (number, member) in zip(candidates, tokens, strict=True):
-            batch += [number, member, candidate.entry.data if candidate.entry else ""]
         number = self.writes.take() if write is None else write
-        counters = counter_keys(members)
-        args = [news, batch_arg(batch), self.writes.ttl_ms, number, "1" if counters else "0"]
-        keys = [self.key, record, *members.keys, *counters]
-        reply = script("dedup_push_list")(self.server, keys, args)
-        return new_flags(reply, len(candidates))
+
+        def send(filter_part: FilterArgs) -> Any:
+            batch: list[Any] = []
+            for candidate, token in zip(candidates, filter_part.tokens, strict=True):
+                batch += [*token, candidate.entry.data if candidate.entry else ""]
+            args = [news, batch_arg(batch), self.writes.ttl_ms, number, *filter_part.args]
+            keys = [self.key, record, *filter_part.keys]
+            return script("dedup_push_list")(self.server, keys, args)
+
+        return send_push(seen, candidates, first, send)
 
     def pop_entries(
         self, count: int, timeout: int = 0, ticket: Ticket | None = None

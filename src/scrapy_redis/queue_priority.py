@@ -20,15 +20,15 @@ from scrapy_redis.queue_base import (
     Base,
     Candidate,
     Entry,
+    FilterArgs,
+    Seen,
     batch_arg,
-    counter_keys,
-    new_flags,
+    filter_args,
     raw_command,
-    seen_tokens,
+    send_push,
 )
 from scrapy_redis.records import record_entries
 from scrapy_redis.scripts import script
-from scrapy_redis.seen_sets import SetFilter
 from scrapy_redis.serializers import Serializer
 
 if TYPE_CHECKING:
@@ -91,31 +91,36 @@ class PriorityQueue(Base):
     def push_new(
         self,
         candidates: Sequence[Candidate],
-        seen: str | SetFilter,
+        seen: Seen,
         news: str = "",
         write: int | None = None,
     ) -> list[bool]:
         if not candidates:
             return []
-        members, tokens = seen_tokens(seen, candidates)
         number: dict[int, int] = {}  # priority -> its list's number in the script call
-        batch: list[Any] = []
-        for candidate, (set_number, member) in zip(candidates, tokens, strict=True):
+        for candidate in candidates:
             priority = candidate.entry.priority if candidate.entry else 0
-            list_number = number.setdefault(priority, len(number) + 1)
-            data = candidate.entry.data if candidate.entry else ""
-            batch += [set_number, member, list_number, data]
+            number.setdefault(priority, len(number) + 1)
         lists = [priority_list_key(self.key, priority) for priority in number]
-        record = self.writes.key(members.base)
-        counters = counter_keys(members)
-        if not self.scripts_may_use(self.key, record, *lists, *members.keys, *counters):
+        first = filter_args(seen, candidates)
+        if first is None:
             return super().push_new(candidates, seen)
-        keys = [self.key, record, *lists, *members.keys, *counters]
+        record = self.writes.key(first.base)
+        if not self.scripts_may_use(self.key, record, *lists, *first.keys):
+            return super().push_new(candidates, seen)
         write = self.writes.take() if write is None else write
-        args = [news, len(number), *number, batch_arg(batch), self.writes.ttl_ms, write]
-        args.append("1" if counters else "0")
-        reply = script("dedup_push_priority")(self.server, keys, args)
-        return new_flags(reply, len(candidates))
+
+        def send(filter_part: FilterArgs) -> Any:
+            batch: list[Any] = []
+            for candidate, token in zip(candidates, filter_part.tokens, strict=True):
+                entry = candidate.entry
+                list_number = number[entry.priority if entry else 0]
+                batch += [*token, list_number, entry.data if entry else ""]
+            keys = [self.key, record, *lists, *filter_part.keys]
+            args = [news, len(number), *number, batch_arg(batch), self.writes.ttl_ms, write]
+            return script("dedup_push_priority")(self.server, keys, [*args, *filter_part.args])
+
+        return send_push(seen, candidates, first, send)
 
     def _push_group(self, priority: int, datas: list[bytes], where: str) -> None:
         key = priority_list_key(self.key, priority)

@@ -1,18 +1,25 @@
 """Where a filter records fingerprints, for the scheduler's push script.
 
-A duplicate filter whose fingerprints live in Redis sets can be checked and
-recorded inside the script that pushes a batch of requests (one round trip per
-batch). It tells the script where each fingerprint goes: a member of one of a
-few set keys. :class:`~scrapy_redis.dupefilter.RFPDupeFilter` records the hex
-fingerprint in its one set; a filter that buckets fingerprints into many small
-sets (integer members, kept as intsets) names the bucket of each.
+A duplicate filter whose fingerprints live in Redis can be checked and recorded
+inside the script that pushes a batch of requests (one round trip per batch).
+It tells the script where each fingerprint goes:
+
+* a filter of sets (:class:`SetFilter`) names a member of one of a few set keys.
+  :class:`~scrapy_redis.dupefilter.RFPDupeFilter` records the hex fingerprint in
+  its one set; a filter that buckets fingerprints into many small sets (integer
+  members, kept as intsets) names the bucket of each;
+* a Bloom filter (:class:`BitFilter`) names its keys and the bits of each
+  fingerprint (``lua/_bloom.lua``). It may answer for the first requests of a
+  batch only (its newest layer filled: the caller sends the others again) or
+  find that the filter changed since it looked (another worker added a layer:
+  it looks again and the call is sent again).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,3 +48,38 @@ class SetFilter(Protocol):
 def single_set(key: str, fingerprints: Sequence[str]) -> SeenMembers:
     """Every fingerprint a member of the one set ``key`` (the original's layout)."""
     return SeenMembers(key, [key], [(0, fingerprint) for fingerprint in fingerprints])
+
+
+@dataclass(frozen=True, slots=True)
+class SeenBits:
+    """A batch of fingerprints as Bloom-filter bits (see ``lua/_bloom.lua``)."""
+
+    #: The key the filter is known by (its writes' record key and Cluster slot checks).
+    base: str
+    #: Its meta hash, the hash listing its blocks, the blocks the batch touches.
+    keys: list[str]
+    #: The script's arguments: the filter's params and the batch's blob.
+    args: list[Any]
+
+
+@runtime_checkable
+class BitFilter(Protocol):
+    """A Bloom filter the push script can check and record in."""
+
+    def seen_bits(self, fingerprints: Sequence[str]) -> SeenBits | None:
+        """The keys and bits of ``fingerprints`` (no Redis call once the filter is open);
+        None if this filter is not checked in a script (then :meth:`seen_many`)."""
+        ...
+
+    def bits_answered(self, answered: int, asked: int) -> None:
+        """A push script answered for the first ``answered`` of its ``asked`` requests
+        (fewer: the newest layer filled)."""
+        ...
+
+    def bits_stale(self) -> None:
+        """A push script found the filter changed: look at it again."""
+        ...
+
+    def seen_many(self, fingerprints: Sequence[str]) -> list[bool]:
+        """Check and record ``fingerprints`` on their own (no push in the same call)."""
+        ...

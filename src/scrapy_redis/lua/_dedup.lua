@@ -1,5 +1,6 @@
 -- Included (scrapy_redis.scripts) by the scripts that dedup and push a batch: not a script.
 --#include _chunks.lua
+--#include _bloom.lua
 
 -- Fail before writing anything unless each key is missing or of the type wanted for it:
 -- `wanted` is a list of {key, type}. A queue key left by another queue class (a persisted
@@ -119,4 +120,62 @@ local function announce(channel, pushed)
   if pushed > 0 and channel ~= '' then
     redis.pcall('PUBLISH', channel, pushed) -- refused (an ACL without the channel): no news
   end
+end
+
+-- The duplicate filter of a push script, whose keys are KEYS[first..]: `mode` is '0' (sets),
+-- '1' (sets, then the count hash) or 'bloom' (a Bloom filter: see _bloom.lua, with its
+-- `params` and `blob`). nil if the client's view of the Bloom filter is stale (nothing is
+-- done: it reloads the filter and sends again). Otherwise a table:
+--   types: {key, type} pairs for check_types();
+--   find_new(numbers, members): whether each request is new (see find_new()), reading
+--     only; a Bloom filter answers for the first ones only, as many as its newest layer
+--     has room for (the client sends the others again, to the layer added for them);
+--   record(): record the new fingerprints found, once the new requests are pushed.
+local function open_filter(first, mode, params, blob)
+  if mode ~= 'bloom' then
+    local sets, counter = sets_and_counter(first, mode)
+    local added
+    return {
+      types = set_types(sets),
+      find_new = function(numbers, members)
+        local new
+        new, added = find_new(sets, numbers, members)
+        return new
+      end,
+      record = function()
+        record_new(sets, added)
+        count_new(counter, added)
+      end,
+    }
+  end
+  local state = bloom_state(keys_from(first), cmsgpack.unpack(params))
+  if not state then
+    return nil
+  end
+  local found
+  return {
+    types = {},
+    find_new = function(numbers, members)
+      local n = math.min(#numbers, state.room)
+      local count = 0
+      for i = 1, n do
+        if numbers[i] ~= 0 then count = count + 1 end
+      end
+      local checked
+      checked, found = bloom_find_new(state, blob, count)
+      local new, next_checked = {}, 1
+      for i = 1, n do
+        if numbers[i] == 0 then
+          new[i] = true
+        else
+          new[i] = checked[next_checked]
+          next_checked = next_checked + 1
+        end
+      end
+      return new
+    end,
+    record = function()
+      bloom_record(state, found)
+    end,
+  }
 end

@@ -1,8 +1,9 @@
 -- Record the fingerprints of a batch of requests and push the new ones onto a list queue.
 -- KEYS[1] = the queue (list; LPUSH adds, as for a single request)
 -- KEYS[2] = the record key of this queue's writes to the fingerprint sets (see _once.lua)
--- KEYS[3..] = the sets the fingerprints are recorded in (see find_new() in _dedup.lua),
---            then, if ARGV[5] is "1", a hash whose field "count" counts the members added
+-- KEYS[3..] = the duplicate filter's keys (see open_filter() in _dedup.lua): the sets the
+--            fingerprints are recorded in, then, if ARGV[5] is "1", a hash whose field
+--            "count" counts the members added; or a Bloom filter's keys (ARGV[5] "bloom")
 -- ARGV[1] = the news channel, told when requests were pushed ("" = nobody to tell)
 -- ARGV[2] = the batch: one msgpack array of triples, in enqueue order: the number of the
 --           fingerprint's set (1 = KEYS[3]; 0 = dont_filter: no check, not recorded), its
@@ -10,11 +11,15 @@
 --           the fingerprint)
 -- ARGV[3] = how long the record is kept, in ms
 -- ARGV[4] = the write number of this batch
--- ARGV[5] = "1" if the last key is the count hash, else "0"
+-- ARGV[5] = the filter's mode: "0" (sets), "1" (sets and the count hash) or "bloom";
+--           with "bloom", ARGV[6] and ARGV[7] are its params and blob (see _bloom.lua),
+--           and a set number in the batch is 1 for a fingerprint (in blob order)
 -- returns one character per triple: "1" if the request is new (pushed when it has an
 --         entry), "0" if its fingerprint was already recorded (a duplicate: nothing pushed);
 --         the same reply to a copy of this call sent again (its reply lost), which does
---         nothing
+--         nothing. A Bloom filter may answer for the first triples only (its newest layer
+--         filled: the client sends the others again), or "stale" (nothing done: the
+--         client reloads the filter's layers and sends again)
 --#include _dedup.lua
 --#include _once.lua
 
@@ -22,8 +27,11 @@ local before = applied_before(KEYS[2], ARGV[4])
 if before then
   return before
 end
-local sets, counter = sets_and_counter(3, ARGV[5])
-local wanted = set_types(sets)
+local filter = open_filter(3, ARGV[5], ARGV[6], ARGV[7])
+if not filter then
+  return 'stale'
+end
+local wanted = filter.types
 wanted[#wanted + 1] = {KEYS[1], 'list'}
 check_types(wanted)
 local batch = cmsgpack.unpack(ARGV[2])
@@ -33,7 +41,7 @@ for i = 1, #batch, 3 do
   members[#members + 1] = batch[i + 1]
   entries[#entries + 1] = batch[i + 2]
 end
-local new, added = find_new(sets, numbers, members)
+local new = filter.find_new(numbers, members)
 local pushed = {}
 for i, is_new in ipairs(new) do
   if is_new and entries[i] ~= '' then
@@ -41,8 +49,7 @@ for i, is_new in ipairs(new) do
   end
 end
 call_in_chunks('LPUSH', KEYS[1], pushed)
-record_new(sets, added)
-count_new(counter, added)
+filter.record()
 announce(ARGV[1], #pushed)
 local reply = flags(new)
 record_write(KEYS[2], ARGV[4], reply, ARGV[3])

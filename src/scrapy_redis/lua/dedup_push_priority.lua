@@ -2,9 +2,9 @@
 -- KEYS[1] = the queue's index: sorted set, member = priority as text, score = -priority
 -- KEYS[2] = the record key of this queue's writes to the fingerprint sets (see _once.lua)
 -- KEYS[3..k+2] = the lists of the priorities of the batch, one per priority
--- KEYS[k+3..] = the sets the fingerprints are recorded in (see find_new() in _dedup.lua),
---               then, if ARGV[k+6] is "1", a hash whose field "count" counts the members
---               added
+-- KEYS[k+3..] = the duplicate filter's keys (see open_filter() in _dedup.lua): the sets
+--               the fingerprints are recorded in, then, if ARGV[k+6] is "1", a hash whose
+--               field "count" counts the members added; or a Bloom filter's keys
 -- ARGV[1] = the news channel, told when requests were pushed ("" = nobody to tell)
 -- ARGV[2] = how many priority lists follow KEYS[2] (k)
 -- ARGV[3..k+2] = the priority of each of those lists (integers, as text), same order
@@ -15,11 +15,14 @@
 --             fingerprint)
 -- ARGV[k+4] = how long the record is kept, in ms
 -- ARGV[k+5] = the write number of this batch
--- ARGV[k+6] = "1" if the last key is the count hash, else "0"
+-- ARGV[k+6] = the filter's mode: "0" (sets), "1" (sets and the count hash) or "bloom";
+--             with "bloom", ARGV[k+7] and ARGV[k+8] are its params and blob (see
+--             _bloom.lua), and a set number in the batch is 1 for a fingerprint
 -- returns one character per quadruple: "1" if the request is new (appended to its
 --         priority list when it has an entry), "0" if its fingerprint was already
 --         recorded; the same reply to a copy of this call sent again (its reply lost),
---         which does nothing
+--         which does nothing. A Bloom filter may answer for the first quadruples only,
+--         or "stale" (see dedup_push_list.lua)
 --#include _dedup.lua
 --#include _once.lua
 
@@ -28,8 +31,11 @@ local before = applied_before(KEYS[2], ARGV[lists + 5])
 if before then
   return before
 end
-local sets, counter = sets_and_counter(lists + 3, ARGV[lists + 6])
-local wanted = set_types(sets)
+local filter = open_filter(lists + 3, ARGV[lists + 6], ARGV[lists + 7], ARGV[lists + 8])
+if not filter then
+  return 'stale'
+end
+local wanted = filter.types
 wanted[#wanted + 1] = {KEYS[1], 'zset'}
 for i = 3, lists + 2 do
   wanted[#wanted + 1] = {KEYS[i], 'list'}
@@ -43,7 +49,7 @@ for i = 1, #batch, 4 do
   list_numbers[#list_numbers + 1] = batch[i + 2]
   entries[#entries + 1] = batch[i + 3]
 end
-local new, added = find_new(sets, numbers, members)
+local new = filter.find_new(numbers, members)
 local pushed, count = {}, 0
 for i, is_new in ipairs(new) do
   if is_new and entries[i] ~= '' then
@@ -58,8 +64,7 @@ for list, group in pairs(pushed) do
   local priority = ARGV[list + 2]
   redis.call('ZADD', KEYS[1], -tonumber(priority), priority)
 end
-record_new(sets, added)
-count_new(counter, added)
+filter.record()
 announce(ARGV[1], count)
 local reply = flags(new)
 record_write(KEYS[2], ARGV[lists + 5], reply, ARGV[lists + 4])
