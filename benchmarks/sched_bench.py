@@ -51,6 +51,7 @@ from typing import Any
 import redis
 import scrapy
 from sched_workload import (
+    EXTRA_SETTINGS,
     StandInEngine,
     build,
     class_path,
@@ -257,7 +258,15 @@ def main() -> None:
     parser.add_argument(
         "--block", type=int, default=200, help="--paired: requests per timed block (default 200)"
     )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a setting of every scheduler (e.g. DUPEFILTER_CLASS); repeatable",
+    )
     args = parser.parse_args()
+    EXTRA_SETTINGS.update(pair.split("=", 1) for pair in args.set)
     if args.paired:
         print(json.dumps(run_paired(args.redis_url, args.queue, args.n, args.block)))
     else:

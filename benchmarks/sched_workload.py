@@ -79,6 +79,11 @@ def queue_class_path(queue: str, unleased: bool) -> str:
     return f"unleased_queues.Unleased{queue}" if unleased else f"scrapy_redis.queue.{queue}"
 
 
+#: Settings every scheduler built by :func:`build` gets on top of its own (sched_bench.py
+#: ``--set NAME=VALUE``: e.g. another DUPEFILTER_CLASS, ours only).
+EXTRA_SETTINGS: dict[str, str] = {}
+
+
 def build(
     redis_url: str, queue: str, unleased: bool = False, key_suffix: str = ""
 ) -> tuple[Any, Spider]:
@@ -90,6 +95,7 @@ def build(
         "SCHEDULER_PERSIST": True,
         "LOG_LEVEL": "WARNING",
     }
+    settings.update(EXTRA_SETTINGS)
     if key_suffix:
         settings["SCHEDULER_QUEUE_KEY"] = f"%(spider)s:requests{key_suffix}"
         settings["SCHEDULER_DUPEFILTER_KEY"] = f"%(spider)s:dupefilter{key_suffix}"

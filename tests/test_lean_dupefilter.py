@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import random
+from collections import Counter
 
 import pytest
 import redis
@@ -180,9 +181,10 @@ def test_the_schedulers_push_script_records_in_the_buckets(
     }
     scheduler = schedulers(settings)
     assert scheduler.df.layout.bucket_bits  # the layout is read (the filter's first use)
-    calls = Calls(server, "evalsha", "sadd")
+    calls = Calls(server, "evalsha", "sadd", "smismember", "type")
     urls = [f"http://example.com/{n}" for n in range(90)]
-    for url in [*urls, *urls[:9]]:
+    batch = [*urls, *urls[:9]]
+    for url in batch:
         scheduler.enqueue_request(Request(url))
     assert scheduler.send_enqueued()
     made = calls()
@@ -190,6 +192,11 @@ def test_the_schedulers_push_script_records_in_the_buckets(
     assert scheduler.df.count() == 90 and scheduler.stats.get_value("dupefilter/filtered") == 9
     buckets = list(server.scan_iter("demo:dupefilter:lean:*"))
     assert made["sadd"] == len(buckets)  # one SADD per bucket of the batch
+    asked = scheduler.df.seen_members([request_fingerprint(Request(url)) for url in batch])
+    sizes = Counter(index for index, _ in asked.members)
+    # a bucket asked about one member: SADD alone answers (no SMISMEMBER, no TYPE)
+    assert made["smismember"] == sum(1 for size in sizes.values() if size > 1) > 0
+    assert made["type"] == {"FifoQueue": 1, "PriorityQueue": 2}[queue]  # the queue's keys only
     assert sum(server.scard(key) for key in buckets) == 90
     assert {server.object("encoding", key) for key in buckets} == {b"intset"}
     assert not server.exists("demo:dupefilter")

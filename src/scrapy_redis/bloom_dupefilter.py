@@ -18,7 +18,6 @@ in a layered, blocked Bloom filter (geometry: :mod:`scrapy_redis.bloom_layout`):
 from __future__ import annotations
 
 import logging
-import struct
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -45,6 +44,63 @@ BACKENDS = ("auto", "lua", "redisbloom")
 BATCH_SIZE = 500
 _MAX_LAYERS = 64
 _MAX_BLOCKS = 1 << 24
+
+
+#: Bit operations per BITFIELD call (Lua's unpack() takes some 8,000 values).
+_OPS_PER_CALL = 1500
+
+
+def _pack(value: Any) -> bytes:
+    packed: bytes = msgpack.packb(value, use_bin_type=False)
+    return packed
+
+
+class BitsPlan:
+    """The BITFIELD calls that check and set a batch's bits, made here so that the script
+    only passes them on (``plan`` in ``lua/_bloom.lua``): per block key and layer, calls
+    of at most :data:`_OPS_PER_CALL` operations, in batch order, and where each
+    fingerprint's k bits are among them. Offsets are text: Lua would format numbers."""
+
+    def __init__(self, key: str, generation: str, layers: Sequence[Layer]) -> None:
+        self.key, self.generation, self.layers = key, generation, layers
+        #: The block keys, after the meta hash and the blocks' list (index 3 on in Lua).
+        self.keys: list[str] = []
+        self._index: dict[str, int] = {}
+        self.gets: list[list[Any]] = []  # {key index, args} per BITFIELD_RO call
+        self.sets: list[list[Any]] = []  # {key index, args} per BITFIELD call
+        self.where: list[int] = []
+        self._open: dict[tuple[int, int], tuple[int, list[Any]]] = {}
+        self._ops: dict[tuple[int, int], int] = {}
+
+    def add(self, fingerprint: str) -> None:
+        newest = len(self.layers) - 1
+        for number, layer in enumerate(self.layers):
+            block, offsets = layer.positions(fingerprint, number)
+            name = bloom_block_key(self.key, self.generation, number, block)
+            index = self._index.get(name)
+            if index is None:
+                self.keys.append(name)
+                index = self._index[name] = len(self.keys) + 2
+            calls = self.sets if number == newest else self.gets
+            slot = (number, index)
+            ops = self._ops.get(slot, _OPS_PER_CALL)
+            if ops + layer.k > _OPS_PER_CALL:
+                head = ["INCRBY", "u1", str(layer.block_bits - 1), "0"] if number == newest else []
+                calls.append([index, head])
+                self._open[slot] = (len(calls), head)
+                ops = 0
+            call, args = self._open[slot]
+            self.where += (call, ops + 1)
+            self._ops[slot] = ops + layer.k
+            if number == newest:
+                for offset in offsets:
+                    args += ("SET", "u1", str(offset), "1")
+            else:
+                for offset in offsets:
+                    args += ("GET", "u1", str(offset))
+
+    def arrays(self) -> list[Any]:
+        return [self.gets, self.sets, self.where]
 
 
 class BloomForgetError(ScrapyRedisError, NotImplementedError):
@@ -193,19 +249,9 @@ class BloomDupeFilter(RFPDupeFilter):
         if self.backend == "redisbloom":
             return None
         layers = self.layers
-        keys = [self.meta_key, bloom_blocks_key(self.key)]
-        slots: dict[str, int] = {}
-        items: list[int] = []
+        plan = BitsPlan(self.key, self.generation, layers)
         for fingerprint in fingerprints:
-            for index, layer in enumerate(layers):
-                block, offsets = layer.positions(fingerprint, index)
-                name = bloom_block_key(self.key, self.generation, index, block)
-                slot = slots.get(name)
-                if slot is None:
-                    keys.append(name)
-                    slot = slots[name] = len(keys)  # its index in the script's filter keys
-                items.append(slot)
-                items.extend(offsets)
+            plan.add(fingerprint)
         upcoming = self.layout.layer(len(layers))
         params = [
             len(layers),
@@ -216,8 +262,8 @@ class BloomDupeFilter(RFPDupeFilter):
             upcoming.describe(),
             upcoming.blocks,
         ]
-        blob = struct.pack(f">{len(items)}I", *items)
-        return SeenBits(self.key, keys, [msgpack.packb(params, use_bin_type=False), blob])
+        keys = [self.meta_key, bloom_blocks_key(self.key), *plan.keys]
+        return SeenBits(self.key, keys, [_pack(params), _pack(plan.arrays())])
 
     def bits_answered(self, answered: int, asked: int) -> None:
         """After a push script's reply: a short answer means the newest layer filled (the

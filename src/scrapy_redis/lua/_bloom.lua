@@ -7,51 +7,19 @@
 -- `params`, a msgpack array: {layers the client knows, its generation, {k per layer},
 --   {last bit of a block, per layer}, capacity, description and block count of the layer
 --   added when the newest fills}
--- `blob`: per fingerprint, per layer: the index in `fkeys` of its block and its k bit
---   offsets, each a big-endian uint32 (one string: cheap to send).
+-- `plan`, a msgpack array {gets, sets, where}, made by the client so that the script
+--   only passes arguments on: `gets` and `sets` are lists of {index in `fkeys`, the
+--   arguments of one BITFIELD_RO (GET u1 <offset> ...: the older layers) or BITFIELD
+--   (INCRBY u1 <last bit> 0, then SET u1 <offset> 1 ...: the newest layer) call};
+--   `where` has, per fingerprint, per layer, the number of its call in `gets` (older
+--   layers) or `sets` (newest) and the number of its first bit among that call's
+--   operations (its k bits are the next k). The calls of one key are in batch order.
 
 -- The keys KEYS[first..], as a table (a loop: a batch may name thousands of blocks).
 local function keys_from(first)
   local keys = {}
   for i = first, #KEYS do keys[#keys + 1] = KEYS[i] end
   return keys
-end
-
--- BITFIELD_RO GET of each offset of `key`: the bits, in order.
-local function bits_of(key, offsets)
-  local out = {}
-  for i = 1, #offsets, 1500 do
-    local args = {}
-    for j = i, math.min(i + 1499, #offsets) do
-      args[#args + 1] = 'GET'; args[#args + 1] = 'u1'; args[#args + 1] = offsets[j]
-    end
-    local values = redis.call('BITFIELD_RO', key, unpack(args))
-    for j = 1, #values do out[#out + 1] = values[j] end
-  end
-  return out
-end
-
--- Set each offset of `key` to 1, the block first grown to its full size (INCRBY 0 of its
--- last bit changes nothing): its memory is allocated once, not at every new high bit.
-local function set_bits(key, offsets, last)
-  for i = 1, #offsets, 1500 do
-    local args = {'INCRBY', 'u1', last, 0}
-    for j = i, math.min(i + 1499, #offsets) do
-      args[#args + 1] = 'SET'; args[#args + 1] = 'u1'; args[#args + 1] = offsets[j]; args[#args + 1] = 1
-    end
-    redis.call('BITFIELD', key, unpack(args))
-  end
-end
-
--- Append the k offsets after the key index at byte `pos` of `blob` to that key's list in
--- `lists`; {key index, where its offsets start in the list}.
-local function collect(lists, blob, pos, k)
-  local key = struct.unpack('>I4', blob, pos)
-  local list = lists[key] or {}
-  lists[key] = list
-  local first = #list + 1
-  for b = 1, k do list[first + b - 1] = struct.unpack('>I4', blob, pos + 4 * b) end
-  return {key, first}
 end
 
 -- The filter as the client sees it, or nil if it is not the filter's (another worker
@@ -73,60 +41,88 @@ local function bloom_state(fkeys, params)
   }
 end
 
--- Whether the k bits at span {key, first} of `lists` are all 1 in `got` (the bits read)
--- or in `set` (bits this batch sets: set[key][offset]).
-local function all_set(lists, got, set, span, k)
-  local key, first = span[1], span[2]
-  local offsets, bits, ours = lists[key], got[key], set and set[key]
+-- Whether the `k` values of `values` from `first` on are all 1.
+local function ones(values, first, k)
   for b = first, first + k - 1 do
-    if bits[b] == 0 and not (ours and ours[offsets[b]]) then return false end
+    if values[b] ~= 1 then return false end
   end
   return true
 end
 
--- Whether each of the first `count` fingerprints of the blob is new, as a table of
--- booleans, in batch order: a fingerprint the batch held before is seen. Reads only;
--- bloom_record() then sets the bits of the new ones.
-local function bloom_find_new(state, blob, count)
-  local ks, layers = state.params[3], state.layers
-  local lists, spans, pos = {}, {}, 1
-  for i = 1, count do
-    local mine = {}
-    for j = 1, layers do
-      mine[j] = collect(lists, blob, pos, ks[j])
-      pos = pos + 4 * (1 + ks[j])
-    end
-    spans[i] = mine
-  end
+-- Which of the first `count` fingerprints are in an older layer: {[i] = true}, and
+-- whether there is one.
+local function in_older_layers(state, plan, count)
+  local gets, where, ks, layers = plan[1], plan[3], state.params[3], state.layers
+  local found, any = {}, false
+  if layers == 1 then return found, any end
   local got = {}
-  for key, offsets in pairs(lists) do got[key] = bits_of(state.fkeys[key], offsets) end
-  local set, new, added = {}, {}, 0
+  for c, call in ipairs(gets) do
+    got[c] = redis.call('BITFIELD_RO', state.fkeys[call[1]], unpack(call[2]))
+  end
   for i = 1, count do
-    local seen = false
     for j = 1, layers - 1 do
-      if all_set(lists, got, nil, spans[i][j], ks[j]) then seen = true; break end
-    end
-    local span = spans[i][layers]
-    new[i] = not seen and not all_set(lists, got, set, span, ks[layers])
-    if new[i] then
-      local key, offsets = span[1], lists[span[1]]
-      set[key] = set[key] or {}
-      for b = span[2], span[2] + ks[layers] - 1 do set[key][offsets[b]] = true end
-      added = added + 1
+      local w = ((i - 1) * layers + j - 1) * 2 + 1
+      if ones(got[where[w]], where[w + 1], ks[j]) then found[i] = true; any = true; break end
     end
   end
-  return new, {set = set, added = added}
+  return found, any
 end
 
--- Set the bits bloom_find_new() found, count the new fingerprints and, when the newest
--- layer is full, add the next layer. Returns the layer count and the filter's count.
-local function bloom_record(state, found)
-  local fkeys, params, last = state.fkeys, state.params, state.params[4][state.layers]
-  for key, bits in pairs(found.set) do
-    local offsets = {}
-    for offset in pairs(bits) do offsets[#offsets + 1] = offset end
-    set_bits(fkeys[key], offsets, last)
+-- The `sets` calls for the fingerprints `i` <= count not `found` in an older layer only:
+-- the calls rebuilt without the others, and the new first-bit numbers {[i] = n}.
+local function sets_without(plan, state, count, found)
+  local sets, where, layers, k = plan[2], plan[3], state.layers, state.params[3][state.layers]
+  local calls, firsts = {}, {}
+  for c, call in ipairs(sets) do
+    calls[c] = {call[1], {call[2][1], call[2][2], call[2][3], call[2][4]}, 0}
   end
+  for i = 1, count do
+    if not found[i] then
+      local w = ((i - 1) * layers + layers - 1) * 2 + 1
+      local call, old_args = calls[where[w]], sets[where[w]][2]
+      local args, from = call[2], 4 + (where[w + 1] - 1) * 4
+      for a = from + 1, from + 4 * k do args[#args + 1] = old_args[a] end
+      firsts[i] = call[3] + 1
+      call[3] = call[3] + k
+    end
+  end
+  return calls, firsts
+end
+
+-- Check and set the bits of the first `count` fingerprints of the plan: whether each is
+-- new, in batch order (a fingerprint the batch held before is seen). A fingerprint
+-- found in an older layer is seen; the others have their bits set in the newest layer
+-- (BITFIELD SET answers the old bits: new if one was 0). Counting them and growing the
+-- filter is bloom_record()'s.
+local function bloom_find_new(state, plan, count)
+  local where, layers, k = plan[3], state.layers, state.params[3][state.layers]
+  local total = #where / (2 * layers)
+  local found, any = in_older_layers(state, plan, count)
+  local calls, firsts = plan[2], nil
+  if any or count < total then
+    calls, firsts = sets_without(plan, state, count, found)
+  end
+  local old = {}
+  for c, call in ipairs(calls) do
+    if #call[2] > 4 then
+      old[c] = redis.call('BITFIELD', state.fkeys[call[1]], unpack(call[2]))
+    end
+  end
+  local new, added = {}, 0
+  for i = 1, count do
+    local w = ((i - 1) * layers + layers - 1) * 2 + 1
+    local first = firsts and firsts[i] or where[w + 1]
+    -- the reply's first value answers INCRBY: the bits come after it
+    new[i] = not found[i] and not ones(old[where[w]], first + 1, k)
+    if new[i] then added = added + 1 end
+  end
+  return new, {added = added}
+end
+
+-- Count the new fingerprints bloom_find_new() found and, when the newest layer is full,
+-- add the next layer. Returns the layer count and the filter's count.
+local function bloom_record(state, found)
+  local fkeys, params = state.fkeys, state.params
   local meta, newest, layers = fkeys[1], state.layers - 1, state.layers
   local count = redis.call('HINCRBY', meta, 'count', found.added)
   local filled = redis.call('HINCRBY', meta, 'count:' .. newest, found.added)

@@ -20,9 +20,13 @@ end
 -- dont_filter request, always new and never recorded). One filter keeps every fingerprint
 -- in one set (hex members); another buckets them into many small sets (integer members).
 
--- Whether each request is new, as a table of booleans, and per set number the members to
--- record once the new requests are pushed (record_new(); one SMISMEMBER per set and 2000
--- members, not a call each). A fingerprint the batch holds twice is new the first time.
+-- Whether each request is new, as a table of booleans; per set number the new members
+-- (record_new() records them once the new requests are pushed: one SMISMEMBER per set
+-- and 2000 members, then one SADD, not a call each); and the sets whose one member of
+-- the batch is recorded already. A fingerprint the batch holds twice is new the first
+-- time. A set asked about one member (most buckets of a filter of many small sets) is
+-- asked with SADD, which answers and records in one call: the queue's keys were checked
+-- before (check_types()), so the push that follows cannot fail on them.
 local function find_new(sets, numbers, members)
   local asked = {}
   for i, n in ipairs(numbers) do
@@ -31,10 +35,14 @@ local function find_new(sets, numbers, members)
       table.insert(asked[n], members[i])
     end
   end
-  local known = {}
+  local known, done = {}, {}
   for n, group in pairs(asked) do
     known[n] = {}
-    for i = 1, #group, 2000 do
+    if #group == 1 then
+      known[n][group[1]] = redis.call('SADD', sets[n], group[1]) == 0
+      done[n] = true
+    end
+    for i = 1, (done[n] and 0 or #group), 2000 do
       local last = math.min(i + 1999, #group)
       local found = redis.call('SMISMEMBER', sets[n], unpack(group, i, last))
       for j = 1, #found do
@@ -55,15 +63,17 @@ local function find_new(sets, numbers, members)
       table.insert(added[n], members[i])
     end
   end
-  return new, added
+  return new, added, done
 end
 
--- Record the members find_new() found, last: a push that fails (a queue key of another
--- type) leaves them unrecorded, so sending the batch again is not refused as duplicates.
--- Redis does not undo a script's writes made before an error.
-local function record_new(sets, added)
+-- Record the members find_new() found (but in the sets it recorded in already), last: a
+-- push that fails leaves them unrecorded, so sending the batch again is not refused as
+-- duplicates. Redis does not undo a script's writes made before an error.
+local function record_new(sets, added, done)
   for n, group in pairs(added) do
-    call_in_chunks('SADD', sets[n], group)
+    if not done[n] then
+      call_in_chunks('SADD', sets[n], group)
+    end
   end
 end
 
@@ -97,13 +107,15 @@ local function sets_and_counter(first, counted)
   return sets, counter
 end
 
--- {key, 'set'} for each of `sets`, to check with check_types().
+-- {key, 'set'} for the one set of `sets`, to check with check_types() (a key of another
+-- type where the one set of fingerprints goes is a setting changed on kept data). Many
+-- small sets are the buckets of one filter, under its own key names: not checked (a call
+-- each would cost more than asking them).
 local function set_types(sets)
-  local wanted = {}
-  for _, key in ipairs(sets) do
-    wanted[#wanted + 1] = {key, 'set'}
+  if #sets == 1 then
+    return {{sets[1], 'set'}}
   end
-  return wanted
+  return {}
 end
 
 -- "1" for each new request, "0" for each duplicate: one string for the client to read.
@@ -122,28 +134,30 @@ local function announce(channel, pushed)
   end
 end
 
--- The duplicate filter of a push script, whose keys are KEYS[first..]: `mode` is '0' (sets),
--- '1' (sets, then the count hash) or 'bloom' (a Bloom filter: see _bloom.lua, with its
--- `params` and `blob`). nil if the client's view of the Bloom filter is stale (nothing is
--- done: it reloads the filter and sends again). Otherwise a table:
+-- The duplicate filter of a push script, whose keys are KEYS[first..]: `mode` is '0'
+-- (sets), '1' (sets, then the count hash) or 'bloom' (a Bloom filter: see _bloom.lua,
+-- with its `params` and `plan`). nil if the client's view of the Bloom filter is stale
+-- (nothing is done: it reloads the filter and sends again). Otherwise a table:
 --   types: {key, type} pairs for check_types();
---   find_new(numbers, members): whether each request is new (see find_new()), reading
---     only; a Bloom filter answers for the first ones only, as many as its newest layer
---     has room for (the client sends the others again, to the layer added for them);
---   record(): record the new fingerprints found, once the new requests are pushed.
-local function open_filter(first, mode, params, blob)
+--   find_new(numbers, members): whether each request is new (see find_new()); a Bloom
+--     filter answers for the first ones only, as many as its newest layer has room for
+--     (the client sends the others again, to the layer added for them);
+--   record(): once the new requests are pushed, record the new fingerprints found (sets)
+--     or count them (a Bloom filter's bits are set by find_new(): the queue's keys were
+--     checked before, so the push that follows cannot fail on them).
+local function open_filter(first, mode, params, plan)
   if mode ~= 'bloom' then
     local sets, counter = sets_and_counter(first, mode)
-    local added
+    local added, done
     return {
       types = set_types(sets),
       find_new = function(numbers, members)
         local new
-        new, added = find_new(sets, numbers, members)
+        new, added, done = find_new(sets, numbers, members)
         return new
       end,
       record = function()
-        record_new(sets, added)
+        record_new(sets, added, done)
         count_new(counter, added)
       end,
     }
@@ -162,7 +176,7 @@ local function open_filter(first, mode, params, blob)
         if numbers[i] ~= 0 then count = count + 1 end
       end
       local checked
-      checked, found = bloom_find_new(state, blob, count)
+      checked, found = bloom_find_new(state, cmsgpack.unpack(plan), count)
       local new, next_checked = {}, 1
       for i = 1, n do
         if numbers[i] == 0 then

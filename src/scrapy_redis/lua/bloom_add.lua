@@ -5,7 +5,7 @@
 -- KEYS[2..] = the filter's keys: its meta hash, the hash listing its block groups, then
 --             the block keys the batch touches
 -- ARGV[1] = how long the record is kept, in ms; ARGV[2] = the write number of this call
--- ARGV[3] = the filter's params, ARGV[4] = the batch's blob (see _bloom.lua)
+-- ARGV[3] = the filter's params, ARGV[4] = the batch's plan (see _bloom.lua)
 -- ARGV[5] = n, the fingerprints in the batch
 -- Only the first fingerprints, as many as the newest layer has room for, are recorded (the
 -- flags say how many): the client sends the others again, to the layer added for them.
@@ -26,7 +26,7 @@ local state = bloom_state(fkeys, cmsgpack.unpack(ARGV[3]))
 if not state then
   return {'stale', redis.call('HGET', meta, 'layers') or '0', '0'}
 end
-local new, found = bloom_find_new(state, ARGV[4], math.min(tonumber(ARGV[5]), state.room))
+local new, found = bloom_find_new(state, cmsgpack.unpack(ARGV[4]), math.min(tonumber(ARGV[5]), state.room))
 local flags = {}
 for i, is_new in ipairs(new) do flags[i] = is_new and '1' or '0' end
 flags = table.concat(flags)

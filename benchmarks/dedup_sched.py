@@ -1,0 +1,97 @@
+"""Our duplicate filters through our scheduler, interleaved: enqueue rate and client CPU.
+
+Runs ``sched_bench.py --skip-dup`` (phases 1-3: ``enqueue_request`` of ``--n`` new
+requests, one push script call per batch, then dequeue) with each of our filters,
+RFPDupeFilter (one set), LeanDupeFilter and BloomDupeFilter (both sized for
+``--n``, the Bloom filter at 0.1 %), on the same fresh redis-server, in turn,
+``--rounds`` times, and prints per filter the median (min-max) enqueue rate and
+client CPU µs per request, and the ratio of the medians to RFPDupeFilter's. The
+requests, their encoding and fingerprints are the same for all: the differences
+are the filters'. Usage::
+
+    .venv/bin/python benchmarks/dedup_sched.py [--n 20000] [--rounds 5] [--queue FifoQueue]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+from _util import Redis
+
+HERE = Path(__file__).resolve().parent
+OURS = "scrapy_redis.dupefilter."
+
+
+def filters(n: int) -> dict[str, list[str]]:
+    """Per filter, its ``--set`` settings."""
+    return {
+        "RFPDupeFilter": [f"DUPEFILTER_CLASS={OURS}RFPDupeFilter"],
+        "LeanDupeFilter": [
+            f"DUPEFILTER_CLASS={OURS}LeanDupeFilter",
+            f"DUPEFILTER_LEAN_CAPACITY={n}",
+        ],
+        "BloomDupeFilter": [
+            f"DUPEFILTER_CLASS={OURS}BloomDupeFilter",
+            f"BLOOMFILTER_CAPACITY={n}",
+            "BLOOMFILTER_ERROR_RATE=0.001",
+        ],
+    }
+
+
+def run_once(redis: Redis, queue: str, n: int, settings: list[str]) -> dict[str, float]:
+    redis.flush()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE.parent / "src"), str(HERE)])}
+    command = [sys.executable, str(HERE / "sched_bench.py"), "--redis-url", redis.url]
+    command += ["--queue", queue, "--n", str(n), "--skip-dup"]
+    for pair in settings:
+        command += ["--set", pair]
+    out = subprocess.run(command, env=env, check=True, capture_output=True, text=True).stdout
+    result: dict[str, float] = json.loads(out)
+    if not result["ok"]:
+        raise SystemExit(f"{settings}: the run's checks failed: {result['checks']}")
+    return result
+
+
+def spread(values: list[float], fmt: str) -> str:
+    return f"{statistics.median(values):{fmt}} ({min(values):{fmt}}–{max(values):{fmt}})"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--n", type=int, default=20000)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--queue", default="FifoQueue")
+    args = parser.parse_args()
+    variants = filters(args.n)
+    results: dict[str, list[dict[str, float]]] = {name: [] for name in variants}
+    redis = Redis()
+    try:
+        for _ in range(args.rounds):
+            for name, settings in variants.items():
+                results[name].append(run_once(redis, args.queue, args.n, settings))
+    finally:
+        redis.stop()
+    base = statistics.median(r["enqueue_rate"] for r in results["RFPDupeFilter"])
+    title = f"{args.queue}, n = {args.n:,}, {args.rounds} rounds"
+    print(f"# Our filters through our scheduler ({title})\n")
+    print("| filter | enqueue req/s | vs RFPDupeFilter | client CPU µs/req | dequeue req/s |")
+    print("|---|---|---|---|---|")
+    for name, runs in results.items():
+        rates = [r["enqueue_rate"] for r in runs]
+        cpu = [r["enqueue_cpu_us"] for r in runs]
+        dequeue = [r["dequeue_rate"] for r in runs]
+        ratio = statistics.median(rates) / base
+        print(
+            f"| {name} | {spread(rates, ',.0f')} | {ratio:.2f}× | {spread(cpu, '.1f')} "
+            f"| {spread(dequeue, ',.0f')} |"
+        )
+
+
+if __name__ == "__main__":
+    main()
