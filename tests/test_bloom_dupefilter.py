@@ -21,6 +21,7 @@ from lossy_proxy import LossyProxy
 from scrapy_redis.bloom_dupefilter import BloomForgetError, server_has_redisbloom
 from scrapy_redis.bloom_layout import (
     BLOCK_MIN_BITS,
+    FIRST_SHARE,
     BloomLayout,
     block_bytes,
     fork_layout,
@@ -55,12 +56,42 @@ def bloom_settings(redis_url, **extra):
 def test_a_layer_is_sized_by_capacity_and_error_rate():
     layout = BloomLayout(10**8, 0.001)
     first = layout.layer(0)
-    assert first.error_rate == pytest.approx(0.0005)  # half the total: the chain stays under it
-    assert first.k == 11
-    assert first.bits / 10**8 == pytest.approx(15.82, rel=0.01)  # -ln(p) / ln(2)^2 bits per URL
+    assert first.error_rate == pytest.approx(0.0007)  # most of the total: a sized filter's only
+    assert first.k == 10
+    assert first.bits / 10**8 == pytest.approx(15.12, rel=0.01)  # -ln(p) / ln(2)^2 bits per URL
     assert first.block_bits >= BLOCK_MIN_BITS and first.block_bits % 64 == 0
-    second = layout.layer(1)
-    assert (second.capacity, second.error_rate) == (2 * 10**8, pytest.approx(0.00025))
+    second = layout.layer(1)  # the growth layers share the rest: 0.3 · 0.3 of it, then 0.7x
+    assert (second.capacity, second.error_rate) == (15 * 10**7, pytest.approx(0.00009))
+    assert layout.layer(2).error_rate == pytest.approx(0.00009 * 0.7)
+
+
+def test_sized_up_front_a_filter_takes_under_2_bytes_per_url_at_0_1_percent():
+    layer = BloomLayout(10**6, 0.001).layer(0)  # issue #14: at most 2.0 measured (used_memory)
+    assert layer.bits / 8 / 10**6 < 1.9
+
+
+def test_layers_grow_by_half_rounded_up_alike_on_every_worker():
+    layout = BloomLayout(125_000, 0.001)
+    capacities = [layout.layer(i).capacity for i in range(6)]
+    assert capacities == [125_000, 187_500, 281_250, 421_875, 632_813, 949_219]
+    assert BloomLayout(3, 0.01).layer(1).capacity == 5  # 4.5 rounded up
+
+
+def test_layers_stay_few_and_their_rates_add_up_to_at_most_the_configured_one():
+    layout = BloomLayout(10**6, 0.001)
+    assert sum(layout.layer_rate(i) for i in range(64)) <= 0.001
+    held = [sum(layout.layer(i).capacity for i in range(n)) for n in range(1, 12)]
+
+    def layers_for(times: int) -> int:
+        return next(n for n, h in enumerate(held, 1) if h >= times * 10**6)
+
+    assert (layers_for(8), layers_for(10), layers_for(100)) == (4, 5, 10)
+
+
+def test_a_filter_grown_8_times_takes_under_4_bytes_per_url():
+    layout = BloomLayout(125_000, 0.001)  # issue #14: 10^6 URLs in 4 layers
+    assert sum(layout.layer(i).capacity for i in range(4)) >= 10**6
+    assert sum(layout.layer(i).bits for i in range(4)) / 8 / 10**6 < 2.7
 
 
 def test_a_small_filter_still_has_blocks_of_8_kib():
@@ -83,6 +114,10 @@ def test_the_forks_settings_map_to_its_bits_and_hashes():
     assert first.k == 6  # the fork's filter: k hashes, 2**BIT bits (in blocks that fill
     assert 2**30 <= first.bits <= 1.001 * 2**30  # their memory allocation)
     assert first.blocks == 2049 and first.block_bits == 8 * (2**16 - 16)
+    # its rate, 2**-6, is the first layer's share of the chain's bound
+    assert first.error_rate == 2**-6 == pytest.approx(FIRST_SHARE * layout.error_rate)
+    assert layout.error_rate == pytest.approx(0.0223, abs=1e-4)
+    assert sum(layout.layer(i).error_rate for i in range(64)) <= layout.error_rate
     assert layout == fork_layout(30, 6)
     assert layout_from_settings(Settings({"BLOOMFILTER_BIT": 25})) == fork_layout(25, 6)
 
@@ -113,11 +148,11 @@ def test_false_positive_rate_at_capacity(server):
     unseen = fingerprints(10**5, "out")
     rate = sum(dupefilter.seen_many(unseen)) / len(unseen)
     assert rate <= 1.25 * 0.01
-    # The first layer is built for half the configured rate, with a few more bits than
+    # The first layer is built for 70 % of the configured rate, with a few more bits than
     # needed (whole blocks): the textbook rate of its geometry, (1 - e^(-kn/m))^k.
     layer = dupefilter.layers[0]
     expected = (1 - math.exp(-layer.k * 10**5 / layer.bits)) ** layer.k
-    assert 0.0025 < expected <= 0.005
+    assert 0.0035 < expected <= 0.007
     assert 0.8 * expected <= rate <= 1.25 * expected  # 10^5 samples: sigma ~ 5 % of it
 
 
@@ -126,11 +161,11 @@ def test_growth_past_capacity_keeps_the_configured_rate(server, caplog):
     dupefilter = bloom(server, 10**4, 0.01, stats=stats)
     with caplog.at_level(logging.WARNING):
         new = 4 * 10**4 - sum(dupefilter.seen_many(fingerprints(4 * 10**4, "in")))
-    assert len(dupefilter.layers) == 3  # 10^4 + 2·10^4 + 4·10^4
+    assert len(dupefilter.layers) == 3  # 10^4 + 1.5·10^4 + 2.25·10^4
     assert "past its capacity" in caplog.text
     assert stats.get_value("dupefilter/layers") == 3
-    assert stats.get_value("dupefilter/capacity") == 7 * 10**4
-    assert stats.get_value("dupefilter/fill") == pytest.approx(new / (7 * 10**4), abs=1e-4)
+    assert stats.get_value("dupefilter/capacity") == 47_500
+    assert stats.get_value("dupefilter/fill") == pytest.approx(new / 47_500, abs=1e-4)
     assert dupefilter.count() == new >= 0.99 * 4 * 10**4
     unseen = fingerprints(10**5, "out")
     assert sum(dupefilter.seen_many(unseen)) / len(unseen) <= 0.01
@@ -140,7 +175,7 @@ def test_every_fingerprint_seen_once_is_seen_again_in_every_layer(server):
     dupefilter = bloom(server, 1000, 0.01)
     inserted = fingerprints(5000, "in")
     dupefilter.seen_many(inserted)
-    assert len(dupefilter.layers) == 3
+    assert len(dupefilter.layers) == 4  # 1000 + 1500 + 2250 + 3375
     assert all(dupefilter.seen_many(inserted))  # no false negatives, whatever the layer
 
 
@@ -198,9 +233,9 @@ def test_racing_processes_see_each_fingerprint_new_once(server, redis_url, capac
     assert all(report for report in reported)  # they did race
     if capacity == 10**6:  # far from full: no false positive to expect
         assert sorted(new) == sorted(fingerprints(20000, "race"))
-    else:  # grown twice while racing (the stale-layer path): only false positives missing
+    else:  # grown 3 times while racing (the stale-layer path): only false positives missing
         assert len(new) >= 0.995 * 20000
-        assert int(server.hget("demo:dupefilter", "layers")) == 3
+        assert int(server.hget("demo:dupefilter", "layers")) == 4  # 4000 + 6000 + 9000 + ...
 
 
 # --- keys, backend, operations -------------------------------------------------------
@@ -208,12 +243,12 @@ def test_racing_processes_see_each_fingerprint_new_once(server, redis_url, capac
 
 def test_blocks_are_strings_of_their_full_size(server):
     dupefilter = bloom(server, 10**5, 0.01)
-    dupefilter.seen_many(fingerprints(20, "in"))
+    dupefilter.seen_many(fingerprints(100, "in"))
     layer = dupefilter.layers[0]
-    assert layer.blocks == 10  # the count whose blocks fit their allocations best
+    assert layer.blocks == 8  # the count whose blocks fit their allocations best
     blocks = {k.decode() for k in server.keys("demo:dupefilter:bloom:1:0:*")}
-    assert len(blocks) >= 8  # 20 fingerprints, each in one block of generation 1
-    assert blocks <= {f"demo:dupefilter:bloom:1:0:{i}" for i in range(10)}
+    # 100 fingerprints, each in one block of generation 1: every block written
+    assert blocks == {f"demo:dupefilter:bloom:1:0:{i}" for i in range(8)}
     for key in blocks:
         assert server.type(key) == b"string"
         assert server.strlen(key) == layer.block_bits // 8
@@ -228,6 +263,13 @@ def test_the_layout_is_stored_and_other_settings_are_refused(server):
     assert meta[b"layer:0"] == BloomLayout(10**4, 0.01).layer(0).describe().encode()
     with pytest.raises(ConfigurationError, match="BLOOMFILTER_CAPACITY"):
         bloom(server, 2 * 10**4, 0.01).open()
+
+
+def test_a_filter_of_the_old_format_is_refused(server):
+    bloom(server, 10**4, 0.01).open()
+    server.hset("demo:dupefilter", "version", "1")  # format 1: growing by 2
+    with pytest.raises(ConfigurationError, match=r"version = '1'.*clear"):
+        bloom(server, 10**4, 0.01).open()
 
 
 def test_auto_uses_lua_on_a_server_without_redisbloom(server):
@@ -386,7 +428,7 @@ def test_forget_is_refused_pointing_to_the_exact_filter(server):
 
 def test_clear_deletes_every_layer(server):
     dupefilter = bloom(server, 1000, 0.01)
-    inserted = fingerprints(2500, "in")
+    inserted = fingerprints(2000, "in")
     dupefilter.seen_many(inserted)
     assert len(dupefilter.layers) == 2
     dupefilter.clear()
@@ -461,7 +503,7 @@ def test_two_workers_crawl_every_page_once_through_a_growing_filter(redis_url, s
         workers = crawl("myspider_redis", redis_url, tmp_path, settings=settings, arguments=DOMAIN)
         assert_hits(site.snapshot(), expected_hits(PAGES))
     meta = server.hgetall("myspider_redis:dupefilter")
-    assert meta[b"layers"] == b"3"  # 300 + 600 + 1200
+    assert meta[b"layers"] == b"3"  # 300 + 450 + 675
     assert int(meta[b"count"]) == len(expected_hits(PAGES)) - 1  # all but the start URL
     assert any("past its capacity" in worker.log for worker in workers)
     filtered = sum(worker.stats.get("dupefilter/filtered", 0) for worker in workers)

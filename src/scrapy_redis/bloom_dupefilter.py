@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import msgpack  # type: ignore[import-untyped]
 
 from scrapy_redis import defaults
-from scrapy_redis.bloom_layout import EXPANSION, BloomLayout, Layer, layout_from_settings
+from scrapy_redis.bloom_layout import REDISBLOOM_EXPANSION, BloomLayout, Layer, layout_from_settings
 from scrapy_redis.dupefilter import RFPDupeFilter
 from scrapy_redis.exceptions import ConfigurationError, ScrapyRedisError, WrongKeyTypeError
 from scrapy_redis.keys import bloom_block_key, bloom_blocks_key
@@ -308,7 +308,7 @@ class BloomDupeFilter(RFPDupeFilter):
         writes, key = self.writes, self.key
         number = writes.take_for(tuple(fingerprints))
         args = [writes.ttl_ms, number, self.layout.capacity, repr(self.layout.error_rate)]
-        args += [EXPANSION, *fingerprints]
+        args += [REDISBLOOM_EXPANSION, *fingerprints]
         flags = script("bloom_module_add")(self.server, [key, writes.key(key)], args)
         writes.confirmed()
         return bytes(flags)

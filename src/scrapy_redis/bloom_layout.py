@@ -1,15 +1,21 @@
 """The geometry of the Bloom duplicate filter: layers, blocks, bit positions.
 
 A filter is a chain of layers (a scalable Bloom filter, Almeida et al. 2007):
-layer ``i`` holds ``capacity * EXPANSION**i`` fingerprints at the error rate
-``error_rate * (1 - TIGHTENING) * TIGHTENING**i``, so that the rates of all
-layers add up to at most ``error_rate``. Each layer is split into blocks (one
-Redis string each) of at least :data:`BLOCK_MIN_BITS`; all k bits of one
-fingerprint fall in one block (a blocked Bloom filter), chosen by a hash, so a
-fingerprint touches one key per layer. Positions come from a BLAKE2b of the
-fingerprint (salted per layer), by enhanced double hashing. Everything here is
-pure arithmetic: the same settings give the same layout on every worker, and
-the layout is stored with the filter (see :mod:`scrapy_redis.bloom_dupefilter`).
+layer ``i`` holds ``ceil(capacity * GROWTH**i)`` fingerprints. Layer 0 gets most of
+the error budget (``error_rate * FIRST_SHARE``), since a filter sized for its crawl
+never has another; the growth layers share the rest, each ``TIGHTENING`` times the
+one before, so that the rates of all layers add up to at most ``error_rate``. A
+growth factor of 1.5 (not RedisBloom's 2) keeps the newest layer, nearly empty when
+it is added, at about half of what the filter holds: a grown filter costs less per
+URL, for a few more layers (5 at 10 times the capacity, 10 at 100 times).
+
+Each layer is split into blocks (one Redis string each) of at least
+:data:`BLOCK_MIN_BITS`; all k bits of one fingerprint fall in one block (a blocked
+Bloom filter), chosen by a hash, so a fingerprint touches one key per layer.
+Positions come from a BLAKE2b of the fingerprint (salted per layer), by enhanced
+double hashing. Everything here is pure arithmetic: the same settings give the same
+layout on every worker, and the layout is stored with the filter (see
+:mod:`scrapy_redis.bloom_dupefilter`).
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import hashlib
 import math
 import struct
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import TYPE_CHECKING
 
 from scrapy_redis import defaults
@@ -27,13 +34,19 @@ if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
 
 #: Format of the stored filter; a filter written in another format is not opened.
-VERSION = "1"
+VERSION = "2"
 #: How positions are derived (stored with the filter: workers must agree).
 HASH_NAME = "blake2b-192-edh"
-#: Capacity factor of each new layer.
-EXPANSION = 2
-#: Error-rate factor of each new layer (RedisBloom's): layer 0 gets half the rate.
-TIGHTENING = 0.5
+#: Capacity factor of each new layer: exact (a fraction), so that every worker rounds alike.
+GROWTH = Fraction(3, 2)
+#: The share of BLOOMFILTER_ERROR_RATE given to layer 0 (the growth layers share the rest).
+FIRST_SHARE = 0.7
+#: Error-rate factor of each growth layer after the first. Milder than RedisBloom's 0.5:
+#: with 1.5 times larger layers a filter has more of them, whose rates would fall fast.
+TIGHTENING = 0.7
+#: Capacity factor of a RedisBloom filter's layers (``BF.INSERT ... EXPANSION`` takes whole
+#: numbers; RedisBloom applies its own error rates).
+REDISBLOOM_EXPANSION = 2
 #: Smallest block: below 8 KiB the uneven load of blocks raises the error rate.
 BLOCK_MIN_BITS = 1 << 16
 #: Size a large layer's blocks aim at (64 KiB): many keys, none slow to allocate.
@@ -115,9 +128,15 @@ class BloomLayout:
         """Layer number ``index`` (0: the first)."""
         if index == 0 and self.first is not None:
             return self.first
-        capacity = self.capacity * EXPANSION**index
-        rate = self.error_rate * (1 - TIGHTENING) * TIGHTENING**index
-        return sized_layer(capacity, rate)
+        return sized_layer(math.ceil(self.capacity * GROWTH**index), self.layer_rate(index))
+
+    def layer_rate(self, index: int) -> float:
+        """The error rate of layer ``index``: a share of :attr:`error_rate` such that the
+        rates of all layers add up to at most it."""
+        if index == 0:
+            return self.error_rate * FIRST_SHARE
+        growth_share = self.error_rate * (1 - FIRST_SHARE)
+        return growth_share * (1 - TIGHTENING) * TIGHTENING ** (index - 1)
 
     def describe(self) -> dict[str, str]:
         """What workers sharing the filter must agree on (stored in its meta hash)."""
@@ -126,7 +145,8 @@ class BloomLayout:
             "hash": HASH_NAME,
             "capacity": str(self.capacity),
             "error_rate": repr(self.error_rate),
-            "expansion": str(EXPANSION),
+            "growth": str(GROWTH),
+            "first_share": repr(FIRST_SHARE),
             "tightening": repr(TIGHTENING),
             "capacity:0": str(self.layer(0).capacity),
             "layer:0": self.layer(0).describe(),
@@ -137,13 +157,14 @@ def fork_layout(bit: int, hash_number: int) -> BloomLayout:
     """The layout of scrapy-redis-bloomfilter's settings: 2**bit bits, hash_number hashes.
 
     Its capacity is the count at which ``hash_number`` is the best k (m ln 2 / k), where
-    the error rate is 2**-k; the total rate of the chain is then twice that.
+    the error rate is 2**-k; that is :data:`FIRST_SHARE` of the chain's, whose total rate is
+    then 2**-k / FIRST_SHARE (2.2 % for the fork's 6 hashes).
     """
     bits = 1 << bit
     capacity = int(bits * _LN2 / hash_number)
     rate = 0.5**hash_number
     first = Layer(capacity, rate, hash_number, *split_into_blocks(bits))
-    return BloomLayout(capacity, rate / (1 - TIGHTENING), first)
+    return BloomLayout(capacity, rate / FIRST_SHARE, first)
 
 
 def layout_from_settings(settings: BaseSettings) -> BloomLayout:
