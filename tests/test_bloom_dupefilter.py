@@ -268,7 +268,7 @@ def test_the_layout_is_stored_and_other_settings_are_refused(server):
 def test_a_filter_of_the_old_format_is_refused(server):
     bloom(server, 10**4, 0.01).open()
     server.hset("demo:dupefilter", "version", "1")  # format 1: growing by 2
-    with pytest.raises(ConfigurationError, match=r"version = '1'.*clear"):
+    with pytest.raises(ConfigurationError, match=r"format version = '1'.*scrapy-redis version"):
         bloom(server, 10**4, 0.01).open()
 
 

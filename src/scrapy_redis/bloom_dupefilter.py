@@ -343,6 +343,13 @@ class BloomDupeFilter(RFPDupeFilter):
                 )
 
     def _disagreement(self, field: str, stored: str | None, ours: str) -> str:
+        if field in ("version", "hash"):
+            return (
+                f"The Bloom filter {self.meta_key} is stored in format {field} = {stored!r}; "
+                f"this scrapy-redis reads {ours!r}. Use the scrapy-redis version that made "
+                "it, or clear it (BloomDupeFilter.clear(), or delete its keys: its URLs may "
+                "then be crawled again) to start a new one."
+            )
         return (
             f"The Bloom filter {self.meta_key} was made with {field} = {stored!r}; these "
             f"settings give {ours!r}. Set BLOOMFILTER_CAPACITY and BLOOMFILTER_ERROR_RATE "
