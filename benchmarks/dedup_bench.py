@@ -10,7 +10,8 @@ URLs are recorded through one path:
 * ``batch`` (ours): ``push_new()`` of batches of 100 fingerprints without entries,
   the dedup half of the scheduler's one-call-per-batch push script.
 
-Then ``--probe`` other new URLs are checked the same way: the share reported as
+One URL is recorded first, not counted (scripts loaded, the filter's small keys
+made). Then ``--probe`` other new URLs are checked the same way: the share reported as
 seen is the measured false-positive rate. Prints one JSON object: rates, client
 CPU µs per URL, and Redis bytes per URL (``INFO memory`` delta / n).
 """
@@ -68,6 +69,9 @@ def record_batch(df: Any, start: int, count: int) -> int:
 
 def measure(df: Any, server: Any, path: str, n: int, probe: int) -> dict[str, float]:
     record = record_batch if path == "batch" else record_seen
+    # One URL of its own first: the scripts loaded and the filter's small keys made (its
+    # meta hash, a write record) are not counted per URL.
+    record(df, -1, 1)
     memory = server.info("memory")["used_memory"]
     wall, cpu = time.perf_counter(), time.process_time()
     repeated = record(df, 0, n)

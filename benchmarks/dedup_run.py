@@ -8,8 +8,9 @@ scheduler uses. Each measurement is one dedup_bench.py process on a flushed
 redis-server. Usage::
 
     .venv/bin/python benchmarks/dedup_run.py [--n 1000000] [--seen-n 100000] [--runs 3]
+        [--only NAME] [--path seen|batch] [--output dedup]
 
-Writes results/dedup.md and results/dedup.json; no timing is asserted anywhere.
+Writes results/<output>.md and .json; no timing is asserted anywhere.
 """
 
 from __future__ import annotations
@@ -149,13 +150,15 @@ def main() -> None:
     parser.add_argument("--probe", type=int, default=100_000)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--only", default="", help="variants whose name contains this")
+    parser.add_argument("--path", choices=["seen", "batch"], help="variants of this path only")
+    parser.add_argument("--output", default="dedup", help="results/<output>.md and .json")
     args = parser.parse_args()
     results: dict[tuple[str, str, int], list[dict[str, Any]]] = {}
     redis = Redis()
     try:
         for _ in range(args.runs):
             for variant in VARIANTS:
-                if args.only not in variant.name:
+                if args.only not in variant.name or args.path not in (None, variant.path):
                     continue
                 n = args.n if variant.path == "batch" else args.seen_n
                 log(f"{variant.name} ({variant.path}), n = {n:,}")
@@ -166,8 +169,10 @@ def main() -> None:
         redis.stop()
     report = ["# Duplicate filters side by side", "", *table(results), ""]
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "dedup.md").write_text("\n".join(report))
-    (RESULTS / "dedup.json").write_text(json.dumps({str(k): v for k, v in results.items()}))
+    (RESULTS / f"{args.output}.md").write_text("\n".join(report))
+    (RESULTS / f"{args.output}.json").write_text(
+        json.dumps({str(k): v for k, v in results.items()})
+    )
     print("\n".join(report))
 
 
