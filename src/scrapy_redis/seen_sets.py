@@ -58,7 +58,7 @@ class SeenBits:
     base: str
     #: Its meta hash, the hash listing its blocks, the blocks the batch touches.
     keys: list[str]
-    #: The script's arguments: the filter's params and the batch's blob.
+    #: The script's arguments: the filter's params and the batch's plan (its BITFIELD calls).
     args: list[Any]
 
 
