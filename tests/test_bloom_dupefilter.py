@@ -362,9 +362,12 @@ def test_a_layer_filling_mid_batch_sends_the_rest_to_the_next(
     }
     scheduler = schedulers(settings)
     urls = [f"http://example.com/{n}" for n in range(400)]
+    unfiltered = [f"http://example.com/again/{n}" for n in range(0, 400, 25)]
     with caplog.at_level(logging.WARNING):
-        for url in urls:
+        for n, url in enumerate(urls):
             scheduler.enqueue_request(Request(url))
+            if n % 25 == 0:  # dont_filter requests mixed in: never checked, always pushed
+                scheduler.enqueue_request(Request(unfiltered[n // 25], dont_filter=True))
         assert scheduler.send_enqueued()
     layers = int(server.hget("demo:dupefilter", "layers"))
     assert layers >= 3  # grown while the batch was sent, in several calls
@@ -373,12 +376,50 @@ def test_a_layer_filling_mid_batch_sends_the_rest_to_the_next(
     assert scheduler.stats.get_value("dupefilter/layers") == layers
     count = int(server.hget("demo:dupefilter", "count"))
     popped = [r.url for r in iter(scheduler.next_request, None)]
+    assert sorted(set(popped) & set(unfiltered)) == sorted(unfiltered)
+    popped = [url for url in popped if url not in unfiltered]
     assert len(popped) == len(set(popped)) == count  # each pushed once, when counted new
     assert count >= 398  # at 0.1 %, a false positive or two at most
     for url in urls:  # every one is now seen, in whichever layer it went to
         scheduler.enqueue_request(Request(url))
     assert scheduler.send_enqueued()
     assert scheduler.next_request() is None
+
+
+def test_a_layer_filled_exactly_is_reported(redis_url, server, schedulers, caplog):
+    """One request per call: the call that fills a layer answers in full; the next finds
+    the layers changed, and the filter says the filter grew."""
+    settings = {
+        **bloom_settings(redis_url, BLOOMFILTER_CAPACITY=5, BLOOMFILTER_ERROR_RATE=0.01),
+        "SCHEDULER": "scrapy_redis.scheduler.Scheduler",
+        "SCHEDULER_ENQUEUE_DELAY": 0,
+    }
+    scheduler = schedulers(settings)
+    with caplog.at_level(logging.WARNING):
+        for n in range(30):
+            scheduler.enqueue_request(Request(f"http://example.com/{n}"))
+    layers = int(server.hget("demo:dupefilter", "layers"))
+    assert layers >= 3
+    assert caplog.text.count("past its capacity") == layers - 1
+    assert scheduler.stats.get_value("dupefilter/layers") == layers
+    assert scheduler.stats.get_value("dupefilter/capacity") == scheduler.df.capacity()
+
+
+def test_a_second_worker_opens_on_the_filters_hash(redis_url, server, schedulers):
+    settings = {**bloom_settings(redis_url), "SCHEDULER": "scrapy_redis.scheduler.Scheduler"}
+    first = schedulers({**settings, "SCHEDULER_PERSIST": True})
+    assert first.enqueue_request(Request("http://example.com/a")) and first.send_enqueued()
+    assert server.type("demo:dupefilter") == b"hash"
+    second = schedulers(settings)  # its key check expects the filter's hash, not a set
+    assert second.enqueue_request(Request("http://example.com/a")) and second.send_enqueued()
+    assert second.stats.get_value("dupefilter/filtered") == 1
+
+
+def test_a_set_in_the_filters_key_is_refused_at_open(redis_url, server, schedulers):
+    server.sadd("demo:dupefilter", "0" * 40)  # the original's fingerprints, not migrated
+    settings = {**bloom_settings(redis_url), "SCHEDULER": "scrapy_redis.scheduler.Scheduler"}
+    with pytest.raises(WrongKeyTypeError, match="SCHEDULER_DUPEFILTER_KEY"):
+        schedulers(settings)
 
 
 def test_a_worker_whose_layers_are_stale_sends_again(redis_url, server):

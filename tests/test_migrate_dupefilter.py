@@ -73,6 +73,8 @@ def test_the_old_set_is_copied_into_the_lean_filter(server):
     old_set(server)
     lean = LeanDupeFilter(server, "demo:dupefilter", capacity=10_000)
     assert migrate(server, "demo:dupefilter", lean) == len(URLS)
+    assert server.scard("demo:dupefilter") == len(URLS)  # read where it is: not in the way
+    assert not server.exists("demo:dupefilter:old")
     assert lean.count() == len(URLS)  # its own count kept
     assert lean.request_seen(Request(URLS[7])) is True
     assert lean.request_seen(Request("http://example.com/new")) is False

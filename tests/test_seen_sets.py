@@ -12,7 +12,7 @@ from scrapy import Request
 
 from helpers import Calls, make_spider
 from scrapy_redis.dupefilter import RFPDupeFilter
-from scrapy_redis.queue import Base, Candidate, FifoQueue, PriorityQueue
+from scrapy_redis.queue import Base, Candidate, Entry, FifoQueue, PriorityQueue
 from scrapy_redis.seen_sets import SeenMembers, SetFilter, single_set
 
 
@@ -101,3 +101,61 @@ def test_without_one_script_the_buckets_still_hold(settings_dict, server, schedu
         "http://example.com/b",
     ]
     assert sum(len(members) for _, members in bucketed(server)) == 2
+
+
+class FailingOncePush(FifoQueue):
+    """A queue whose first push fails, as in an outage, after the check was recorded."""
+
+    failures = 1
+
+    def push_entries(self, entries):
+        if self.failures:
+            self.failures -= 1
+            raise ConnectionError("the push is lost")
+        super().push_entries(entries)
+
+
+def _bloom(server):
+    from scrapy_redis.bloom_layout import BloomLayout
+    from scrapy_redis.dupefilter import BloomDupeFilter
+
+    return BloomDupeFilter(server, "demo:dupefilter", layout=BloomLayout(1000, 0.001))
+
+
+@pytest.mark.parametrize("filter_kind", ["one set", "buckets", "bloom"])
+def test_without_one_script_a_write_sent_again_pushes_what_it_found_new(
+    server, monkeypatch, filter_kind
+):
+    """A Redis Cluster whose keys are in several slots: the check is one call, the push
+    another. When the push fails, the same write sent again pushes the requests the
+    check found new (a check made again would find them all seen)."""
+    monkeypatch.setattr(Base, "scripts_may_use", lambda self, *keys: False)
+    seen = {
+        "one set": lambda: "demo:dupefilter",
+        "buckets": lambda: BucketFilter(server, "demo:dupefilter"),
+        "bloom": lambda: _bloom(server),
+    }[filter_kind]()
+    queue = FailingOncePush(server, make_spider(), "demo:requests")
+    fingerprints = [f"{n:02x}" + "0" * 38 for n in range(10)]
+    candidates = [Candidate(f, Entry(f.encode())) for f in fingerprints]
+    with pytest.raises(ConnectionError):
+        queue.push_new(candidates, seen, write=7)
+    assert queue.push_new(candidates, seen, write=7) == [True] * 10  # the same write again
+    assert server.llen("demo:requests") == 10
+    assert queue.push_new(candidates, seen, write=8) == [False] * 10  # a new write: seen
+
+
+def test_a_bucket_of_another_type_fails_the_batch_without_recording_any(server):
+    """Buckets asked about one member are SADDed while the batch is checked; one that
+    fails makes the call undo the others, so sending the batch again finds them new."""
+    queue = FifoQueue(server, make_spider(), "demo:requests")
+    df = BucketFilter(server, "demo:dupefilter")
+    fingerprints = [f"{digit:x}" + "1" * 39 for digit in range(16)]  # a bucket each
+    candidates = [Candidate(f, Entry(f.encode())) for f in fingerprints]
+    bad = "demo:dupefilter:b:7"
+    server.set(bad, "not a set")
+    with pytest.raises(Exception, match="WRONGTYPE"):
+        queue.push_new(candidates, df)
+    server.delete(bad)
+    assert bucketed(server) == [] and server.llen("demo:requests") == 0
+    assert queue.push_new(candidates, df) == [True] * 16

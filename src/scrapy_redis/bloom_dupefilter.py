@@ -7,8 +7,10 @@ in a layered, blocked Bloom filter (geometry: :mod:`scrapy_redis.bloom_layout`):
   a worker whose settings give another layout refuses to open it. Deleting that key (as
   the scheduler does with its shared keys) deletes the filter: the next one is a new
   generation, whose maker deletes the blocks of the old ones (listed in ``<key>:bloom``);
-* one script call (``bloom_add.lua``) checks and records a whole batch, atomically and at
-  most once (see :mod:`scrapy_redis.writes`): workers racing on a URL see it new once;
+* one script call checks and records a whole batch, atomically and at most once (see
+  :mod:`scrapy_redis.writes`): workers racing on a URL see it new once. Under the
+  scheduler it is the call that pushes the batch (:meth:`BloomDupeFilter.seen_bits`, the
+  ``BitFilter`` of :mod:`scrapy_redis.seen_sets`); alone, ``bloom_add.lua``;
 * when the newest layer holds its capacity the same call adds a larger, tighter layer
   (the total error rate stays under BLOOMFILTER_ERROR_RATE); the filter logs a warning;
 * on a server with RedisBloom's ``BF.*`` (Redis 8, Redis Stack) the filter's key is a
@@ -234,7 +236,7 @@ class BloomDupeFilter(RFPDupeFilter):
             flags, layers, count = script("bloom_add")(self.server, keys, args)
             if flags != b"stale":
                 break
-            self._load_meta()  # another worker added a layer (or cleared the filter)
+            self._reload()  # a layer was added (or the filter cleared) since we looked
         else:
             raise ScrapyRedisError(f"The Bloom filter {self.meta_key} keeps changing its layers.")
         writes.confirmed()
@@ -271,15 +273,12 @@ class BloomDupeFilter(RFPDupeFilter):
         self._calls += 1
         if answered < asked or self._calls % self.fill_check_every == 0:
             meta = self.server.hmget(self.meta_key, "layers", "count")
-            layers, count = int(meta[0] or 0), int(meta[1] or 0)
-            if layers != len(self.layers) and layers > 0:
-                self._after_batch(layers, count)
-            elif self.stats is not None:
-                self.stats.set_value("dupefilter/fill", self._fill(count))
+            self._after_batch(int(meta[0] or 0), int(meta[1] or 0))
 
     def bits_stale(self) -> None:
-        """A push script found other layers or another generation: read the filter again."""
-        self._load_meta()
+        """A push script found other layers or another generation: read the filter again
+        (the call that filled a layer answers in full: its growth is found here)."""
+        self._reload()
 
     def seen_members(self, fingerprints: Sequence[str]) -> SeenMembers:
         """Refused: a Bloom filter's fingerprints are bits, not set members (seen_bits())."""
@@ -288,9 +287,19 @@ class BloomDupeFilter(RFPDupeFilter):
         )
 
     def _after_batch(self, layers: int, count: int) -> None:
-        grown = layers != len(self.layers)
-        if grown:
-            self._load_meta()
+        if layers != len(self.layers):
+            self._reload(count)
+        elif self.stats is not None:
+            self.stats.set_value("dupefilter/fill", self._fill(count))
+
+    def _reload(self, count: int | None = None) -> None:
+        """Read the filter's layers again (a call added one, here or on another worker, or
+        the filter was made anew); warn if it grew. ``count``: the filter's, if known."""
+        layers, generation = len(self.layers), self.generation
+        self._load_meta()
+        if count is None:
+            count = self.count()
+        if self.generation == generation and len(self.layers) > layers:
             newest = self.layers[-1]
             logger.warning(
                 "Bloom filter %s is past its capacity: %d URLs in %d layers; added a layer for "
@@ -299,10 +308,7 @@ class BloomDupeFilter(RFPDupeFilter):
                 self.meta_key, count, len(self.layers), newest.capacity, newest.error_rate,
                 newest.bits / 8e6,
             )  # fmt: skip
-        if grown:
-            self._update_stats(count)
-        elif self.stats is not None:
-            self.stats.set_value("dupefilter/fill", self._fill(count))
+        self._update_stats(count)
 
     def _module_batch(self, fingerprints: list[str]) -> bytes:
         writes, key = self.writes, self.key
@@ -362,6 +368,10 @@ class BloomDupeFilter(RFPDupeFilter):
         if self.backend == "redisbloom":
             return self.layout.capacity
         return sum(layer.capacity for layer in self.layers)
+
+    def key_types(self) -> list[tuple[str, str]]:
+        """The filter's key: the hash of its layout (its blocks are many: not checked)."""
+        return [(self.key, "hash")]
 
     def count(self) -> int:
         """About how many fingerprints were recorded (new ones; false positives not)."""

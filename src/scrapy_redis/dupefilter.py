@@ -178,6 +178,11 @@ class RFPDupeFilter(BaseDupeFilter):
         writes.confirmed()
         return int(added) == 0
 
+    def key_types(self) -> list[tuple[str, str]]:
+        """The keys this filter writes under the scheduler's push script, with the type each
+        must have (checked when the scheduler opens: see keytypes.py): its one set."""
+        return [(self.key, "set")]
+
     def seen_members(self, fingerprints: Sequence[str]) -> SeenMembers:
         """Where the scheduler's push script records ``fingerprints``: members of the set
         :attr:`key` (see :mod:`scrapy_redis.seen_sets`)."""

@@ -201,6 +201,10 @@ class LeanDupeFilter(RFPDupeFilter):
 
     # -- what users ask for ------------------------------------------------------------
 
+    def key_types(self) -> list[tuple[str, str]]:
+        """The meta hash (the buckets are many: the push script checks none of them)."""
+        return [(self.meta_key, "hash")]
+
     def count(self) -> int:
         """How many fingerprints are recorded (exact: kept by every write and forget)."""
         return int(self.server.hget(self.meta_key, "count") or 0)

@@ -110,11 +110,11 @@ def set_aside_key(source: str) -> str:
 
 
 def make_way(server: Any, source: str, dupefilter: Any) -> str:
-    """The key to read the fingerprints of ``source`` from: ``source`` itself, unless it
-    is the key of a filter that keeps something else there (the Bloom filter's layout):
+    """The key to read the fingerprints of ``source`` from: ``source`` itself, unless the
+    filter keeps something else there (its ``meta_key``: the Bloom filter's layout):
     then the set is renamed to :func:`set_aside_key` (once; a copy run again reads it
     there)."""
-    if getattr(dupefilter, "key", None) != source or writes_into(dupefilter, source):
+    if getattr(dupefilter, "meta_key", None) != source or writes_into(dupefilter, source):
         return source
     aside = set_aside_key(source)
     kind = server.type(source)

@@ -145,6 +145,26 @@ def send_push(
     raise ScrapyRedisError(f"The Bloom filter {args.base} keeps changing its layers.")
 
 
+def check_outside_script(server: Any, seen: Seen, fingerprints: Sequence[str]) -> list[bool]:
+    """Record ``fingerprints`` without a push script (a Redis Cluster whose keys are in
+    several slots, a RedisBloom filter): whether each is new. A Bloom filter's own call,
+    or one pipeline of ``SADD`` (and the count the filter keeps)."""
+    if isinstance(seen, BitFilter):
+        return [not was_seen for was_seen in seen.seen_many(fingerprints)]
+    members = (
+        single_set(seen, fingerprints) if isinstance(seen, str) else seen.seen_members(fingerprints)
+    )
+    if not fingerprints:
+        return []
+    pipe = server.pipeline(transaction=False)
+    for index, member in members.members:
+        pipe.sadd(members.keys[index], member)
+    added = [int(reply) == 1 for reply in pipe.execute()]
+    if members.counter is not None and any(added):
+        server.hincrby(members.counter, "count", sum(added))
+    return added
+
+
 def raw_command(server: Any, *args: Any) -> Any:
     """``server.execute_command(*args)``, its reply never decoded (binary entries)."""
     return server.execute_command(*args, **{NEVER_DECODE: True})
@@ -283,29 +303,19 @@ class Base:
         what the first was, and writes nothing. Otherwise this one pipeline of
         ``SADD`` then one push: a worker dying in between loses the batch's new
         requests, and a pipeline redis-py sends again finds them all duplicates
-        (a Bloom filter: its own check-and-record call, then the push).
+        (a Bloom filter: its own check-and-record call, then the push). The same
+        write sent again after its push failed (an outage) is not checked again:
+        its answers are kept, and its new requests pushed.
         """
-        if isinstance(seen, BitFilter):
-            fingerprints = [c.fingerprint for c in candidates if c.fingerprint is not None]
-            answers = iter(seen.seen_many(fingerprints))
-            new = [c.fingerprint is None or not next(answers) for c in candidates]
-            return self._push_the_new(candidates, new)
-        members, tokens = seen_tokens(seen, candidates)
-        checked = [(members.keys[n - 1], member) for n, member in tokens if n]
-        added: list[int] = []
-        if checked:
-            pipe = self.server.pipeline(transaction=False)
-            for key, member in checked:
-                pipe.sadd(key, member)
-            added = pipe.execute()
-            count = sum(int(reply) for reply in added)
-            if members.counter is not None and count:
-                self.server.hincrby(members.counter, "count", count)
-        replies = iter(added)
-        new = [c.fingerprint is None or next(replies) == 1 for c in candidates]
-        return self._push_the_new(candidates, new)
-
-    def _push_the_new(self, candidates: Sequence[Candidate], new: list[bool]) -> list[bool]:
+        fingerprints = tuple(c.fingerprint for c in candidates if c.fingerprint is not None)
+        remembered = getattr(self, "_checked_outside", None)
+        if write is not None and remembered is not None and remembered[0] == (write, fingerprints):
+            fresh = remembered[1]  # checked by this write before its push failed: not again
+        else:
+            fresh = check_outside_script(self.server, seen, fingerprints)
+            self._checked_outside = ((write, fingerprints), fresh)
+        answers = iter(fresh)
+        new = [c.fingerprint is None or next(answers) for c in candidates]
         entries = [c.entry for c, is_new in zip(candidates, new, strict=True) if is_new]
         self.push_entries([entry for entry in entries if entry is not None])
         return new

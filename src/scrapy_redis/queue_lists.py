@@ -58,10 +58,10 @@ class _ListQueue(Base):
     ) -> list[bool]:
         first = filter_args(seen, candidates)
         if first is None:
-            return super().push_new(candidates, seen)
+            return super().push_new(candidates, seen, news, write)
         record = self.writes.key(first.base)
         if not self.scripts_may_use(self.key, record, *first.keys):
-            return super().push_new(candidates, seen)
+            return super().push_new(candidates, seen, news, write)
         if not candidates:
             return []
         number = self.writes.take() if write is None else write

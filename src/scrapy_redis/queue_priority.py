@@ -104,10 +104,10 @@ class PriorityQueue(Base):
         lists = [priority_list_key(self.key, priority) for priority in number]
         first = filter_args(seen, candidates)
         if first is None:
-            return super().push_new(candidates, seen)
+            return super().push_new(candidates, seen, news, write)
         record = self.writes.key(first.base)
         if not self.scripts_may_use(self.key, record, *lists, *first.keys):
-            return super().push_new(candidates, seen)
+            return super().push_new(candidates, seen, news, write)
         write = self.writes.take() if write is None else write
 
         def send(filter_part: FilterArgs) -> Any:

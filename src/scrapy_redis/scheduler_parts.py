@@ -73,8 +73,9 @@ class Parts:
     def key_uses(self) -> list[KeyUse]:
         """The keys this worker uses, with their types (see keytypes.py)."""
         uses = [KeyUse(key, kind, "SCHEDULER_QUEUE_KEY") for key, kind in self.feed.key_types()]
-        if self.buffer.in_script:  # our filter's set (a subclass may keep another type)
-            uses.append(KeyUse(self.dupefilter.key, "set", "SCHEDULER_DUPEFILTER_KEY"))
+        if self.buffer.in_script:  # our filter's keys (a subclass may keep other types)
+            for key, kind in self.dupefilter.key_types():
+                uses.append(KeyUse(key, kind, "SCHEDULER_DUPEFILTER_KEY"))
         return uses
 
     def beat(self) -> None:

@@ -25,8 +25,10 @@ end
 -- and 2000 members, then one SADD, not a call each); and the sets whose one member of
 -- the batch is recorded already. A fingerprint the batch holds twice is new the first
 -- time. A set asked about one member (most buckets of a filter of many small sets) is
--- asked with SADD, which answers and records in one call: the queue's keys were checked
--- before (check_types()), so the push that follows cannot fail on them.
+-- asked with SADD, which answers and records in one call, after every other set was
+-- read; should one of those SADDs fail (a key of another type: buckets are not checked
+-- one by one), the members the others added are removed before the error is raised, so
+-- the call writes nothing.
 local function find_new(sets, numbers, members)
   local asked = {}
   for i, n in ipairs(numbers) do
@@ -39,7 +41,6 @@ local function find_new(sets, numbers, members)
   for n, group in pairs(asked) do
     known[n] = {}
     if #group == 1 then
-      known[n][group[1]] = redis.call('SADD', sets[n], group[1]) == 0
       done[n] = true
     end
     for i = 1, (done[n] and 0 or #group), 2000 do
@@ -49,6 +50,17 @@ local function find_new(sets, numbers, members)
         known[n][group[i + j - 1]] = found[j] == 1
       end
     end
+  end
+  local added_early = {}
+  for n in pairs(done) do
+    local member = asked[n][1]
+    local reply = redis.pcall('SADD', sets[n], member)
+    if type(reply) == 'table' and reply.err then
+      for _, pair in ipairs(added_early) do redis.call('SREM', pair[1], pair[2]) end
+      return error(reply)
+    end
+    known[n][member] = reply == 0
+    if reply == 1 then added_early[#added_early + 1] = {sets[n], member} end
   end
   local new, added = {}, {}
   for i, n in ipairs(numbers) do
@@ -66,9 +78,11 @@ local function find_new(sets, numbers, members)
   return new, added, done
 end
 
--- Record the members find_new() found (but in the sets it recorded in already), last: a
--- push that fails leaves them unrecorded, so sending the batch again is not refused as
--- duplicates. Redis does not undo a script's writes made before an error.
+-- Record the members find_new() found (but in the sets it recorded in already), after
+-- the push: a push that fails leaves them unrecorded, so sending the batch again is not
+-- refused as duplicates (Redis does not undo a script's writes made before an error).
+-- The sets of one member each were recorded by find_new(): the queue's keys were checked
+-- before it (check_types()), so the push cannot fail on them.
 local function record_new(sets, added, done)
   for n, group in pairs(added) do
     if not done[n] then
@@ -170,10 +184,14 @@ local function open_filter(first, mode, params, plan)
   return {
     types = {},
     find_new = function(numbers, members)
-      local n = math.min(#numbers, state.room)
-      local count = 0
-      for i = 1, n do
-        if numbers[i] ~= 0 then count = count + 1 end
+      -- the requests up to the last fingerprint the newest layer has room for
+      local n, count = 0, 0
+      for i = 1, #numbers do
+        if numbers[i] ~= 0 then
+          if count == state.room then break end
+          count = count + 1
+        end
+        n = i
       end
       local checked
       checked, found = bloom_find_new(state, cmsgpack.unpack(plan), count)
