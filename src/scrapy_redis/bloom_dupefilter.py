@@ -71,8 +71,8 @@ class BitsPlan:
         self.gets: list[list[Any]] = []  # {key index, args} per BITFIELD_RO call
         self.sets: list[list[Any]] = []  # {key index, args} per BITFIELD call
         self.where: list[int] = []
-        self._open: dict[tuple[int, int], tuple[int, list[Any]]] = {}
-        self._ops: dict[tuple[int, int], int] = {}
+        #: Per (layer, key index): the call being filled, its arguments, its operations.
+        self._open: dict[tuple[int, int], tuple[int, list[Any], int]] = {}
 
     def add(self, fingerprint: str) -> None:
         newest = len(self.layers) - 1
@@ -85,15 +85,13 @@ class BitsPlan:
                 index = self._index[name] = len(self.keys) + 2
             calls = self.sets if number == newest else self.gets
             slot = (number, index)
-            ops = self._ops.get(slot, _OPS_PER_CALL)
+            call, args, ops = self._open.get(slot, (0, [], _OPS_PER_CALL))
             if ops + layer.k > _OPS_PER_CALL:
-                head = ["INCRBY", "u1", str(layer.block_bits - 1), "0"] if number == newest else []
-                calls.append([index, head])
-                self._open[slot] = (len(calls), head)
-                ops = 0
-            call, args = self._open[slot]
+                args = ["INCRBY", "u1", str(layer.block_bits - 1), "0"] if number == newest else []
+                calls.append([index, args])
+                call, ops = len(calls), 0
             self.where += (call, ops + 1)
-            self._ops[slot] = ops + layer.k
+            self._open[slot] = (call, args, ops + layer.k)
             if number == newest:
                 for offset in offsets:
                     args += ("SET", "u1", str(offset), "1")

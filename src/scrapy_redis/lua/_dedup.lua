@@ -108,15 +108,10 @@ end
 
 -- The sets KEYS[first..], and the counter hash: the last key if `counted` is '1'.
 local function sets_and_counter(first, counted)
-  local last = #KEYS
+  local sets = keys_from(first)
   local counter = nil
   if counted == '1' then
-    counter = KEYS[last]
-    last = last - 1
-  end
-  local sets = {}
-  for i = first, last do -- a loop, not unpack(): a batch may name thousands of sets
-    sets[#sets + 1] = KEYS[i]
+    counter = table.remove(sets)
   end
   return sets, counter
 end
