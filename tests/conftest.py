@@ -10,7 +10,7 @@ import redis
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from redis_server import RedisServer, in_ci
+from redis_server import RedisServer, in_ci, redisbloom_module
 
 
 def pytest_configure(config):
@@ -39,6 +39,29 @@ def redis_server():
         pytest.skip(f"no redis-server: {exc}")
     yield server
     server.cleanup()
+
+
+@pytest.fixture(scope="session")
+def redisbloom_server():
+    """A redis-server with RedisBloom's module loaded (``BF.*``), for the whole session."""
+    try:
+        server = RedisServer("--loadmodule", str(redisbloom_module())).start()
+    except RuntimeError as exc:
+        if in_ci():
+            raise
+        pytest.skip(f"no redis-server with RedisBloom: {exc}")
+    yield server
+    server.cleanup()
+
+
+@pytest.fixture
+def bloom_server(redisbloom_server):
+    """A client of the RedisBloom server; its database is empty before and after each test."""
+    client = redis.Redis.from_url(redisbloom_server.url)
+    client.flushdb()
+    yield client
+    client.flushdb()
+    client.close()
 
 
 @pytest.fixture

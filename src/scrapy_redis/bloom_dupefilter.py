@@ -14,7 +14,9 @@ in a layered, blocked Bloom filter (geometry: :mod:`scrapy_redis.bloom_layout`):
 * when the newest layer holds its capacity the same call adds a larger, tighter layer
   (the total error rate stays under BLOOMFILTER_ERROR_RATE); the filter logs a warning;
 * on a server with RedisBloom's ``BF.*`` (Redis 8, Redis Stack) the filter's key is a
-  RedisBloom filter instead (BLOOMFILTER_BACKEND).
+  RedisBloom filter instead (BLOOMFILTER_BACKEND), checked and recorded with
+  ``BF.INSERT`` in the same calls (the push script's "redisbloom" mode,
+  ``lua/_redisbloom.lua``); RedisBloom grows it (EXPANSION 2) and keeps its sizes.
 """
 
 from __future__ import annotations
@@ -117,6 +119,29 @@ def backend_setting(settings: BaseSettings) -> str:
     return value
 
 
+#: The fields of BF.INFO read, under the names used here.
+_INFO_FIELDS = {
+    "Capacity": "capacity",
+    "Number of filters": "layers",
+    "Number of items inserted": "count",
+}
+
+
+def redisbloom_info(reply: Any) -> dict[str, int]:
+    """``capacity``, ``layers`` and ``count`` from a BF.INFO reply: a flat list of names and
+    values (from a script, or a redis-py without a parser for it) or a dict (redis-py 8)."""
+    if isinstance(reply, dict):
+        pairs = list(reply.items())
+    else:
+        pairs = list(zip(reply[::2], reply[1::2], strict=True))
+    info = {}
+    for name, value in pairs:
+        text = name.decode() if isinstance(name, bytes) else str(name)
+        if text in _INFO_FIELDS:
+            info[_INFO_FIELDS[text]] = int(value)
+    return info
+
+
 def server_has_redisbloom(server: Any) -> bool:
     """Whether the server knows ``BF.MADD`` (``COMMAND INFO`` answers nil for an unknown command;
     unlike ``MODULE LIST`` it needs no admin rights)."""
@@ -184,6 +209,8 @@ class BloomDupeFilter(RFPDupeFilter):
         self.backend: str | None = None
         self.layers: list[Layer] = []
         self.generation = ""
+        #: A RedisBloom filter's BF.INFO as last read (see redisbloom_info()).
+        self.module_info: dict[str, int] = {}
 
     @classmethod
     def _build(cls, crawler: Crawler, key: str, temporary: bool) -> Self:
@@ -200,9 +227,15 @@ class BloomDupeFilter(RFPDupeFilter):
     def open(self) -> None:
         """Choose the backend and open (or make) the filter; done by the first use otherwise."""
         if self.backend is None:
-            self.backend = choose_backend(self.server, self.backend_setting, self.key)
-            if self.backend == "lua":
+            backend = choose_backend(self.server, self.backend_setting, self.key)
+            if backend == "lua":
                 self._load_meta()
+            else:
+                kind = self.server.type(self.key)
+                kind = kind.decode() if isinstance(kind, bytes) else str(kind)
+                if kind not in ("none", "MBbloom--"):
+                    raise self._wrong_type(kind)
+            self.backend = backend
             self._update_stats(self.count())
 
     def request_seen(self, request: Request) -> bool:
@@ -243,11 +276,12 @@ class BloomDupeFilter(RFPDupeFilter):
 
     def seen_bits(self, fingerprints: Sequence[str]) -> SeenBits | None:
         """The keys and bits of ``fingerprints`` in the known layers, for ``lua/_bloom.lua``
-        (the scheduler's push script checks and records them with the push); None for a
-        RedisBloom filter, checked by :meth:`seen_many` before the push."""
+        (the scheduler's push script checks and records them with the push); for a
+        RedisBloom filter, its key and params (``lua/_redisbloom.lua``: BF.INSERT in the
+        push script)."""
         self.open()
         if self.backend == "redisbloom":
-            return None
+            return SeenBits(self.key, [self.key], [self._module_params()], mode="redisbloom")
         layers = self.layers
         plan = BitsPlan(self.key, self.generation, layers)
         for fingerprint in fingerprints:
@@ -269,7 +303,10 @@ class BloomDupeFilter(RFPDupeFilter):
         """After a push script's reply: a short answer means the newest layer filled (the
         script added the next one); the fill is read every :attr:`fill_check_every` calls."""
         self._calls += 1
-        if answered < asked or self._calls % self.fill_check_every == 0:
+        if self.backend == "redisbloom":
+            if self._calls % self.fill_check_every == 0:
+                self._after_module_batch(self._read_module_info())
+        elif answered < asked or self._calls % self.fill_check_every == 0:
             meta = self.server.hmget(self.meta_key, "layers", "count")
             self._after_batch(int(meta[0] or 0), int(meta[1] or 0))
 
@@ -308,14 +345,38 @@ class BloomDupeFilter(RFPDupeFilter):
             )  # fmt: skip
         self._update_stats(count)
 
+    def _module_params(self) -> bytes:
+        """How BF.INSERT makes the filter if it does not exist (``lua/_redisbloom.lua``)."""
+        return _pack([self.layout.capacity, repr(self.layout.error_rate), REDISBLOOM_EXPANSION])
+
     def _module_batch(self, fingerprints: list[str]) -> bytes:
         writes, key = self.writes, self.key
         number = writes.take_for(tuple(fingerprints))
-        args = [writes.ttl_ms, number, self.layout.capacity, repr(self.layout.error_rate)]
-        args += [REDISBLOOM_EXPANSION, *fingerprints]
-        flags = script("bloom_module_add")(self.server, [key, writes.key(key)], args)
+        args = [writes.ttl_ms, number, self._module_params(), *fingerprints]
+        flags, info = script("bloom_module_add")(self.server, [key, writes.key(key)], args)
         writes.confirmed()
+        self._after_module_batch(redisbloom_info(info))
         return bytes(flags)
+
+    def _read_module_info(self) -> dict[str, int]:
+        """The RedisBloom filter's BF.INFO; empty if it does not exist yet (the first
+        BF.INSERT makes it)."""
+        if not self.server.exists(self.key):
+            return {}
+        return redisbloom_info(self.server.execute_command("BF.INFO", self.key))
+
+    def _after_module_batch(self, info: dict[str, int]) -> None:
+        """Keep the RedisBloom filter's ``info``; warn if RedisBloom added a layer."""
+        before = self.module_info.get("layers", 1)
+        self.module_info = info
+        if info.get("layers", 1) > before:
+            logger.warning(
+                "Bloom filter %s (RedisBloom) is past its capacity: %d URLs in %d layers, "
+                "room for %d. Set BLOOMFILTER_CAPACITY to the crawl's size to keep it at its "
+                "smallest (for a new filter: RedisBloom keeps the sizes it was made with).",
+                self.key, info.get("count", 0), info["layers"], info.get("capacity", 0),
+            )  # fmt: skip
+        self._update_stats(info.get("count", 0))
 
     def _load_meta(self) -> None:
         """Make the filter if it does not exist; check that its stored layout is ours."""
@@ -324,11 +385,7 @@ class BloomDupeFilter(RFPDupeFilter):
         keys = [self.meta_key, bloom_blocks_key(self.key)]
         made, raw = script("bloom_open")(self.server, keys, flat)
         if made == b"wrongtype":
-            raise WrongKeyTypeError(
-                f"{self.key} is a {raw.decode()}, not a Bloom filter (a SET holds the "
-                "fingerprints of RFPDupeFilter). Set SCHEDULER_DUPEFILTER_KEY to another "
-                "key, or delete this one (its URLs may then be crawled again)."
-            )
+            raise self._wrong_type(raw.decode())
         meta = {raw[i].decode(): raw[i + 1].decode() for i in range(0, len(raw), 2)}
         self.generation = meta.get("generation", "")
         if made:
@@ -345,6 +402,13 @@ class BloomDupeFilter(RFPDupeFilter):
                 raise ConfigurationError(
                     self._disagreement(f"layer:{i}", meta.get(f"layer:{i}"), layer.describe())
                 )
+
+    def _wrong_type(self, kind: str) -> WrongKeyTypeError:
+        return WrongKeyTypeError(
+            f"{self.key} is a {kind}, not a Bloom filter (a SET holds the fingerprints of "
+            "RFPDupeFilter). Set SCHEDULER_DUPEFILTER_KEY to another key, or delete this one "
+            "(its URLs may then be crawled again)."
+        )
 
     def _disagreement(self, field: str, stored: str | None, ours: str) -> str:
         if field in ("version", "hash"):
@@ -364,29 +428,30 @@ class BloomDupeFilter(RFPDupeFilter):
     def capacity(self) -> int:
         """URLs the known layers hold at their error rates."""
         if self.backend == "redisbloom":
-            return self.layout.capacity
+            return self.module_info.get("capacity", self.layout.capacity)
         return sum(layer.capacity for layer in self.layers)
 
     def key_types(self) -> list[tuple[str, str]]:
-        """The filter's key: the hash of its layout (its blocks are many: not checked)."""
-        return [(self.key, "hash")]
+        """The filter's key: the hash of its layout (its blocks are many: not checked), or
+        a RedisBloom filter."""
+        backend = self.backend or choose_backend(self.server, self.backend_setting, self.key)
+        return [(self.key, "MBbloom--" if backend == "redisbloom" else "hash")]
 
     def count(self) -> int:
         """About how many fingerprints were recorded (new ones; false positives not)."""
         if self.backend is None:
             self.open()
         if self.backend == "redisbloom":
-            if not self.server.exists(self.key):  # made by the first BF.INSERT
-                return 0
-            reply = self.server.execute_command("BF.INFO", self.key, "ITEMS")
-            return int(reply[0] if isinstance(reply, list) else reply)
+            self.module_info = self._read_module_info()
+            return self.module_info.get("count", 0)
         return int(self.server.hget(self.meta_key, "count") or 0)
 
     def _update_stats(self, count: int) -> None:
         if self.stats is None:
             return
+        layers = self.module_info.get("layers", 1) if self.backend == "redisbloom" else 0
         self.stats.set_value("dupefilter/capacity", self.capacity())
-        self.stats.set_value("dupefilter/layers", max(1, len(self.layers)))
+        self.stats.set_value("dupefilter/layers", max(1, len(self.layers), layers))
         self.stats.set_value("dupefilter/fill", self._fill(count))
 
     def _fill(self, count: int) -> float:
@@ -399,7 +464,7 @@ class BloomDupeFilter(RFPDupeFilter):
         self.server.unlink(self.key)
         self._delete_blocks(keep=None)
         self.server.unlink(bloom_blocks_key(self.key))
-        self.backend, self.layers = None, []
+        self.backend, self.layers, self.module_info = None, [], {}
 
     def _delete_blocks(self, keep: str | None) -> None:
         """Delete the blocks listed in ``<key>:bloom`` but those of generation ``keep``."""

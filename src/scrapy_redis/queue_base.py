@@ -107,10 +107,12 @@ def filter_args(seen: Seen, candidates: Sequence[Candidate]) -> FilterArgs | Non
         bits = seen.seen_bits(fingerprints)
         if bits is None:
             return None
+        named = bits.mode == "redisbloom"  # BF.INSERT takes the fingerprints themselves
         tokens: list[tuple[int, str | int]] = [
-            (0 if c.fingerprint is None else 1, "") for c in candidates
+            (0, "") if c.fingerprint is None else (1, c.fingerprint if named else "")
+            for c in candidates
         ]
-        return FilterArgs(bits.base, bits.keys, ["bloom", *bits.args], tokens, seen)
+        return FilterArgs(bits.base, bits.keys, [bits.mode, *bits.args], tokens, seen)
     members, tokens = seen_tokens(seen, candidates)
     counters = counter_keys(members)
     return FilterArgs(members.base, [*members.keys, *counters], ["1" if counters else "0"], tokens)

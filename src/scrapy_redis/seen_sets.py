@@ -60,6 +60,9 @@ class SeenBits:
     keys: list[str]
     #: The script's arguments: the filter's params and the batch's plan (its BITFIELD calls).
     args: list[Any]
+    #: The push script's filter mode: "bloom" (ours, in strings: ``lua/_bloom.lua``) or
+    #: "redisbloom" (``BF.INSERT``: the members of the batch are the fingerprints).
+    mode: str = "bloom"
 
 
 @runtime_checkable

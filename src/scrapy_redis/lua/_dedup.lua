@@ -1,6 +1,7 @@
 -- Included (scrapy_redis.scripts) by the scripts that dedup and push a batch: not a script.
 --#include _chunks.lua
 --#include _bloom.lua
+--#include _redisbloom.lua
 
 -- Fail before writing anything unless each key is missing or of the type wanted for it:
 -- `wanted` is a list of {key, type}. A queue key left by another queue class (a persisted
@@ -143,9 +144,38 @@ local function announce(channel, pushed)
   end
 end
 
+-- A RedisBloom filter (KEYS[first]) as a push script's filter (see open_filter()): the
+-- members of the batch are the fingerprints. BF.INSERT sets their bits in find_new(),
+-- after the queue's keys were checked: the push that follows cannot fail on them.
+local function open_redisbloom(first, params)
+  local key = KEYS[first]
+  return {
+    types = {{key, 'MBbloom--'}},
+    find_new = function(numbers, members)
+      local asked = {}
+      for i, n in ipairs(numbers) do
+        if n ~= 0 then asked[#asked + 1] = members[i] end
+      end
+      local answers = redisbloom_insert(key, cmsgpack.unpack(params), asked)
+      local new, next_answer = {}, 1
+      for i, n in ipairs(numbers) do
+        if n == 0 then
+          new[i] = true
+        else
+          new[i] = answers[next_answer]
+          next_answer = next_answer + 1
+        end
+      end
+      return new
+    end,
+    record = function() end,
+  }
+end
+
 -- The duplicate filter of a push script, whose keys are KEYS[first..]: `mode` is '0'
--- (sets), '1' (sets, then the count hash) or 'bloom' (a Bloom filter: see _bloom.lua,
--- with its `params` and `plan`). nil if the client's view of the Bloom filter is stale
+-- (sets), '1' (sets, then the count hash), 'bloom' (a Bloom filter: see _bloom.lua,
+-- with its `params` and `plan`) or 'redisbloom' (a RedisBloom filter, with its `params`:
+-- see _redisbloom.lua). nil if the client's view of the Bloom filter is stale
 -- (nothing is done: it reloads the filter and sends again). Otherwise a table:
 --   types: {key, type} pairs for check_types();
 --   find_new(numbers, members): whether each request is new (see find_new()); a Bloom
@@ -155,6 +185,9 @@ end
 --     or count them (a Bloom filter's bits are set by find_new(): the queue's keys were
 --     checked before, so the push that follows cannot fail on them).
 local function open_filter(first, mode, params, plan)
+  if mode == 'redisbloom' then
+    return open_redisbloom(first, params)
+  end
   if mode ~= 'bloom' then
     local sets, counter = sets_and_counter(first, mode)
     local added, done
