@@ -10,6 +10,7 @@ import redis
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from redis_cluster import RedisClusterNodes
 from redis_server import RedisServer, in_ci, redisbloom_module
 
 
@@ -62,6 +63,35 @@ def bloom_server(redisbloom_server):
     yield client
     client.flushdb()
     client.close()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster():
+    """A real Redis Cluster of 6 nodes (3 masters, 3 replicas) for the whole session."""
+    nodes = RedisClusterNodes()
+    try:
+        nodes.start()
+    except (RuntimeError, OSError) as exc:
+        nodes.cleanup()
+        if in_ci():
+            raise
+        pytest.skip(f"no Redis Cluster: {exc}")
+    yield nodes
+    nodes.cleanup()
+
+
+@pytest.fixture
+def cluster(redis_cluster):
+    """A cluster client; every master is flushed before and after each test."""
+    from redis.cluster import RedisCluster
+
+    redis_cluster.wait_ok()
+    redis_cluster.flush()
+    client = RedisCluster.from_url(f"redis://127.0.0.1:{redis_cluster.masters()[0].port}")
+    yield client
+    client.close()
+    redis_cluster.wait_ok()
+    redis_cluster.flush()
 
 
 @pytest.fixture

@@ -29,6 +29,7 @@ import msgpack  # type: ignore[import-untyped]
 
 from scrapy_redis import defaults
 from scrapy_redis.bloom_layout import REDISBLOOM_EXPANSION, BloomLayout, Layer, layout_from_settings
+from scrapy_redis.connection import is_cluster
 from scrapy_redis.dupefilter import RFPDupeFilter
 from scrapy_redis.exceptions import ConfigurationError, ScrapyRedisError, WrongKeyTypeError
 from scrapy_redis.keys import bloom_block_key, bloom_blocks_key
@@ -65,8 +66,12 @@ class BitsPlan:
     of at most :data:`_OPS_PER_CALL` operations, in batch order, and where each
     fingerprint's k bits are among them. Offsets are text: Lua would format numbers."""
 
-    def __init__(self, key: str, generation: str, layers: Sequence[Layer]) -> None:
+    def __init__(
+        self, key: str, generation: str, layers: Sequence[Layer], cluster: bool = False
+    ) -> None:
         self.key, self.generation, self.layers = key, generation, layers
+        #: On a Redis Cluster: block keys in the slot of the filter's key.
+        self.cluster = cluster
         #: The block keys, after the meta hash and the blocks' list (index 3 on in Lua).
         self.keys: list[str] = []
         self._index: dict[str, int] = {}
@@ -80,7 +85,7 @@ class BitsPlan:
         newest = len(self.layers) - 1
         for number, layer in enumerate(self.layers):
             block, offsets = layer.positions(fingerprint, number)
-            name = bloom_block_key(self.key, self.generation, number, block)
+            name = bloom_block_key(self.key, self.generation, number, block, self.cluster)
             index = self._index.get(name)
             if index is None:
                 self.keys.append(name)
@@ -145,7 +150,9 @@ def redisbloom_info(reply: Any) -> dict[str, int]:
 def server_has_redisbloom(server: Any) -> bool:
     """Whether the server knows ``BF.MADD`` (``COMMAND INFO`` answers nil for an unknown command;
     unlike ``MODULE LIST`` it needs no admin rights)."""
-    reply = server.execute_command("COMMAND INFO", "BF.MADD")  # no reply parsing
+    # (no reply parsing; on a Redis Cluster any node answers: the nodes run alike)
+    options = {"target_nodes": server.get_default_node()} if is_cluster(server) else {}
+    reply = server.execute_command("COMMAND INFO", "BF.MADD", **options)
     if isinstance(reply, dict):  # a redis-py that parses the reply
         return any(reply.values())
     return bool(reply) and reply[0] is not None
@@ -283,7 +290,7 @@ class BloomDupeFilter(RFPDupeFilter):
         if self.backend == "redisbloom":
             return SeenBits(self.key, [self.key], [self._module_params()], mode="redisbloom")
         layers = self.layers
-        plan = BitsPlan(self.key, self.generation, layers)
+        plan = BitsPlan(self.key, self.generation, layers, is_cluster(self.server))
         for fingerprint in fingerprints:
             plan.add(fingerprint)
         upcoming = self.layout.layer(len(layers))
@@ -296,7 +303,7 @@ class BloomDupeFilter(RFPDupeFilter):
             upcoming.describe(),
             upcoming.blocks,
         ]
-        keys = [self.meta_key, bloom_blocks_key(self.key), *plan.keys]
+        keys = [self.meta_key, bloom_blocks_key(self.key, is_cluster(self.server)), *plan.keys]
         return SeenBits(self.key, keys, [_pack(params), _pack(plan.arrays())])
 
     def bits_answered(self, answered: int, asked: int) -> None:
@@ -382,7 +389,7 @@ class BloomDupeFilter(RFPDupeFilter):
         """Make the filter if it does not exist; check that its stored layout is ours."""
         ours = self.layout.describe()
         flat = [part for pair in ours.items() for part in pair] + [self.layout.layer(0).blocks]
-        keys = [self.meta_key, bloom_blocks_key(self.key)]
+        keys = [self.meta_key, bloom_blocks_key(self.key, is_cluster(self.server))]
         made, raw = script("bloom_open")(self.server, keys, flat)
         if made == b"wrongtype":
             raise self._wrong_type(raw.decode())
@@ -463,18 +470,21 @@ class BloomDupeFilter(RFPDupeFilter):
         """Delete the filter: its meta hash, every block of every layer, its RedisBloom key."""
         self.server.unlink(self.key)
         self._delete_blocks(keep=None)
-        self.server.unlink(bloom_blocks_key(self.key))
+        self.server.unlink(bloom_blocks_key(self.key, is_cluster(self.server)))
         self.backend, self.layers, self.module_info = None, [], {}
 
     def _delete_blocks(self, keep: str | None) -> None:
         """Delete the blocks listed in ``<key>:bloom`` but those of generation ``keep``."""
-        listing = bloom_blocks_key(self.key)
+        cluster = is_cluster(self.server)
+        listing = bloom_blocks_key(self.key, cluster)
         for field, value in self.server.hgetall(listing).items():
             generation, _, layer = field.decode().partition(":")
             if not layer or generation == keep:
                 continue
             blocks = min(int(value), _MAX_BLOCKS)
-            keys = [bloom_block_key(self.key, generation, int(layer), b) for b in range(blocks)]
+            keys = [
+                bloom_block_key(self.key, generation, int(layer), b, cluster) for b in range(blocks)
+            ]
             for i in range(0, len(keys), 1000):
                 self.server.unlink(*keys[i : i + 1000])
             self.server.hdel(listing, field)

@@ -7,6 +7,11 @@ client built for that settings object (a new one if its Redis settings
 changed). Each component looks its client up through the same module-level
 name the original used, so tests that patch those names keep working.
 
+A Redis Cluster is named by a ``redis+cluster://`` (or ``rediss+cluster://``) URL
+listing one or more of its nodes (:func:`cluster_from_url`); the client is then
+redis-py's :class:`~redis.cluster.RedisCluster`. A plain URL that points at a
+cluster node is refused when the crawl first reaches Redis, naming the URL to use.
+
 Every connection such a client opens reads the server's ``run_id`` and
 ``master_replid`` first: :func:`server_identity` counts how often they changed,
 so that what a worker remembers of the server's data (the scheduler's seen
@@ -20,12 +25,15 @@ import threading
 import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit, urlunsplit
 
 import redis
+from redis.cluster import ClusterNode, RedisCluster
+from redis.exceptions import RedisClusterException
 
 from scrapy_redis import defaults
 from scrapy_redis.bootstrap import report_if_it_stops_the_crawl
-from scrapy_redis.exceptions import RedisUnavailableError
+from scrapy_redis.exceptions import ConfigurationError, RedisUnavailableError
 from scrapy_redis.utils import load_configured
 
 if TYPE_CHECKING:
@@ -108,15 +116,89 @@ from_settings = get_redis_from_settings
 def get_redis(**kwargs: Any) -> redis.Redis[Any]:
     """A new client: ``redis_cls.from_url(url, ...)`` if ``url`` is given, else ``redis_cls(...)``.
 
-    Options in the URL win over keyword arguments.
+    Options in the URL win over keyword arguments. A ``redis+cluster://`` URL gives a
+    :class:`~redis.cluster.RedisCluster` (see :func:`cluster_from_url`).
     """
     redis_cls = kwargs.pop("redis_cls", defaults.REDIS_CLS)
     url = kwargs.pop("url", None)
     if url:
         for name in _URL_OVERRIDES:
             kwargs.pop(name, None)
+        if is_cluster_url(url):
+            cls = redis_cls if _is_cluster_class(redis_cls) else RedisCluster
+            return cluster_from_url(url, cls, **kwargs)  # type: ignore[return-value]
         return redis_cls.from_url(url, **kwargs)  # type: ignore[no-any-return]
     return redis_cls(**kwargs)  # type: ignore[no-any-return]
+
+
+#: URL schemes naming a Redis Cluster (plain and TLS).
+CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
+
+
+def is_cluster(client: Any) -> bool:
+    """Whether ``client`` talks to a Redis Cluster (keys used by one script or one
+    MULTI must then share a hash slot: see :mod:`scrapy_redis.keys`)."""
+    return isinstance(client, RedisCluster)
+
+
+def is_cluster_url(url: str) -> bool:
+    """Whether ``url`` names a Redis Cluster (``redis+cluster://`` or ``rediss+cluster://``)."""
+    return urlsplit(str(url)).scheme.lower() in CLUSTER_SCHEMES
+
+
+def _is_cluster_class(cls: Any) -> bool:
+    return isinstance(cls, type) and issubclass(cls, RedisCluster)
+
+
+def cluster_from_url(
+    url: str, cls: type[RedisCluster] = RedisCluster, **kwargs: Any
+) -> RedisCluster:
+    """A cluster client for ``redis+cluster://[user:password@]host:port[,host:port...][/0][?opts]``:
+    every node listed is a startup node (any one reachable will do); the options are those
+    of a ``redis://`` URL (``rediss+cluster://``: TLS). A cluster has database 0 only."""
+    parts = urlsplit(url)
+    userinfo, _, hosts = parts.netloc.rpartition("@")
+    database = parts.path.strip("/")
+    if database not in ("", "0") or kwargs.pop("db", 0) not in (0, None):
+        raise ConfigurationError(
+            f"{mask_url(url)}: a Redis Cluster has database 0 only. Remove the database from "
+            "REDIS_URL (and REDIS_DB), or give each crawl its own key names instead."
+        )
+    nodes = [_cluster_node(address, url) for address in hosts.split(",") if address.strip()]
+    if not nodes:
+        raise ConfigurationError(f"{mask_url(url)} names no cluster node: REDIS_URL = "
+                                 "'redis+cluster://host:port[,host:port...]'.")  # fmt: skip
+    first = f"{userinfo}@{nodes[0].host}:{nodes[0].port}" if userinfo else nodes[0].name
+    plain = urlunsplit((CLUSTER_SCHEMES[parts.scheme.lower()], first, "", parts.query, ""))
+    try:  # redis-py reads the cluster's slots here, from the first node that answers
+        return cls.from_url(plain, startup_nodes=nodes, **kwargs)
+    except (RedisClusterException, redis.ConnectionError, redis.TimeoutError) as exc:
+        error = RedisUnavailableError(
+            f"Cannot connect to the Redis Cluster at {mask_url(url)}: {str(exc).rstrip('.')}. "
+            "Check REDIS_URL (the nodes listed, any one reachable will do) and that the "
+            "cluster is up (cluster_state:ok)."
+        )
+        report_if_it_stops_the_crawl(error)
+        raise error from None
+
+
+def _cluster_node(address: str, url: str) -> ClusterNode:
+    host, _, port = address.strip().rpartition(":")
+    if not host or not port.isdigit():
+        host, port = address.strip(), "6379"
+    node: ClusterNode = _untyped(ClusterNode)(host.strip("[]"), int(port))
+    return node
+
+
+def mask_url(url: str) -> str:
+    """``url`` with its password masked."""
+    parts = urlsplit(str(url))
+    userinfo, at, hosts = parts.netloc.rpartition("@")
+    if not at:
+        return str(url)
+    user, colon, _ = userinfo.partition(":")
+    netloc = f"{user}:***@{hosts}" if colon else f"***@{hosts}"
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
 
 
 def get_redis_from_crawler(crawler: Crawler) -> redis.Redis[Any]:
@@ -215,6 +297,7 @@ def ensure_reachable(client: redis.Redis[Any]) -> None:
     """
     try:
         client.ping()
+        cluster_node = not isinstance(client, RedisCluster) and _is_cluster_node(client)
     except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
         error = RedisUnavailableError(
             f"Cannot connect to Redis at {describe_server(client)}: {str(exc).rstrip('.')}. "
@@ -223,10 +306,34 @@ def ensure_reachable(client: redis.Redis[Any]) -> None:
         )
         report_if_it_stops_the_crawl(error)
         raise error from None
+    if cluster_node:
+        where = describe_server(client)
+        host_port = where.split("://", 1)[1].split("@")[-1].rsplit("/", 1)[0]
+        scheme = "rediss+cluster" if where.startswith("rediss") else "redis+cluster"
+        misdirected = ConfigurationError(
+            f"{where} is a node of a Redis Cluster: a plain client would fail on every key "
+            f"held by another node (MOVED). Set REDIS_URL = '{scheme}://{host_port}' (more "
+            "nodes may follow, comma-separated) to use the cluster."
+        )
+        report_if_it_stops_the_crawl(misdirected)
+        raise misdirected
+
+
+def _is_cluster_node(client: Any) -> bool:
+    """Whether the server of a plain client runs in cluster mode (False if INFO is denied)."""
+    try:
+        info = client.info("cluster")
+    except redis.ResponseError:
+        return False
+    # (a client of one's own, or a test's stand-in, may answer anything else)
+    return isinstance(info, dict) and str(info.get("cluster_enabled")) == "1"
 
 
 def describe_server(client: Any) -> str:
-    """A URL naming the server ``client`` talks to, with any password masked."""
+    """A URL naming the server ``client`` talks to, with any password masked (a cluster:
+    ``redis+cluster://`` and the nodes it knows)."""
+    if isinstance(client, RedisCluster):
+        return _describe_cluster(client)
     pool = getattr(client, "connection_pool", None)
     kwargs: dict[str, Any] = getattr(pool, "connection_kwargs", {}) or {}
     if "path" in kwargs:
@@ -238,3 +345,18 @@ def describe_server(client: Any) -> str:
         auth = f"{kwargs.get('username') or ''}:***@"
     host = kwargs.get("host", "localhost")
     return f"{scheme}://{auth}{host}:{kwargs.get('port', 6379)}/{kwargs.get('db', 0)}"
+
+
+def _describe_cluster(client: RedisCluster) -> str:
+    nodes = sorted({(node.host, int(node.port)) for node in _untyped(client).get_nodes()})
+    kwargs = getattr(client.nodes_manager, "connection_kwargs", {}) or {}
+    connection_class = kwargs.get("connection_class")
+    tls = kwargs.get("ssl") or "SSL" in getattr(connection_class, "__name__", "")
+    auth = f"{kwargs.get('username') or ''}:***@" if kwargs.get("password") else ""
+    hosts = ",".join(f"{host}:{port}" for host, port in nodes)
+    return f"{'rediss' if tls else 'redis'}+cluster://{auth}{hosts}"
+
+
+def _untyped(value: Any) -> Any:
+    """``value``, for calls into redis-py's unannotated cluster code (mypy strict)."""
+    return value

@@ -23,6 +23,7 @@ from typing import Any, cast
 from redis.client import NEVER_DECODE
 from redis.exceptions import ResponseError
 
+from scrapy_redis.connection import is_cluster
 from scrapy_redis.keys import dead_letters_key
 from scrapy_redis.records import record_keys, unpack_record
 from scrapy_redis.scripts import script
@@ -53,7 +54,11 @@ class DeadLetter:
 def dead_letters(server: Any, queue_key: str, start: int = 0, stop: int = -1) -> list[DeadLetter]:
     """The dead letters of the queue ``queue_key`` (its final name), oldest first."""
     raws = server.execute_command(
-        "LRANGE", dead_letters_key(queue_key), start, stop, **{NEVER_DECODE: True}
+        "LRANGE",
+        dead_letters_key(queue_key, is_cluster(server)),
+        start,
+        stop,
+        **{NEVER_DECODE: True},
     )
     return [_letter(raw) for raw in raws]
 
@@ -61,7 +66,7 @@ def dead_letters(server: Any, queue_key: str, start: int = 0, stop: int = -1) ->
 def requeue_dead_letters(server: Any, queue_key: str, count: int | None = None) -> int:
     """Put the oldest ``count`` (default: all) dead letters back in the queue, at the end
     popped next; how many went back."""
-    key = dead_letters_key(queue_key)
+    key = dead_letters_key(queue_key, is_cluster(server))
     total = conflicts = 0
     while (count is None or total < count) and conflicts < _MAX_CONFLICTS:
         batch = 500 if count is None else min(500, count - total)

@@ -23,9 +23,9 @@ from scrapy.utils.request import referer_str
 from scrapy_redis import defaults
 from scrapy_redis._compat import PerInstance
 from scrapy_redis.canonical import canonical_url
-from scrapy_redis.connection import get_redis_from_settings
+from scrapy_redis.connection import get_redis_from_settings, is_cluster
 from scrapy_redis.exceptions import warn_from_settings
-from scrapy_redis.keys import format_key, standalone_dupefilter_key
+from scrapy_redis.keys import crawl_filter_key, format_key, standalone_dupefilter_key
 from scrapy_redis.logsafe import shorten
 from scrapy_redis.scripts import script
 from scrapy_redis.seen_sets import SeenMembers, single_set
@@ -136,10 +136,14 @@ class RFPDupeFilter(BaseDupeFilter):
     @classmethod
     def from_spider(cls, spider: Spider) -> Self:
         """Scheduler use: the spider's shared SCHEDULER_DUPEFILTER_KEY."""
-        template = spider.crawler.settings.get(
-            "SCHEDULER_DUPEFILTER_KEY", defaults.SCHEDULER_DUPEFILTER_KEY
-        )
-        return cls._build(spider.crawler, format_key(template, spider.name), False)
+        settings = spider.crawler.settings
+        template = settings.get("SCHEDULER_DUPEFILTER_KEY", defaults.SCHEDULER_DUPEFILTER_KEY)
+        dupefilter = cls._build(spider.crawler, format_key(template, spider.name), False)
+        if is_cluster(dupefilter.server):  # in the queue's slot (see keys.py)
+            queue = settings.get("SCHEDULER_QUEUE_KEY") or defaults.SCHEDULER_QUEUE_KEY
+            queue_key = format_key(queue, spider.name)
+            dupefilter.key = crawl_filter_key(dupefilter.key, queue_key, cluster=True)
+        return dupefilter
 
     @classmethod
     def _build(cls, crawler: Crawler, key: str, temporary: bool) -> Self:

@@ -22,6 +22,7 @@ import weakref
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
+from scrapy_redis.connection import is_cluster
 from scrapy_redis.exceptions import UndecodableRequestError
 from scrapy_redis.keys import invalid_entries_key, workers_key
 
@@ -122,8 +123,8 @@ def queue_has_requests(queue: Any) -> bool:
 
 def queue_key_types(queue: Any) -> list[tuple[str, str]]:
     """The queue's keys, with their types (see keytypes.py)."""
-    key = queue.key
-    types = [(workers_key(key), "hash"), (invalid_entries_key(key), "list")]
+    key, cluster = queue.key, is_cluster(queue.server)
+    types = [(workers_key(key, cluster), "hash"), (invalid_entries_key(key, cluster), "list")]
     if kind := getattr(queue, "redis_type", None):
         types.append((key, kind))
     return types
@@ -192,7 +193,10 @@ class PlainFeed:
                 self.context.counts.invalid()
                 logger.error(
                     "%(error)s Moved it to %(key)s.",
-                    {"error": exc, "key": invalid_entries_key(self.queue.key)},
+                    {
+                        "error": exc,
+                        "key": invalid_entries_key(self.queue.key, is_cluster(self.queue.server)),
+                    },
                     extra={"spider": self.context.spider},
                 )
                 continue

@@ -2,14 +2,20 @@
 
 Templates come from settings (see :mod:`scrapy_redis.defaults`) and are
 formatted once, with ``%(spider)s`` and ``%(name)s`` both standing for the
-spider name. Derived keys append a fixed suffix to an already formatted key so
-that, on Redis Cluster, a hash tag in the base key (``{%(spider)s}:requests``)
-puts them in the same slot.
+spider name. Derived keys append a fixed suffix to an already formatted key
+(``<queue key>:leases``). On a Redis Cluster (``cluster=True``) a derived key
+must be in its base key's slot, for the scripts that use both: a hash tag in
+the base key (``{%(spider)s}:requests``) is kept; a base key without one, which
+is hashed whole, becomes the tag (``{<queue key>}:leases``, see :func:`derived`).
+The scheduler's filter is put in its queue's slot the same way
+(:func:`crawl_filter_key`).
 """
 
 from __future__ import annotations
 
 import time
+
+from scrapy_redis.exceptions import ConfigurationError
 
 
 def format_key(template: str, spider_name: str) -> str:
@@ -33,29 +39,64 @@ def standalone_dupefilter_key(template: str) -> str:
     return template % {"timestamp": int(time.time())}
 
 
-def priority_list_key(queue_key: str, priority: int) -> str:
+def derived(base_key: str, suffix: str, cluster: bool = False) -> str:
+    """``<base key>:<suffix>``; on a Redis Cluster in the slot of ``base_key`` (see the
+    module's doc): ``{<base key>}:<suffix>`` unless ``base_key`` has a hash tag."""
+    return f"{slot_base(base_key, cluster)}:{suffix}"
+
+
+def slot_base(key: str, cluster: bool = False) -> str:
+    """What keys derived from ``key`` start with: ``key``, or on a Redis Cluster
+    ``{key}`` if ``key`` has no hash tag (it is hashed whole: the tag keeps its slot)."""
+    if cluster and hash_tag(key) is None and "}" not in key:
+        return f"{{{key}}}"
+    return key
+
+
+def crawl_filter_key(filter_key: str, queue_key: str, cluster: bool = False) -> str:
+    """The scheduler's filter key: ``filter_key``; on a Redis Cluster, in the slot of
+    ``queue_key`` (the push script checks the filter and pushes to the queue in one
+    call): ``<filter key>:{<queue key's tag, or the queue key>}`` unless both have the
+    same hash tag already."""
+    if not cluster:
+        return filter_key
+    queue_tag = hash_tag(queue_key) or queue_key
+    filter_tag = hash_tag(filter_key)
+    if filter_tag == queue_tag:
+        return filter_key
+    if filter_tag is not None or "}" in filter_key or "{" in queue_tag or "}" in queue_tag:
+        raise ConfigurationError(
+            f"On a Redis Cluster the duplicate filter {filter_key!r} must share the hash "
+            f"slot of the queue {queue_key!r}. Give SCHEDULER_DUPEFILTER_KEY and "
+            "SCHEDULER_QUEUE_KEY the same hash tag ('{%(spider)s}:dupefilter' and "
+            "'{%(spider)s}:requests'), or no hash tag (the default ones)."
+        )
+    return f"{filter_key}:{{{queue_tag}}}"
+
+
+def priority_list_key(queue_key: str, priority: int, cluster: bool = False) -> str:
     """The list holding the requests of one priority of a PriorityQueue."""
-    return f"{queue_key}:prio:{priority}"
+    return derived(queue_key, f"prio:{priority}", cluster)
 
 
-def invalid_entries_key(queue_key: str) -> str:
+def invalid_entries_key(queue_key: str, cluster: bool = False) -> str:
     """Where queue entries that cannot be decoded are moved (never deleted)."""
-    return f"{queue_key}:invalid"
+    return derived(queue_key, "invalid", cluster)
 
 
-def workers_key(queue_key: str) -> str:
+def workers_key(queue_key: str, cluster: bool = False) -> str:
     """The hash of live workers sharing a queue (see :mod:`scrapy_redis.workers`)."""
-    return f"{queue_key}:workers"
+    return derived(queue_key, "workers", cluster)
 
 
-def leases_key(base_key: str) -> str:
+def leases_key(base_key: str, cluster: bool = False) -> str:
     """The hash of leases (see :mod:`scrapy_redis.leases`) of a queue or start key."""
-    return f"{base_key}:leases"
+    return derived(base_key, "leases", cluster)
 
 
-def lease_deadlines_key(base_key: str) -> str:
+def lease_deadlines_key(base_key: str, cluster: bool = False) -> str:
     """The sorted set of lease deadlines of a queue or start key."""
-    return f"{base_key}:lease_deadlines"
+    return derived(base_key, "lease_deadlines", cluster)
 
 
 def news_channel(queue_key: str) -> str:
@@ -63,14 +104,14 @@ def news_channel(queue_key: str) -> str:
     return f"{queue_key}:news"
 
 
-def deliveries_key(base_key: str) -> str:
+def deliveries_key(base_key: str, cluster: bool = False) -> str:
     """The hash counting, per leased entry, the deliveries that ended with its worker gone."""
-    return f"{base_key}:deliveries"
+    return derived(base_key, "deliveries", cluster)
 
 
-def dead_letters_key(base_key: str) -> str:
+def dead_letters_key(base_key: str, cluster: bool = False) -> str:
     """Where entries delivered SCHEDULER_MAX_DELIVERIES times are moved (never deleted)."""
-    return f"{base_key}:dead"
+    return derived(base_key, "dead", cluster)
 
 
 def writes_key(data_key: str, writer: str) -> str:
@@ -80,42 +121,42 @@ def writes_key(data_key: str, writer: str) -> str:
     (``<data key>:writes:<writer>``); a key without one, which is hashed whole, becomes
     the tag (``{<data key>}:writes:<writer>``).
     """
-    if _hash_tag(data_key) is None and "}" not in data_key:
-        return f"{{{data_key}}}:writes:{writer}"
-    return f"{data_key}:writes:{writer}"
+    return derived(data_key, f"writes:{writer}", cluster=True)
 
 
-def _hash_tag(key: str) -> str | None:
+def hash_tag(key: str) -> str | None:
     """The hash tag of ``key`` on Redis Cluster (the text of its first ``{...}``), if any."""
     start = key.find("{")
     end = key.find("}", start + 1) if start >= 0 else -1
     return key[start + 1 : end] if end > start + 1 else None
 
 
-def lean_meta_key(filter_key: str) -> str:
+def lean_meta_key(filter_key: str, cluster: bool = False) -> str:
     """The hash holding the layout and count of the lean filter ``filter_key`` (see
     lean_layout.py). Every other key of the filter derives from what it holds, so no
     tool needs SCAN."""
-    return f"{filter_key}:lean"
+    return derived(filter_key, "lean", cluster)
 
 
-def lean_bucket_key(filter_key: str, bucket: int, bucket_bits: int) -> str:
+def lean_bucket_key(filter_key: str, bucket: int, bucket_bits: int, cluster: bool = False) -> str:
     """One bucket (an intset) of the lean filter ``filter_key``: ``<key>:lean:<bucket>``,
     the bucket number in fixed-width hex, so its leading digits (the fingerprint's top
     bits) can later name a Redis Cluster shard and its hash tag without renaming the
     rest (a new layout version)."""
-    return f"{filter_key}:lean:{bucket:0{(bucket_bits + 3) // 4}x}"
+    return derived(filter_key, f"lean:{bucket:0{(bucket_bits + 3) // 4}x}", cluster)
 
 
-def bloom_blocks_key(filter_key: str) -> str:
+def bloom_blocks_key(filter_key: str, cluster: bool = False) -> str:
     """The hash listing the block groups of a Bloom filter (see bloom_dupefilter.py): field
     ``<generation>:<layer>`` = its block count, and the last ``generation``. The filter's own
     key (its meta hash) may be deleted with the crawl's shared keys; this one survives, so
     the blocks of a deleted filter are found and deleted when the next one is made."""
-    return f"{filter_key}:bloom"
+    return derived(filter_key, "bloom", cluster)
 
 
-def bloom_block_key(filter_key: str, generation: str, layer: int, block: int) -> str:
+def bloom_block_key(
+    filter_key: str, generation: str, layer: int, block: int, cluster: bool = False
+) -> str:
     """The string holding one block of one layer of a Bloom filter.
 
     Blocks are independent (all bits of a fingerprint are in one block), so on Redis
@@ -123,4 +164,4 @@ def bloom_block_key(filter_key: str, generation: str, layer: int, block: int) ->
     shard under one hash tag (``{<filter key>:<shard>}:bloom:...``) without changing
     the layout. Today they follow the filter key's own tag, if any.
     """
-    return f"{filter_key}:bloom:{generation}:{layer}:{block}"
+    return derived(filter_key, f"bloom:{generation}:{layer}:{block}", cluster)

@@ -30,8 +30,9 @@ from redis.exceptions import ResponseError
 from scrapy import Request
 
 from scrapy_redis import defaults
+from scrapy_redis.connection import is_cluster
 from scrapy_redis.dupefilter import RFPDupeFilter
-from scrapy_redis.keys import lean_meta_key
+from scrapy_redis.keys import lean_meta_key, slot_base
 from scrapy_redis.lean_layout import (
     DEFAULT_INTSET_ENTRIES,
     LeanLayout,
@@ -88,7 +89,13 @@ class LeanDupeFilter(RFPDupeFilter):
     @property
     def meta_key(self) -> str:
         """The hash holding the layout and the count (``<key>:lean``)."""
-        return lean_meta_key(self.key)
+        return lean_meta_key(self.key, is_cluster(self.server))
+
+    @property
+    def bucket_base(self) -> str:
+        """What the bucket keys start with: the key (on a Redis Cluster in its slot,
+        with the meta hash: ``{<key>}``, see keys.slot_base())."""
+        return slot_base(self.key, is_cluster(self.server))
 
     @property
     def layout(self) -> LeanLayout:
@@ -143,7 +150,7 @@ class LeanDupeFilter(RFPDupeFilter):
         fingerprint = self.request_fingerprint(request)
         layout = self.layout
         bucket, member = layout.locate(fingerprint)
-        keys = [self.meta_key, writes.key(self.key), layout.bucket_key(self.key, bucket)]
+        keys = [self.meta_key, writes.key(self.key), layout.bucket_key(self.bucket_base, bucket)]
         args = [writes.ttl_ms, writes.take_for(fingerprint), 1, member]
         flags, count, largest = script("lean_seen_add")(self.server, keys, args)
         writes.confirmed()
@@ -192,7 +199,7 @@ class LeanDupeFilter(RFPDupeFilter):
             index = index_of.get(bucket)
             if index is None:
                 index = index_of[bucket] = len(keys)
-                keys.append(layout.bucket_key(self.key, bucket))
+                keys.append(layout.bucket_key(self.bucket_base, bucket))
             members.append((index, member))
         self._batches += 1
         if self._batches % self.fill_check_every == 1:
@@ -219,7 +226,7 @@ class LeanDupeFilter(RFPDupeFilter):
         """Forget one fingerprint (see :meth:`forget`); whether it was recorded."""
         layout = self.layout
         bucket, member = layout.locate(fingerprint)
-        keys = [self.meta_key, layout.bucket_key(self.key, bucket)]
+        keys = [self.meta_key, layout.bucket_key(self.bucket_base, bucket)]
         return bool(script("lean_forget")(self.server, keys, [member]))
 
     def clear(self) -> None:
@@ -240,7 +247,7 @@ class LeanDupeFilter(RFPDupeFilter):
         except ValueError:
             pattern = _GLOB_SPECIAL.sub(r"\\\1", self.key) + ":lean:*"
             return (_text(key) for key in self.server.scan_iter(match=pattern, count=1000))
-        return iter(layout.bucket_keys(self.key))
+        return iter(layout.bucket_keys(self.bucket_base))
 
     # -- saying so ---------------------------------------------------------------------
 

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from scrapy_redis._engine import EVERY_LIVE_REQUEST, engine_in_progress
+from scrapy_redis.connection import is_cluster
 from scrapy_redis.exceptions import UndecodableRequestError
 from scrapy_redis.feeds import (
     MAX_SKIPS,
@@ -193,7 +194,8 @@ class LeasedFeed:
         """Move undecodable entries to ``<queue>:invalid`` and release them; those that
         Redis was unreachable for wait here (retried on the next pop and heartbeat,
         given back at close)."""
-        book, key = self.book, invalid_entries_key(self.context.queue.key)
+        queue = self.context.queue
+        book, key = self.book, invalid_entries_key(queue.key, is_cluster(queue.server))
         while self._invalid:
             _, lease, position, error = self._invalid[0]
 

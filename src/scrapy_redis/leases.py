@@ -29,6 +29,7 @@ from typing import Any, NamedTuple
 from redis.client import NEVER_DECODE
 
 from scrapy_redis import defaults
+from scrapy_redis.connection import is_cluster
 from scrapy_redis.keys import dead_letters_key, deliveries_key, lease_deadlines_key, leases_key
 from scrapy_redis.records import record_keys
 from scrapy_redis.scripts import script
@@ -135,10 +136,11 @@ class LeaseBook:
         max_deliveries: int = defaults.SCHEDULER_MAX_DELIVERIES,
     ) -> None:
         self.server = server
-        self.leases_key = leases_key(base_key)
-        self.deadlines_key = lease_deadlines_key(base_key)
-        self.deliveries_key = deliveries_key(base_key)
-        self.dead_letters_key = dead_letters_key(base_key)
+        cluster = is_cluster(server)  # the lease keys in the base key's slot
+        self.leases_key = leases_key(base_key, cluster)
+        self.deadlines_key = lease_deadlines_key(base_key, cluster)
+        self.deliveries_key = deliveries_key(base_key, cluster)
+        self.dead_letters_key = dead_letters_key(base_key, cluster)
         self.max_deliveries = max_deliveries
         self.prefix = f"{worker_id}:"
         self.timeout_ms = max(1, int(timeout * 1000))

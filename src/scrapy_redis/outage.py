@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, TypeVar
 from weakref import WeakKeyDictionary
 
 import redis
+from redis.exceptions import ClusterDownError, MasterDownError, SlotNotCoveredError, TryAgainError
 
 from scrapy_redis import defaults
 
@@ -29,8 +30,19 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-#: The errors that mean "Redis cannot be reached now", as opposed to a bad command.
-OUTAGE_ERRORS = (redis.ConnectionError, redis.TimeoutError, ConnectionError, TimeoutError)
+#: The errors that mean "Redis cannot be reached now", as opposed to a bad command: on a
+#: Redis Cluster also those of a failover (a master lost, its slots not served yet, keys
+#: being moved), which redis-py raises once its own retries are spent.
+OUTAGE_ERRORS = (
+    redis.ConnectionError,
+    redis.TimeoutError,
+    ConnectionError,
+    TimeoutError,
+    ClusterDownError,
+    TryAgainError,
+    MasterDownError,
+    SlotNotCoveredError,
+)
 
 _guards: WeakKeyDictionary[Crawler, OutageGuard] = WeakKeyDictionary()
 

@@ -15,6 +15,7 @@ from redis.crc import key_slot
 from scrapy_redis import defaults
 from scrapy_redis._compat import PerInstance
 from scrapy_redis.codec import decode_request, encode_request
+from scrapy_redis.connection import is_cluster
 from scrapy_redis.exceptions import ScrapyRedisError, UndecodableRequestError
 from scrapy_redis.keys import format_key, invalid_entries_key, needs_formatting
 from scrapy_redis.leases import Ticket
@@ -265,7 +266,7 @@ class Base:
             if exc.looks_like_pickle:
                 self.restore_entries([entry])
             else:
-                self.server.rpush(invalid_entries_key(self.key), entry.data)
+                self.server.rpush(invalid_entries_key(self.key, self.on_cluster), entry.data)
             raise
 
     def is_empty(self) -> bool:
@@ -321,6 +322,11 @@ class Base:
         entries = [c.entry for c, is_new in zip(candidates, new, strict=True) if is_new]
         self.push_entries([entry for entry in entries if entry is not None])
         return new
+
+    @property
+    def on_cluster(self) -> bool:
+        """Whether the queue is on a Redis Cluster (its derived keys in its slot: keys.py)."""
+        return is_cluster(self.server)
 
     def scripts_may_use(self, *keys: str) -> bool:
         """Whether one script may touch ``keys`` (on a Redis Cluster: one hash slot); if

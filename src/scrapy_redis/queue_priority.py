@@ -73,14 +73,16 @@ class PriorityQueue(Base):
             return legacy
         pipe = self.server.pipeline(transaction=False)
         for priority in priorities:
-            pipe.llen(priority_list_key(self.key, priority))
+            pipe.llen(priority_list_key(self.key, cluster=self.on_cluster, priority=priority))
         lengths: list[int] = pipe.execute()
         return legacy + sum(lengths)
 
     def flush_keys(self) -> list[str]:
         members = raw_command(self.server, "ZRANGE", self.key, 0, -1)
         lists = [
-            priority_list_key(self.key, p) for p in map(_priority_of, members) if p is not None
+            priority_list_key(self.key, cluster=self.on_cluster, priority=p)
+            for p in map(_priority_of, members)
+            if p is not None
         ]
         return [self.key, *lists]
 
@@ -101,7 +103,10 @@ class PriorityQueue(Base):
         for candidate in candidates:
             priority = candidate.entry.priority if candidate.entry else 0
             number.setdefault(priority, len(number) + 1)
-        lists = [priority_list_key(self.key, priority) for priority in number]
+        lists = [
+            priority_list_key(self.key, cluster=self.on_cluster, priority=priority)
+            for priority in number
+        ]
         first = filter_args(seen, candidates)
         if first is None:
             return super().push_new(candidates, seen, news, write)
@@ -123,7 +128,7 @@ class PriorityQueue(Base):
         return send_push(seen, candidates, first, send)
 
     def _push_group(self, priority: int, datas: list[bytes], where: str) -> None:
-        key = priority_list_key(self.key, priority)
+        key = priority_list_key(self.key, cluster=self.on_cluster, priority=priority)
         keys = [self.key, key, self.writes.key(key)]
         for start in range(0, len(datas), PUSH_CHUNK):
             chunk = datas[start : start + PUSH_CHUNK]
@@ -142,7 +147,11 @@ class PriorityQueue(Base):
             lease_keys = [ticket.leases_key, ticket.deadlines_key, ticket.deliveries_key]
             lease_args = [ticket.timeout_ms, ticket.id, *release_args(ticket.releases)]
         for _ in range(self._POP_ATTEMPTS):
-            keys = [self.key, priority_list_key(self.key, self._top), *lease_keys]
+            keys = [
+                self.key,
+                priority_list_key(self.key, cluster=self.on_cluster, priority=self._top),
+                *lease_keys,
+            ]
             reply = script("pop_priority")(self.server, keys, [self._top, count, *lease_args])
             if ticket is not None:
                 lease_args = lease_args[:2]  # released by this call

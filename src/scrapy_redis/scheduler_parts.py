@@ -12,7 +12,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from scrapy_redis._engine import wake_engine
-from scrapy_redis.connection import server_identity
+from scrapy_redis.connection import is_cluster, server_identity
 from scrapy_redis.context import SchedulerContext
 from scrapy_redis.dupefilter import RFPDupeFilter
 from scrapy_redis.enqueue import EnqueueBuffer, LocalQueue, SeenCache
@@ -152,7 +152,10 @@ def assemble(scheduler: Scheduler) -> Parts:
     else:
         parts.feed = PlainFeed(parts.context, parts.buffer.send_now)
     registry = WorkerRegistry(
-        scheduler.server, workers_key(queue.key), scheduler.worker_id, scheduler.worker_timeout
+        scheduler.server,
+        workers_key(queue.key, is_cluster(scheduler.server)),
+        scheduler.worker_id,
+        scheduler.worker_timeout,
     )
     parts.membership = Membership(
         registry, parts.beat, scheduler.worker_timeout, scheduler.reactor, scheduler.spider

@@ -12,9 +12,13 @@ responding. At close, what is still leased goes back where it came from.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from redis.crc import key_slot
+
+from scrapy_redis.connection import is_cluster
+from scrapy_redis.exceptions import ConfigurationError
 from scrapy_redis.leases import LeaseBook, Recovery
 from scrapy_redis.outage import OUTAGE_ERRORS, OutageGuard
 from scrapy_redis.start_urls import StartUrlSource
@@ -53,6 +57,7 @@ class StartMessageReader:
         cls, server: Any, config: StartSettings, guard: OutageGuard, count: Counter, spider: Any
     ) -> StartMessageReader:
         """A reader of the start keys of ``config``, leasing under its first key."""
+        check_one_slot(server, config.keys)
         source = StartUrlSource(server, config.keys, config.mode, config.key_check_interval)
         leases = LeaseBook(
             server, config.keys[0], new_worker_id(), config.worker_timeout, config.max_deliveries
@@ -124,3 +129,16 @@ class StartMessageReader:
     @property
     def _extra(self) -> dict[str, Any]:
         return {"spider": self.spider}
+
+
+def check_one_slot(server: Any, keys: Sequence[str]) -> None:
+    """On a Redis Cluster, several start keys are popped by one script: they must share a
+    hash slot (a hash tag), or :class:`ConfigurationError` naming the fix."""
+    if len(keys) < 2 or not is_cluster(server):
+        return
+    if len({key_slot(key.encode()) for key in keys}) > 1:
+        raise ConfigurationError(
+            f"On a Redis Cluster the start keys {list(keys)} must share a hash slot (one "
+            "script pops from them in turn): give them one hash tag, e.g. redis_key = "
+            "['{%(name)s}:start_urls:high', '{%(name)s}:start_urls'], or use one start key."
+        )

@@ -1,0 +1,182 @@
+"""A real Redis Cluster for tests: 6 ``redis-server`` nodes (3 masters, 3 replicas) on free
+loopback ports, joined with ``redis-cli --cluster create``.
+
+Never touches a server it did not start itself.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+
+import redis
+from redis.crc import key_slot
+
+from redis_server import RedisServer, free_port
+
+#: Seconds a node may be unreachable before the cluster fails it over: short, so that
+#: failover tests take seconds (Redis's default is 15).
+NODE_TIMEOUT_MS = 1000
+
+
+class RedisClusterNodes:
+    """``masters`` masters with one replica each, on free ports of 127.0.0.1."""
+
+    def __init__(self, masters: int = 3) -> None:
+        self.nodes = [
+            RedisServer(
+                "--cluster-enabled",
+                "yes",
+                "--cluster-node-timeout",
+                str(NODE_TIMEOUT_MS),
+                "--cluster-config-file",
+                "nodes.conf",
+                # a replica that lost its master for a while may still take over
+                "--cluster-replica-validity-factor",
+                "0",
+                port=_cluster_port(),
+            )
+            for _ in range(2 * masters)
+        ]
+
+    @property
+    def url(self) -> str:
+        """The URL scrapy-redis takes for a cluster, naming every node."""
+        hosts = ",".join(f"127.0.0.1:{node.port}" for node in self.nodes)
+        return f"redis+cluster://{hosts}"
+
+    def start(self, timeout: float = 30) -> RedisClusterNodes:
+        for node in self.nodes:
+            node.start()
+        cli = shutil.which("redis-cli")
+        if cli is None:
+            raise RuntimeError("redis-cli is not installed (apt-get install redis-tools)")
+        addresses = [f"127.0.0.1:{node.port}" for node in self.nodes]
+        subprocess.run(
+            [cli, "--cluster", "create", *addresses, "--cluster-replicas", "1", "--cluster-yes"],
+            check=True,
+            capture_output=True,
+            timeout=timeout,
+        )
+        self.wait_ok(timeout)
+        return self
+
+    def wait_ok(self, timeout: float = 30) -> None:
+        """Wait until every running node reports ``cluster_state:ok`` and every slot is
+        served by a running master (a new cluster, or one after a failover)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if all(_state_ok(node.port) for node in self.running()) and self._served():
+                return
+            time.sleep(0.1)
+        raise RuntimeError(f"the cluster did not reach cluster_state:ok in {timeout}s")
+
+    def _served(self) -> bool:
+        """Whether every shard's master, as the first running node sees it, is running."""
+        running = {node.port for node in self.running()}
+        try:
+            with redis.Redis(port=min(running), socket_timeout=1) as client:
+                shards = client.execute_command("CLUSTER SHARDS")
+        except redis.RedisError:
+            return False
+        for shard in map(_pairs, shards):
+            nodes = [_pairs(node) for node in shard["nodes"] if _pairs(node).get("port") in running]
+            if shard["slots"] and not any(_text(n.get("role")) == "master" for n in nodes):
+                return False
+            if any(_text(n.get("health")) != "online" for n in nodes):  # replicas synced too
+                return False
+        return True
+
+    def running(self) -> list[RedisServer]:
+        return [n for n in self.nodes if n.process is not None and n.process.poll() is None]
+
+    def masters(self) -> list[RedisServer]:
+        """The running nodes that are masters now."""
+        return [node for node in self.running() if _role(node.port) == "master"]
+
+    def master_of(self, key: str) -> RedisServer:
+        """The running master serving ``key``'s slot now."""
+        slot = key_slot(key.encode())
+        for node in self.masters():
+            with redis.Redis(port=node.port, socket_timeout=1) as client:
+                ranges = client.execute_command("CLUSTER SHARDS")
+            for shard in map(_pairs, ranges):
+                slots = shard["slots"]
+                mine = any(slots[i] <= slot <= slots[i + 1] for i in range(0, len(slots), 2))
+                if mine and any(_pairs(n).get("port") == node.port and _text(_pairs(n).get("role"))
+                                == "master" for n in shard["nodes"]):  # fmt: skip
+                    return node
+        raise RuntimeError(f"no running master serves the slot of {key!r}")
+
+    def shard_of(self, master: RedisServer) -> list[RedisServer]:
+        """``master`` and its replicas."""
+        with redis.Redis(port=master.port, socket_timeout=1) as client:
+            shards = client.execute_command("CLUSTER SHARDS")
+        for shard in map(_pairs, shards):
+            ports = [_pairs(node).get("port") for node in shard["nodes"]]
+            if master.port in ports:
+                return [node for node in self.nodes if node.port in ports]
+        raise RuntimeError(f"node {master.port} is in no shard")
+
+    def kill(self, node: RedisServer) -> None:
+        """kill -9 ``node`` (its replica takes over after NODE_TIMEOUT_MS: see wait_ok())."""
+        assert node.process is not None
+        node.process.kill()
+        node.process.wait()
+        node.process = None
+
+    def revive(self, node: RedisServer, timeout: float = 30) -> None:
+        """Start a killed ``node`` again on its port and directory: it rejoins the cluster
+        (as a replica of the master that took its slots)."""
+        node.start()
+        self.wait_ok(timeout)
+
+    def flush(self) -> None:
+        for node in self.masters():
+            with redis.Redis(port=node.port) as client:
+                client.flushall()
+
+    def cleanup(self) -> None:
+        for node in self.nodes:
+            node.cleanup()
+
+
+def _cluster_port() -> int:
+    """A free port whose cluster bus port (+10000) is free and valid too."""
+    while True:
+        port = free_port()
+        if port + 10000 <= 65535:
+            return port
+
+
+def _state_ok(port: int) -> bool:
+    try:
+        with redis.Redis(port=port, socket_timeout=1) as client:
+            info = client.execute_command("CLUSTER INFO")
+    except redis.RedisError:
+        return False
+    if not isinstance(info, dict):  # a redis-py that does not parse it
+        text = info.decode() if isinstance(info, bytes) else str(info)
+        info = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+    fields = {str(k): str(v).strip() for k, v in info.items()}
+    return fields.get("cluster_state") == "ok" and fields.get("cluster_slots_ok") == "16384"
+
+
+def _role(port: int) -> str:
+    with redis.Redis(port=port, socket_timeout=1) as client:
+        role = client.execute_command("ROLE")[0]
+    return role.decode() if isinstance(role, bytes) else str(role)
+
+
+def _pairs(reply: object) -> dict:
+    """A flat [name, value, ...] reply (or a dict already) as a dict with str names."""
+    flat: list = [] if isinstance(reply, dict) else list(reply)  # type: ignore[call-overload]
+    items = (
+        list(reply.items()) if isinstance(reply, dict) else zip(flat[::2], flat[1::2], strict=True)
+    )
+    return {(k.decode() if isinstance(k, bytes) else str(k)): v for k, v in items}
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

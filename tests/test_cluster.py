@@ -1,0 +1,283 @@
+"""scrapy-redis on a real Redis Cluster (6 nodes, started by the ``redis_cluster`` fixture):
+the connection URL, every component with the default key templates, failover."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+import redis
+from redis.cluster import RedisCluster
+from redis.crc import key_slot
+from scrapy import Request
+from scrapy.settings import Settings
+from scrapy.utils.test import get_crawler
+
+from helpers import DemoSpider
+from redis_server import free_port
+from scrapy_redis.connection import (
+    describe_server,
+    get_redis_from_crawler,
+    get_redis_from_settings,
+)
+from scrapy_redis.exceptions import ConfigurationError, RedisUnavailableError
+
+FILTERS = ["RFPDupeFilter", "LeanDupeFilter", "BloomDupeFilter"]
+QUEUES = ["FifoQueue", "LifoQueue", "PriorityQueue"]
+
+
+def all_keys(cluster: RedisCluster) -> set[str]:
+    """Every key of every master."""
+    found: set[str] = set()
+    for node in cluster.get_primaries():
+        found |= {k.decode() for k in cluster.keys(target_nodes=node)}
+    return found
+
+
+def scheduler_settings(url: str, queue: str = "FifoQueue", dupefilter: str = "RFPDupeFilter"):
+    return {
+        "REDIS_URL": url,
+        "SCHEDULER": "scrapy_redis.scheduler.Scheduler",
+        "SCHEDULER_QUEUE_CLASS": f"scrapy_redis.queue.{queue}",
+        "DUPEFILTER_CLASS": f"scrapy_redis.dupefilter.{dupefilter}",
+        "DUPEFILTER_LEAN_CAPACITY": 10_000,
+        "BLOOMFILTER_CAPACITY": 10_000,
+    }
+
+
+# --- connecting ------------------------------------------------------------------------
+
+
+def test_a_cluster_url_gives_a_cluster_client(redis_cluster, cluster):
+    client = get_redis_from_settings(Settings({"REDIS_URL": redis_cluster.url}))
+    assert isinstance(client, RedisCluster)
+    assert describe_server(client).startswith("redis+cluster://127.0.0.1:")
+    one_node = f"redis+cluster://127.0.0.1:{redis_cluster.nodes[3].port}"  # any node will do
+    other = get_redis_from_settings(Settings({"REDIS_URL": one_node}))
+    for n in range(20):  # keys of every master
+        other.set(f"k{n}", n)
+    assert [int(client.get(f"k{n}")) for n in range(20)] == list(range(20))
+
+
+def test_a_plain_url_to_a_cluster_node_is_refused_naming_the_cluster_url(redis_cluster):
+    port = redis_cluster.nodes[0].port
+    crawler = get_crawler(DemoSpider, {"REDIS_URL": f"redis://127.0.0.1:{port}"})
+    with pytest.raises(
+        ConfigurationError, match=rf"REDIS_URL = 'redis\+cluster://127.0.0.1:{port}'"
+    ):
+        get_redis_from_crawler(crawler)
+
+
+def test_a_database_other_than_0_is_refused(redis_cluster):
+    with pytest.raises(ConfigurationError, match="database 0 only"):
+        get_redis_from_settings(Settings({"REDIS_URL": f"{redis_cluster.url}/2"}))
+
+
+def test_an_unreachable_cluster_is_reported_naming_the_url():
+    url = f"redis+cluster://:secret@127.0.0.1:{free_port()}"
+    with pytest.raises(RedisUnavailableError, match=r"redis\+cluster://:\*\*\*@127.0.0.1"):
+        get_redis_from_settings(Settings({"REDIS_URL": url}))
+
+
+def test_redis_cls_in_redis_params_still_works(redis_cluster, cluster):
+    settings = {
+        "REDIS_URL": f"redis://127.0.0.1:{redis_cluster.nodes[0].port}",
+        "REDIS_PARAMS": {"redis_cls": "redis.cluster.RedisCluster"},
+    }
+    client = get_redis_from_crawler(get_crawler(DemoSpider, settings))
+    assert isinstance(client, RedisCluster)
+
+
+# --- the scheduler with the default key templates -----------------------------------------
+
+
+@pytest.mark.parametrize("dupefilter", FILTERS)
+@pytest.mark.parametrize("queue", QUEUES)
+def test_the_scheduler_works_with_the_default_templates(
+    redis_cluster, cluster, schedulers, queue, dupefilter
+):
+    settings = scheduler_settings(redis_cluster.url, queue, dupefilter)
+    first = schedulers({**settings, "SCHEDULER_PERSIST": True})
+    second = schedulers({**settings, "SCHEDULER_PERSIST": True})
+    urls = [f"http://example.com/{n}" for n in range(60)]
+    for url in urls[:40]:
+        first.enqueue_request(Request(url))
+    assert first.send_enqueued()
+    for url in urls[20:]:  # 20 duplicates
+        second.enqueue_request(Request(url))
+    assert second.send_enqueued()
+    assert second.stats.get_value("dupefilter/filtered") == 20
+    popped = [r.url for r in iter(first.next_request, None)]
+    popped += [r.url for r in iter(second.next_request, None)]
+    assert sorted(popped) == sorted(urls)
+    # Every key of the crawl is in the queue's slot (one script each, no CROSSSLOT).
+    keys = all_keys(cluster)
+    assert {"{demo:requests}:leases", "{demo:requests}:workers"} <= keys
+    assert {key_slot(k.encode()) for k in keys} == {key_slot(b"demo:requests")}, keys
+    assert first.df.key == "demo:dupefilter:{demo:requests}"
+
+
+def test_a_worker_that_leaves_last_deletes_the_crawl(redis_cluster, cluster, schedulers):
+    scheduler = schedulers(scheduler_settings(redis_cluster.url, "PriorityQueue", "LeanDupeFilter"))
+    scheduler.enqueue_request(Request("http://example.com/a"))
+    assert scheduler.next_request().url == "http://example.com/a"
+    scheduler.enqueue_request(Request("http://example.com/b"))
+    scheduler.send_enqueued()
+    scheduler.close("finished")
+    assert all_keys(cluster) == set()
+
+
+def test_hash_tagged_templates_are_kept(redis_cluster, cluster, schedulers):
+    settings = {
+        **scheduler_settings(redis_cluster.url),
+        "SCHEDULER_QUEUE_KEY": "{%(spider)s}:requests",
+        "SCHEDULER_DUPEFILTER_KEY": "{%(spider)s}:dupefilter",
+        "SCHEDULER_PERSIST": True,
+    }
+    scheduler = schedulers(settings)
+    scheduler.enqueue_request(Request("http://example.com/a"))
+    assert scheduler.send_enqueued()
+    assert scheduler.df.key == "{demo}:dupefilter"
+    assert {"{demo}:requests", "{demo}:dupefilter"} <= all_keys(cluster)
+
+
+def test_a_filter_tagged_apart_from_the_queue_is_refused(redis_cluster, cluster):
+    from helpers import open_scheduler
+
+    settings = {
+        **scheduler_settings(redis_cluster.url),
+        "SCHEDULER_DUPEFILTER_KEY": "{other}:dupefilter",
+    }
+    with pytest.raises(ConfigurationError, match="SCHEDULER_DUPEFILTER_KEY"):
+        open_scheduler(settings)
+
+
+# --- the other components ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dupefilter", FILTERS)
+def test_each_filter_standalone(redis_cluster, cluster, dupefilter):
+    from scrapy_redis import dupefilter as module
+
+    settings = {"REDIS_URL": redis_cluster.url, "BLOOMFILTER_CAPACITY": 1000}
+    df = getattr(module, dupefilter).from_crawler(get_crawler(DemoSpider, settings))
+    urls = [f"http://example.com/{n}" for n in range(50)]
+    assert [df.request_seen(Request(u)) for u in urls] == [False] * 50
+    assert all(df.request_seen(Request(u)) for u in urls)
+    df.close("finished")
+    assert all_keys(cluster) == set()
+
+
+def test_pipeline_and_stats(redis_cluster, cluster):
+    from scrapy_redis.pipelines import RedisPipeline
+
+    settings = {
+        "REDIS_URL": redis_cluster.url,
+        "STATS_CLASS": "scrapy_redis.stats.RedisStatsCollector",
+    }
+    crawler = get_crawler(DemoSpider, settings)
+    spider = DemoSpider()
+    pipeline = RedisPipeline.from_crawler(crawler)
+    for n in range(5):
+        pipeline.process_item({"n": n}, spider)
+    pipeline.close_spider(spider)
+    assert [json.loads(raw)["n"] for raw in cluster.lrange("demo:items", 0, -1)] == list(range(5))
+    crawler.stats.inc_value("pages", 3)
+    crawler.stats.set_stats({"a": 1, "b": "two"})
+    assert crawler.stats.get_stats() == {"a": 1, "b": "two"}
+
+
+@pytest.mark.parametrize("mode", ["list", "set", "zset"])
+def test_start_urls_in_each_mode(redis_cluster, cluster, mode):
+    from test_spiders import make, urls
+
+    settings = {
+        "REDIS_URL": redis_cluster.url,
+        "REDIS_START_URLS_AS_SET": mode == "set",
+        "REDIS_START_URLS_AS_ZSET": mode == "zset",
+    }
+    spider = make(settings)
+    pages = [f"https://example.com/{n}" for n in range(3)]
+    if mode == "list":
+        cluster.rpush("myspider:start_urls", *pages)
+    elif mode == "set":
+        cluster.sadd("myspider:start_urls", *pages)
+    else:
+        cluster.zadd("myspider:start_urls", {page: n for n, page in enumerate(pages)})
+    assert sorted(urls(spider.next_requests())) == pages
+
+
+def test_start_keys_sharing_a_tag_work_and_others_are_refused(redis_cluster, cluster):
+    from test_spiders import make, urls
+
+    settings = {"REDIS_URL": redis_cluster.url}
+    spider = make(settings, redis_key=["{%(name)s}:high", "{%(name)s}:low"])
+    cluster.rpush("{myspider}:low", "https://example.com/l")
+    assert urls(spider.next_requests()) == ["https://example.com/l"]
+    with pytest.raises(ConfigurationError, match="share a hash slot"):
+        make(settings, redis_key=["high", "low"]).next_requests()
+
+
+# --- failover ------------------------------------------------------------------------------
+
+
+def test_the_scheduler_rides_out_a_failover(redis_cluster, cluster, schedulers, caplog):
+    """kill -9 the master of the crawl's slot: calls fail (an outage, not a crash) until
+    its replica is promoted; then the scheduler goes on with what the replica has."""
+    scheduler = schedulers(scheduler_settings(redis_cluster.url))
+    urls = [f"http://example.com/{n}" for n in range(100)]
+    for url in urls[:50]:
+        scheduler.enqueue_request(Request(url))
+    assert scheduler.send_enqueued()
+    popped = [scheduler.next_request().url for _ in range(10)]
+    master = redis_cluster.master_of("demo:requests")
+    with redis.Redis(port=master.port) as direct:
+        assert direct.wait(1, 2000) == 1  # the replica has it all
+    redis_cluster.kill(master)
+    try:
+        for url in urls[50:]:  # accepted during the outage, kept in memory
+            scheduler.enqueue_request(Request(url))
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and len(popped) < len(urls):
+            scheduler.send_enqueued()
+            request = scheduler.next_request()
+            if request is None:
+                time.sleep(0.2)
+            else:
+                popped.append(request.url)
+        assert sorted(popped) == sorted(urls)  # every request once
+        assert "Redis is unreachable" in caplog.text
+    finally:
+        redis_cluster.revive(master)
+
+
+def test_a_cluster_that_is_down_is_an_outage_not_a_crash(
+    redis_cluster, cluster, schedulers, caplog
+):
+    """Another shard lost whole (master and replica): every node answers CLUSTERDOWN (full
+    coverage required) until it is back; the scheduler keeps its work in memory meanwhile."""
+    scheduler = schedulers(scheduler_settings(redis_cluster.url))
+    ours = redis_cluster.master_of("demo:requests")
+    other = next(node for node in redis_cluster.masters() if node is not ours)
+    lost = redis_cluster.shard_of(other)
+    for node in lost:
+        redis_cluster.kill(node)
+    try:
+        deadline = time.monotonic() + 10  # the nodes see the shard fail after NODE_TIMEOUT_MS
+        while "cluster is down" not in caplog.text and time.monotonic() < deadline:
+            scheduler.enqueue_request(Request(f"http://example.com/{time.monotonic()}"))
+            scheduler.send_enqueued()
+            assert scheduler.next_request() is not None or True  # never raises
+            time.sleep(0.3)
+        assert "Redis is unreachable (The cluster is down)" in caplog.text
+        assert scheduler.has_unsent_requests()  # kept in memory
+    finally:
+        for node in lost:
+            redis_cluster.revive(node)
+    deadline = time.monotonic() + 30
+    while scheduler.has_unsent_requests() and time.monotonic() < deadline:
+        scheduler.send_enqueued()
+        time.sleep(0.3)
+    assert not scheduler.has_unsent_requests()
+    assert "Redis is reachable again" in caplog.text
