@@ -281,3 +281,118 @@ def test_a_cluster_that_is_down_is_an_outage_not_a_crash(
         time.sleep(0.3)
     assert not scheduler.has_unsent_requests()
     assert "Redis is reachable again" in caplog.text
+
+
+# --- real crawls ---------------------------------------------------------------------------
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(300)
+def test_two_workers_crawl_every_page_once_on_the_cluster(redis_cluster, cluster, tmp_path):
+    from test_e2e import (
+        DOMAIN,
+        IDLE,
+        PAGES,
+        DemoSite,
+        assert_each_worker_crawled,
+        assert_hits,
+        assert_items,
+        crawl,
+        expected_hits,
+        expected_pages,
+    )
+
+    with DemoSite(pages=PAGES) as site:
+        cluster.lpush("myspider:start_urls", json.dumps({"url": site.url}))
+        settings = {"MAX_IDLE_TIME_BEFORE_CLOSE": IDLE, "SCHEDULER_PERSIST": False}
+        workers = crawl("myspider_redis", redis_cluster.url, tmp_path, settings=settings,
+                        arguments=DOMAIN)  # fmt: skip
+        assert_hits(site.snapshot(), expected_hits(PAGES))
+        assert_items(cluster, "myspider_redis", site, expected_pages(PAGES))
+    assert_each_worker_crawled(workers)
+    assert all_keys(cluster) == {"myspider_redis:items"}  # the last worker cleared the rest
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(300)
+def test_a_crawl_survives_the_failover_of_its_master(redis_cluster, cluster, tmp_path):
+    """kill -9 the master of the crawl's slot mid-crawl: its replica is promoted, the
+    workers ride out the outage, and every page is fetched and every item stored (some
+    perhaps twice: writes the replica had not received are done again)."""
+    from test_e2e import (
+        DOMAIN,
+        IDLE,
+        PAGES,
+        DemoSite,
+        expected_hits,
+        expected_pages,
+        start_worker,
+        wait_all,
+        wait_for_requests,
+    )
+
+    with DemoSite(pages=PAGES) as site:
+        cluster.lpush("myspider:start_urls", json.dumps({"url": site.url}))
+        settings = {
+            "MAX_IDLE_TIME_BEFORE_CLOSE": IDLE,
+            "SCHEDULER_PERSIST": True,
+            "SCHEDULER_WORKER_TIMEOUT": 6,  # leases lost with the master come back soon
+        }
+        workers = [
+            start_worker(
+                "myspider_redis", redis_cluster.url, tmp_path / f"w{n}.log", settings, DOMAIN
+            )  # fmt: skip
+            for n in (1, 2)
+        ]
+        wait_for_requests(site, PAGES // 3, workers[0])
+        master = redis_cluster.master_of("myspider_redis:requests")
+        redis_cluster.kill(master)
+        try:
+            wait_all(workers)
+        finally:
+            redis_cluster.revive(master)
+        hits = site.snapshot()
+    expected = expected_hits(PAGES)
+    missed = sorted(set(expected) - set(hits))
+    assert not missed, f"{len(missed)} pages never fetched, e.g. {missed[:10]}"
+    items = [json.loads(raw)["url"] for raw in cluster.lrange("myspider_redis:items", 0, -1)]
+    base = site.url.rstrip("/")
+    assert {base + path for path in expected_pages(PAGES)} <= set(items)
+    twice = sum(count - 1 for path, count in hits.items() if path.startswith("/p/"))
+    print(f"failover: {twice} page fetches repeated, {len(items) - len(set(items))} items twice")
+    assert any("Redis is unreachable" in worker.log for worker in workers)
+
+
+@pytest.mark.parametrize("how", ["url", "redis_cls"])
+def test_a_failover_changes_the_clients_server_identity(redis_cluster, cluster, how):
+    """What a worker remembers of the data (its seen cache) is dropped when a replica
+    that may lack the newest writes becomes a master."""
+    from scrapy_redis.connection import server_identity
+
+    settings = {"REDIS_URL": redis_cluster.url}
+    if how == "redis_cls":
+        settings = {
+            "REDIS_URL": f"redis://127.0.0.1:{redis_cluster.masters()[0].port}",
+            "REDIS_PARAMS": {"redis_cls": "redis.cluster.RedisCluster"},
+        }
+    client = get_redis_from_settings(Settings(settings))
+    client.set("demo:x", 1)
+    identity = server_identity(client)
+    before = identity.changes
+    client.get("demo:x")
+    assert identity.changes == before  # the same connections, the same nodes
+    master = redis_cluster.master_of("demo:x")
+    redis_cluster.kill(master)
+    try:
+        redis_cluster.wait_ok()
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                assert client.get("demo:x") == b"1"
+                break
+            except (redis.ConnectionError, redis.exceptions.ClusterDownError):
+                assert time.monotonic() < deadline
+                time.sleep(0.2)
+        assert identity.changes > before
+    finally:
+        redis_cluster.revive(master)

@@ -218,6 +218,8 @@ class ServerIdentity:
     def __init__(self) -> None:
         self.changes = 0
         self._last: tuple[str, str] | None = None
+        #: A cluster client's nodes (``host:port``) -> the identity last read there.
+        self._nodes: dict[str, tuple[str, str] | None] = {}
         self._lock = threading.Lock()
 
     def observe(self, identity: tuple[str, str] | None) -> None:
@@ -226,15 +228,33 @@ class ServerIdentity:
                 self.changes += 1
             self._last = identity
 
-    def on_connect(self, user_callback: Callable[[Any], None] | None) -> Callable[[Any], None]:
-        """A ``redis_connect_func`` that handshakes as usual, then reads the identity."""
+    def observe_node(self, node: str, identity: tuple[str, str] | None) -> None:
+        """A cluster client's connection to ``node``: a node not connected to before (a
+        replica promoted by a failover, or a first connection) or with another identity
+        counts as a change: the data behind some slots may be older than what was read."""
+        with self._lock:
+            if identity is None or self._nodes.get(node, ()) != identity:
+                self.changes += 1
+            self._nodes[node] = identity
+
+    def on_connect(
+        self, user_callback: Callable[[Any], None] | None, cluster: bool = False
+    ) -> Callable[[Any], None]:
+        """A ``redis_connect_func`` that handshakes as usual, then reads the identity (of
+        each node, for a cluster client)."""
 
         def connected(conn: Any) -> None:
             if user_callback is not None:
                 user_callback(conn)
             else:
                 conn.on_connect()
-            self.observe(_read_identity(conn))
+            identity = _read_identity(conn)
+            if cluster:
+                self.observe_node(
+                    f"{getattr(conn, 'host', '')}:{getattr(conn, 'port', '')}", identity
+                )
+            else:
+                self.observe(identity)
 
         return connected
 
@@ -255,12 +275,14 @@ def server_identity(client: Any) -> ServerIdentity:
 
 def _new_client(params: dict[str, Any]) -> redis.Redis[Any]:
     """:func:`get_redis`, with the identity check on every connection when it can be
-    hooked (clients of redis.Redis and its subclasses)."""
+    hooked (clients of redis.Redis, RedisCluster and their subclasses)."""
     redis_cls = params.get("redis_cls", defaults.REDIS_CLS)
-    if not (isinstance(redis_cls, type) and issubclass(redis_cls, redis.Redis)):
+    cluster = _is_cluster_class(redis_cls) or is_cluster_url(params.get("url") or "")
+    if not cluster and not (isinstance(redis_cls, type) and issubclass(redis_cls, redis.Redis)):
         return get_redis(**params)
     identity = ServerIdentity()
-    params["redis_connect_func"] = identity.on_connect(params.get("redis_connect_func"))
+    user_callback = params.get("redis_connect_func")
+    params["redis_connect_func"] = identity.on_connect(user_callback, cluster)
     client = get_redis(**params)
     _identities[client] = identity
     return client
