@@ -16,6 +16,7 @@ from pathlib import Path
 import redis
 
 from redis_server import RedisServer, free_port
+from tls_servers import Certificates, TLSRedisServer
 
 MASTER_NAME = "mymaster"
 DOWN_AFTER_MS = 1000
@@ -36,15 +37,18 @@ def sentinel_binary() -> list[str]:
 class SentinelProcess:
     """One sentinel on a free loopback port, with its own (rewritable) config file."""
 
-    def __init__(self, directory: Path, master_port: int, extra_config: str = "") -> None:
+    def __init__(
+        self, directory: Path, master_port: int, certs: Certificates | None = None
+    ) -> None:
         self.port = free_port()
         self.config = directory / f"sentinel-{self.port}.conf"
+        self.client_options = tls_client_options(certs)
         self.config.write_text(
-            f"port {self.port}\nbind 127.0.0.1\ndir {directory}\n"
+            f"{listen_config(self.port, certs)}bind 127.0.0.1\ndir {directory}\n"
             f"sentinel monitor {MASTER_NAME} 127.0.0.1 {master_port} {QUORUM}\n"
             f"sentinel down-after-milliseconds {MASTER_NAME} {DOWN_AFTER_MS}\n"
             f"sentinel failover-timeout {MASTER_NAME} {FAILOVER_TIMEOUT_MS}\n"
-            f"sentinel parallel-syncs {MASTER_NAME} 1\n{extra_config}"
+            f"sentinel parallel-syncs {MASTER_NAME} 1\n"
         )
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -57,8 +61,8 @@ class SentinelProcess:
         )
         return self
 
-    def client(self, **options: object) -> redis.Redis:
-        return redis.Redis(port=self.port, socket_timeout=1, **options)  # type: ignore[arg-type]
+    def client(self) -> redis.Redis:
+        return redis.Redis(port=self.port, socket_timeout=1, **self.client_options)
 
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:
@@ -67,15 +71,39 @@ class SentinelProcess:
         self.process = None
 
 
-class SentinelDeployment:
-    """A master, a replica of it and three sentinels monitoring it as ``mymaster``."""
+def listen_config(port: int, certs: Certificates | None) -> str:
+    """sentinel.conf lines: listen on ``port``, in plain text or (with ``certs``) TLS only,
+    and reach the master and replicas over TLS too."""
+    if certs is None:
+        return f"port {port}\n"
+    return (
+        f"port 0\ntls-port {port}\ntls-replication yes\ntls-auth-clients no\n"
+        f"tls-cert-file {certs.server_cert}\ntls-key-file {certs.server_key}\n"
+        f"tls-ca-cert-file {certs.ca}\n"
+    )
 
-    def __init__(self, server_args: tuple[str, ...] = (), sentinel_config: str = "") -> None:
-        self.master = RedisServer(*server_args)
-        self.replica = RedisServer(*server_args)
-        self.server_args = server_args
-        self.sentinel_config = sentinel_config
+
+def tls_client_options(certs: Certificates | None) -> dict[str, object]:
+    return {} if certs is None else {"ssl": True, "ssl_ca_certs": str(certs.ca)}
+
+
+class SentinelDeployment:
+    """A master, a replica of it and three sentinels monitoring it as ``mymaster``; with
+    ``certs``, every one of them speaks only TLS (replication included)."""
+
+    def __init__(self, certs: Certificates | None = None) -> None:
+        self.certs = certs
+        self.master = self._server()
+        self.replica = self._server()
+        self.client_options = tls_client_options(certs)
         self.sentinels: list[SentinelProcess] = []
+
+    def _server(self) -> RedisServer:
+        if self.certs is None:
+            return RedisServer()
+        server = TLSRedisServer(self.certs)
+        server.extra_args += ["--tls-replication", "yes"]
+        return server
 
     @property
     def addresses(self) -> list[tuple[str, int]]:
@@ -90,8 +118,7 @@ class SentinelDeployment:
         self.replica.extra_args += ["--replicaof", "127.0.0.1", str(self.master.port)]
         self.replica.start()
         self.sentinels = [
-            SentinelProcess(self.master.dir, self.master.port, self.sentinel_config).start()
-            for _ in range(3)
+            SentinelProcess(self.master.dir, self.master.port, self.certs).start() for _ in range(3)
         ]
         self._wait(self._ready, timeout, "the sentinels did not see the replica and each other")
         return self
@@ -111,7 +138,7 @@ class SentinelDeployment:
         """A plain client of the current master (for checks, not through the sentinels)."""
         port = self.master_port()
         assert port is not None, "no sentinel knows the master"
-        return redis.Redis(port=port)
+        return redis.Redis(port=port, **self.client_options)
 
     def kill_master(self) -> None:
         """``kill -9`` the master: no shutdown, no last write to the replica."""
@@ -131,7 +158,7 @@ class SentinelDeployment:
                 state = client.sentinel_master(MASTER_NAME)
             if state["num-slaves"] < 1 or state["num-other-sentinels"] < len(self.sentinels) - 1:
                 return False
-        with redis.Redis(port=self.replica.port) as replica:
+        with redis.Redis(port=self.replica.port, **self.client_options) as replica:
             return replica.info("replication").get("master_link_status") == "up"
 
     def _promoted(self) -> bool:
@@ -140,7 +167,7 @@ class SentinelDeployment:
                 _host, port = client.sentinel_get_master_addr_by_name(MASTER_NAME)
             if int(port) != self.replica.port:
                 return False
-        with redis.Redis(port=self.replica.port) as replica:
+        with redis.Redis(port=self.replica.port, **self.client_options) as replica:
             return replica.info("replication")["role"] == "master"
 
     @staticmethod

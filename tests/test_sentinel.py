@@ -25,12 +25,13 @@ from scrapy_redis.exceptions import ConfigurationError, RedisUnavailableError
 from scrapy_redis.outage import OUTAGE_ERRORS, OutageGuard
 from scrapy_redis.sentinel import parse_sentinel_url
 from sentinel_servers import MASTER_NAME, SentinelDeployment
+from tls_servers import Certificates, make_certificates
 
 pytestmark = pytest.mark.timeout(120)
 
 
-def start_deployment() -> SentinelDeployment:
-    deployment = SentinelDeployment()
+def start_deployment(certs: Certificates | None = None) -> SentinelDeployment:
+    deployment = SentinelDeployment(certs)
     try:
         return deployment.start()
     except (RuntimeError, OSError) as exc:
@@ -182,6 +183,27 @@ def test_every_component_works_through_the_sentinels(deployment, sentinel_url):
     client = connection.get_redis_from_settings(Settings({"REDIS_URL": sentinel_url}))
     assert connection.describe_server(client) == sentinel_url
     client.close()
+
+
+def test_every_component_through_sentinels_over_tls(tmp_path):
+    """``rediss+sentinel://``: TLS to the sentinels and to the master, one CA for both
+    (master, replica and sentinels listen only on TLS ports)."""
+    try:
+        certs = make_certificates(tmp_path)
+    except (RuntimeError, OSError) as exc:
+        if in_ci():
+            raise
+        pytest.skip(f"cannot make certificates: {exc}")
+    deployment = start_deployment(certs)
+    try:
+        url = f"{deployment.url(scheme='rediss+sentinel')}?ssl_ca_certs={certs.ca}"
+        with deployment.master_client() as master:
+            use_every_component({"REDIS_URL": url}, master)
+        client = connection.get_redis_from_settings(Settings({"REDIS_URL": url}))
+        assert connection.describe_server(client) == url.partition("?")[0]
+        client.close()
+    finally:
+        deployment.cleanup()
 
 
 def test_a_failover_is_ridden_out_and_forgets_the_seen_cache(failing_over, caplog):
