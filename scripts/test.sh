@@ -1,16 +1,23 @@
 #!/usr/bin/env bash
-# Run the test suite on a fresh Debian/Ubuntu machine: installs redis-server (apt) if it
-# is missing, creates .venv with the package and its test dependencies, then runs pytest.
+# Run the test suite on a fresh Debian/Ubuntu machine: installs redis-server, redis-sentinel
+# and openssl (apt) if they are missing, creates .venv with the package and its test
+# dependencies, then runs pytest.
 # Extra arguments go to pytest. Used as is by .ci/run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 
-if ! command -v redis-server >/dev/null 2>&1; then
-  echo "Installing redis-server..."
+# redis-sentinel: the Sentinel tests run three sentinels (the same program as redis-server);
+# openssl: the TLS tests make their CA and certificates with it.
+missing=()
+for package in redis-server redis-sentinel openssl; do
+  command -v "$package" >/dev/null 2>&1 || missing+=("$package")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "Installing ${missing[*]}..."
   as_root apt-get update -qq
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
 PYTHON=${PYTHON:-python3}

@@ -155,3 +155,36 @@ def stand_in_engine(scheduler: Any, wake: Any = None) -> set[Any]:
     slot = SimpleNamespace(inprogress=set(), closing=None, nextcall=nextcall)
     scheduler.crawler.engine = SimpleNamespace(_slot=slot, running=True)
     return slot.inprogress
+
+
+def use_every_component(settings: dict[str, Any], server: Any) -> None:
+    """Run the scheduler (enqueue, dedup, dequeue), the standalone dupefilter, the items
+    pipeline and the stats collector of a crawler with ``settings``; check what they
+    wrote through ``server``, a client of the same Redis made by the test."""
+    from scrapy import Request
+
+    from scrapy_redis.dupefilter import RFPDupeFilter
+    from scrapy_redis.pipelines import RedisPipeline
+
+    settings = {
+        **settings,
+        "SCHEDULER_PERSIST": True,
+        "STATS_CLASS": "scrapy_redis.stats.RedisStatsCollector",
+    }
+    scheduler = open_scheduler(settings)
+    crawler = scheduler.crawler
+    assert scheduler.enqueue_request(Request("http://example.com/a")) is True
+    scheduler.enqueue_request(Request("http://example.com/a"))  # a duplicate
+    assert scheduler.next_request().url == "http://example.com/a"
+    assert scheduler.next_request() is None
+    RedisPipeline.from_crawler(crawler).process_item({"n": 1})
+    crawler.stats.inc_value("pages", 2)
+    dupefilter = RFPDupeFilter.from_crawler(get_crawler(DemoSpider, settings))
+    assert dupefilter.request_seen(Request("http://example.com/b")) is False
+    assert dupefilter.request_seen(Request("http://example.com/b")) is True
+    scheduler.close("finished")
+    crawler.stats.close_spider(reason="finished")
+    dupefilter.close("finished")
+    assert server.llen("demo:items") == 1
+    assert server.scard("demo:dupefilter") == 1
+    assert int(server.hget("demo:stats", "pages")) == 2

@@ -341,7 +341,7 @@ def test_a_crawl_survives_the_failover_of_its_master(redis_cluster, cluster, tmp
         workers = [
             start_worker(
                 "myspider_redis", redis_cluster.url, tmp_path / f"w{n}.log", settings, DOMAIN
-            )  # fmt: skip
+            )
             for n in (1, 2)
         ]
         wait_for_requests(site, PAGES // 3, workers[0])

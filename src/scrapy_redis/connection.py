@@ -31,7 +31,7 @@ import redis
 from redis.cluster import ClusterNode, RedisCluster
 from redis.exceptions import RedisClusterException
 
-from scrapy_redis import defaults
+from scrapy_redis import defaults, sentinel
 from scrapy_redis.bootstrap import report_if_it_stops_the_crawl
 from scrapy_redis.exceptions import ConfigurationError, RedisUnavailableError
 from scrapy_redis.utils import load_configured
@@ -78,6 +78,8 @@ def redis_params_from_settings(settings: BaseSettings) -> dict[str, Any]:
             params[param] = settings.get(setting)
     if isinstance(params.get("redis_cls"), str):
         params["redis_cls"] = load_configured('REDIS_PARAMS["redis_cls"]', params["redis_cls"])
+    if settings.getdict("REDIS_SENTINEL_PARAMS"):
+        params["sentinel_kwargs"] = settings.getdict("REDIS_SENTINEL_PARAMS")
     return params
 
 
@@ -106,7 +108,8 @@ def get_redis_from_settings(settings: BaseSettings) -> redis.Redis[Any]:
 def _redis_settings_signature(settings: BaseSettings) -> str:
     """The settings a client is built from, as text (objects by identity)."""
     params = sorted(settings.getdict("REDIS_PARAMS").items(), key=str)
-    return repr((params, [settings.get(name) for name in SETTINGS_PARAMS_MAP]))
+    sentinel_params = sorted(settings.getdict("REDIS_SENTINEL_PARAMS").items(), key=str)
+    return repr((params, [settings.get(name) for name in SETTINGS_PARAMS_MAP], sentinel_params))
 
 
 #: Backwards compatible alias.
@@ -121,6 +124,13 @@ def get_redis(**kwargs: Any) -> redis.Redis[Any]:
     """
     redis_cls = kwargs.pop("redis_cls", defaults.REDIS_CLS)
     url = kwargs.pop("url", None)
+    if sentinel.is_sentinel_url(url):
+        return sentinel.sentinel_client(url, redis_cls, kwargs)
+    if kwargs.pop("sentinel_kwargs", None):
+        raise ConfigurationError(
+            "REDIS_SENTINEL_PARAMS is set, but REDIS_URL is not a redis+sentinel:// URL: "
+            f"name the sentinels and the master in REDIS_URL ({sentinel.FORM})"
+        )
     if url:
         for name in _URL_OVERRIDES:
             kwargs.pop(name, None)
@@ -321,10 +331,12 @@ def ensure_reachable(client: redis.Redis[Any]) -> None:
         client.ping()
         cluster_node = not isinstance(client, RedisCluster) and _is_cluster_node(client)
     except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
+        where = describe_server(client)
         error = RedisUnavailableError(
-            f"Cannot connect to Redis at {describe_server(client)}: {str(exc).rstrip('.')}. "
+            f"Cannot connect to Redis at {where}: {str(exc).rstrip('.')}. "
             "Check REDIS_URL "
             "(or REDIS_HOST / REDIS_PORT / REDIS_PARAMS) and that the server is running."
+            f"{connection_hint(where, exc)}"
         )
         report_if_it_stops_the_crawl(error)
         raise error from None
@@ -351,11 +363,35 @@ def _is_cluster_node(client: Any) -> bool:
     return isinstance(info, dict) and str(info.get("cluster_enabled")) == "1"
 
 
+def connection_hint(where: str, exc: BaseException) -> str:
+    """More to check when connecting to ``where`` failed with ``exc`` (TLS, Sentinel)."""
+    text = str(exc)
+    if "CERTIFICATE_VERIFY_FAILED" in text:
+        return (
+            " The server's TLS certificate is not trusted: give the CA that signed it as "
+            "ssl_ca_certs, in REDIS_URL (?ssl_ca_certs=/path/to/ca.crt) or in REDIS_PARAMS."
+        )
+    if where.startswith("rediss") and ("EOF" in text or "alert" in text.lower()):
+        return (
+            " The server closed the TLS handshake: if it requires client certificates "
+            "(tls-auth-clients), give ssl_certfile and ssl_keyfile (REDIS_URL or REDIS_PARAMS)."
+        )
+    if "+sentinel://" in where:
+        return (
+            " The sentinels must answer and know the master by that name "
+            "(sentinel credentials and TLS go in REDIS_SENTINEL_PARAMS)."
+        )
+    return ""
+
+
 def describe_server(client: Any) -> str:
     """A URL naming the server ``client`` talks to, with any password masked (a cluster:
-    ``redis+cluster://`` and the nodes it knows)."""
+    ``redis+cluster://`` and the nodes it knows; sentinels: ``redis+sentinel://``)."""
     if isinstance(client, RedisCluster):
         return _describe_cluster(client)
+    through_sentinels = sentinel.describe(client)
+    if through_sentinels is not None:
+        return through_sentinels
     pool = getattr(client, "connection_pool", None)
     kwargs: dict[str, Any] = getattr(pool, "connection_kwargs", {}) or {}
     if "path" in kwargs:

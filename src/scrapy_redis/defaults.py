@@ -51,6 +51,15 @@ REDIS_PARAMS: dict[str, Any] = {
     "encoding": REDIS_ENCODING,
 }
 
+#: REDIS_SENTINEL_PARAMS: keyword arguments of the connections to the sentinels of a
+#: ``redis+sentinel://`` REDIS_URL, merged under the user's. A sentinel only says where the
+#: master is, so it must answer at once; a dead one is skipped for the next (no retry).
+REDIS_SENTINEL_PARAMS: dict[str, Any] = {
+    "socket_timeout": 2,
+    "socket_connect_timeout": 2,
+    "retry": Retry(NoBackoff(), 0),
+}
+
 #: DUPEFILTER_CLASS used by the scheduler when the setting is missing.
 SCHEDULER_DUPEFILTER_CLASS = "scrapy_redis.dupefilter.RFPDupeFilter"
 
