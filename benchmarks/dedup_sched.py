@@ -4,8 +4,10 @@ Runs ``sched_bench.py --skip-dup`` (phases 1-3: ``enqueue_request`` of ``--n`` n
 requests, one push script call per batch, then dequeue) with each of our filters,
 RFPDupeFilter (one set), LeanDupeFilter and BloomDupeFilter (both sized for
 ``--n``, the Bloom filter at 0.1 %), on the same fresh redis-server, in turn,
-``--rounds`` times, and prints per filter the median (min-max) enqueue rate and
-client CPU µs per request, and the ratio of the medians to RFPDupeFilter's. The
+``--rounds`` times, and prints per filter the median (min-max) enqueue rate, client
+CPU µs per request, Redis CPU µs per request (``INFO cpu``, all of the server's work
+while enqueuing) and its part in scripts (``INFO commandstats``, EVALSHA and EVAL), and
+the ratio of the medians to RFPDupeFilter's. The
 requests, their encoding and fingerprints are the same for all: the differences
 are the filters'. Usage::
 
@@ -83,15 +85,21 @@ def main() -> None:
     base = statistics.median(r["enqueue_rate"] for r in results["RFPDupeFilter"])
     title = f"{args.queue}, n = {args.n:,}, {args.rounds} rounds"
     print(f"# Our filters through our scheduler ({title})\n")
-    print("| filter | enqueue req/s | vs RFPDupeFilter | client CPU µs/req | dequeue req/s |")
-    print("|---|---|---|---|---|")
+    print(
+        "| filter | enqueue req/s | vs RFPDupeFilter | client CPU µs/req "
+        "| Redis CPU µs/req | scripts µs/req | dequeue req/s |"
+    )
+    print("|---|---|---|---|---|---|---|")
     for name, runs in results.items():
         rates = [r["enqueue_rate"] for r in runs]
         cpu = [r["enqueue_cpu_us"] for r in runs]
+        server_cpu = [r["enqueue_redis_cpu_us"] for r in runs]
+        scripts = [r["enqueue_script_us"] for r in runs]
         dequeue = [r["dequeue_rate"] for r in runs]
         ratio = statistics.median(rates) / base
         print(
             f"| {name} | {spread(rates, ',.0f')} | {ratio:.2f}× | {spread(cpu, '.1f')} "
+            f"| {spread(server_cpu, '.1f')} | {spread(scripts, '.1f')} "
             f"| {spread(dequeue, ',.0f')} |"
         )
 

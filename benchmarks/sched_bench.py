@@ -6,7 +6,8 @@ built the way Scrapy's engine builds it (``get_crawler`` +
 ``Scheduler.from_crawler`` + ``open(spider)``), then timed through
 ``enqueue_request`` / ``next_request``:
 
-1. enqueue ``n`` new requests (each one goes through the dupefilter);
+1. enqueue ``n`` new requests (each one goes through the dupefilter); the server's
+   CPU time and its time in scripts during it are read too (``INFO``);
 2. Redis memory of what is stored: ``MEMORY USAGE`` (``SAMPLES 0``) of the queue
    key(s) and of the dupefilter set, and the ``INFO memory used_memory`` delta;
 3. dequeue them all (``next_request`` until it returns None);
@@ -99,6 +100,15 @@ def duplicates_phase(
     return rates, accepted
 
 
+def redis_time(server: Any) -> tuple[float, float]:
+    """The server's CPU seconds (user + sys: scripts, commands, networking) and the
+    seconds spent in scripts (``INFO commandstats``: EVALSHA and EVAL)."""
+    cpu = server.info("cpu")
+    commands = server.info("commandstats")
+    usec = sum(commands.get(f"cmdstat_{name}", {}).get("usec", 0) for name in ("evalsha", "eval"))
+    return float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"]), usec / 1e6
+
+
 def run(
     redis_url: str, queue: str, n: int, unleased: bool = False, skip_dup: bool = False
 ) -> dict[str, Any]:
@@ -108,7 +118,9 @@ def run(
     scheduler, spider = build(redis_url, queue, unleased)
     requests = [make_request(spider, i) for i in range(n)]
     used_before = int(server.info("memory")["used_memory"])
+    redis_before = redis_time(server)
     accepted, enq_wall, enq_cpu = timed(enqueue_all, scheduler, requests)
+    redis_after = redis_time(server)
     memory = stored_memory(server, scheduler, used_before, n)
     dequeued, deq_wall, deq_cpu = timed(dequeue_all, scheduler)
     leases_left = lease_count(server)  # before close() gives them back
@@ -131,6 +143,8 @@ def run(
         "n": n,
         "enqueue_rate": n / enq_wall,
         "enqueue_cpu_us": enq_cpu / n * 1e6,
+        "enqueue_redis_cpu_us": (redis_after[0] - redis_before[0]) / n * 1e6,
+        "enqueue_script_us": (redis_after[1] - redis_before[1]) / n * 1e6,
         "dequeue_rate": dequeued / deq_wall if deq_wall else 0.0,
         "dequeue_cpu_us": deq_cpu / max(dequeued, 1) * 1e6,
         **dup,
