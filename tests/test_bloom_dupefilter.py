@@ -182,19 +182,20 @@ def test_every_fingerprint_seen_once_is_seen_again_in_every_layer(server):
 # --- atomicity -------------------------------------------------------------------------
 
 
-def _race(url: str, capacity: int, seed: int, queue) -> None:
+def _race(url: str, capacity: int, seed: int, queue, start) -> None:
     client = redis.Redis.from_url(url)
     dupefilter = bloom(client, capacity, 0.001)
     mine = fingerprints(20000, "race")
     random.Random(seed).shuffle(mine)
     new = []
+    start.wait(30)  # all at once: on a loaded machine one could finish before another starts
     for i in range(0, len(mine), 100):
         batch = mine[i : i + 100]
         new += [fp for fp, seen in zip(batch, dupefilter.seen_many(batch), strict=True) if not seen]
     queue.put(new)
 
 
-def _race_push(url: str, capacity: int, seed: int, queue) -> None:
+def _race_push(url: str, capacity: int, seed: int, queue, start) -> None:
     """As _race, through the scheduler's push script: the new ones are pushed, in the
     same call, onto one shared queue."""
     client = redis.Redis.from_url(url)
@@ -203,6 +204,7 @@ def _race_push(url: str, capacity: int, seed: int, queue) -> None:
     mine = fingerprints(20000, "race")
     random.Random(seed).shuffle(mine)
     new = []
+    start.wait(30)
     for i in range(0, len(mine), 100):
         batch = [Candidate(fp, Entry(fp.encode())) for fp in mine[i : i + 100]]
         while batch:  # a layer that fills answers for the first ones: the rest again
@@ -216,10 +218,11 @@ def _race_push(url: str, capacity: int, seed: int, queue) -> None:
 @pytest.mark.parametrize("capacity", [10**6, 4000])
 def test_racing_processes_see_each_fingerprint_new_once(server, redis_url, capacity, path):
     context = multiprocessing.get_context("fork")
-    queue = context.Queue()
+    queue, start = context.Queue(), context.Barrier(4)
     target = _race if path == "seen_many" else _race_push
     workers = [
-        context.Process(target=target, args=(redis_url, capacity, s, queue)) for s in range(4)
+        context.Process(target=target, args=(redis_url, capacity, s, queue, start))
+        for s in range(4)
     ]
     for worker in workers:
         worker.start()

@@ -136,13 +136,14 @@ def test_a_second_worker_opens_on_the_redisbloom_filter(bloom_url, bloom_server,
     assert second.stats.get_value("dupefilter/filtered") == 1
 
 
-def _race(url: str, through_push: bool, seed: int, queue) -> None:
+def _race(url: str, through_push: bool, seed: int, queue, start) -> None:
     client = redis.Redis.from_url(url)
     dupefilter = bloom(client, 10**5, 0.001)
     requests = FifoQueue(client, DemoSpider(), "demo:requests")
     mine = fingerprints(20000, "race")
     random.Random(seed).shuffle(mine)
     new = []
+    start.wait(30)  # all at once: on a loaded machine one could finish before another starts
     for i in range(0, len(mine), 100):
         batch = mine[i : i + 100]
         if through_push:
@@ -157,9 +158,9 @@ def _race(url: str, through_push: bool, seed: int, queue) -> None:
 @pytest.mark.parametrize("through_push", [False, True], ids=["seen_many", "push script"])
 def test_racing_processes_see_each_fingerprint_new_once(bloom_url, bloom_server, through_push):
     context = multiprocessing.get_context("fork")
-    queue = context.Queue()
+    queue, start = context.Queue(), context.Barrier(4)
     workers = [
-        context.Process(target=_race, args=(bloom_url, through_push, seed, queue))
+        context.Process(target=_race, args=(bloom_url, through_push, seed, queue, start))
         for seed in range(4)
     ]
     for worker in workers:
