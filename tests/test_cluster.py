@@ -22,9 +22,15 @@ from scrapy_redis.connection import (
     get_redis_from_settings,
 )
 from scrapy_redis.exceptions import ConfigurationError, RedisUnavailableError
+from scrapy_redis.keys import hash_tag, lane_tags
 
 FILTERS = ["RFPDupeFilter", "LeanDupeFilter", "BloomDupeFilter"]
 QUEUES = ["FifoQueue", "LifoQueue", "PriorityQueue"]
+
+
+def masters_holding(cluster: RedisCluster, keys: set[str]) -> set[str]:
+    """The masters (host:port) serving ``keys``."""
+    return {cluster.get_node_from_key(key).name for key in keys}
 
 
 def all_keys(cluster: RedisCluster) -> set[str]:
@@ -111,11 +117,25 @@ def test_the_scheduler_works_with_the_default_templates(
     popped = [r.url for r in iter(first.next_request, None)]
     popped += [r.url for r in iter(second.next_request, None)]
     assert sorted(popped) == sorted(urls)
-    # Every key of the crawl is in the queue's slot (one script each, no CROSSSLOT).
+    # Split into 16 lanes (SCHEDULER_SHARDS_ON_CLUSTER), over the 3 masters.
+    lanes = lane_tags("demo:requests", 16)
+    assert [lane.key for lane in first.queue.lanes] == [f"{{{tag}}}" for tag in lanes]
+    keys = all_keys(cluster) - {"{demo:requests}:workers", "{demo:requests}:lanes"}
+    assert {hash_tag(key) for key in keys} <= set(lanes), keys
+    assert len(masters_holding(cluster, keys)) == 3
+
+
+def test_one_lane_keeps_the_crawl_in_the_queues_slot(redis_cluster, cluster, schedulers):
+    settings = {**scheduler_settings(redis_cluster.url, "PriorityQueue"), "SCHEDULER_SHARDS": 1}
+    scheduler = schedulers({**settings, "SCHEDULER_PERSIST": True})
+    for n in range(20):
+        scheduler.enqueue_request(Request(f"http://example.com/{n}", priority=n % 3))
+    assert scheduler.send_enqueued()
+    assert scheduler.next_request().priority == 2
     keys = all_keys(cluster)
     assert {"{demo:requests}:leases", "{demo:requests}:workers"} <= keys
     assert {key_slot(k.encode()) for k in keys} == {key_slot(b"demo:requests")}, keys
-    assert first.df.key == "demo:dupefilter:{demo:requests}"
+    assert scheduler.df.key == "demo:dupefilter:{demo:requests}"
 
 
 def test_a_worker_that_leaves_last_deletes_the_crawl(redis_cluster, cluster, schedulers):
@@ -140,6 +160,19 @@ def test_hash_tagged_templates_are_kept(redis_cluster, cluster, schedulers):
     assert scheduler.send_enqueued()
     assert scheduler.df.key == "{demo}:dupefilter"
     assert {"{demo}:requests", "{demo}:dupefilter"} <= all_keys(cluster)
+
+
+def test_a_tagged_queue_is_not_split_unless_asked(redis_cluster, cluster, schedulers):
+    from helpers import open_scheduler
+
+    settings = {
+        **scheduler_settings(redis_cluster.url),
+        "SCHEDULER_QUEUE_KEY": "{%(spider)s}:requests",
+        "SCHEDULER_DUPEFILTER_KEY": "{%(spider)s}:dupefilter",
+    }
+    assert schedulers(settings).queue.key == "{demo}:requests"  # one queue: its own tag
+    with pytest.raises(ConfigurationError, match="SCHEDULER_SHARDS = 4, but the queue key"):
+        open_scheduler({**settings, "SCHEDULER_SHARDS": 4})
 
 
 def test_a_filter_tagged_apart_from_the_queue_is_refused(redis_cluster, cluster):
@@ -257,7 +290,8 @@ def test_a_cluster_that_is_down_is_an_outage_not_a_crash(
 ):
     """Another shard lost whole (master and replica): every node answers CLUSTERDOWN (full
     coverage required) until it is back; the scheduler keeps its work in memory meanwhile."""
-    scheduler = schedulers(scheduler_settings(redis_cluster.url))
+    # one lane: the crawl's keys on a master that stays up, answering CLUSTERDOWN
+    scheduler = schedulers({**scheduler_settings(redis_cluster.url), "SCHEDULER_SHARDS": 1})
     ours = redis_cluster.master_of("demo:requests")
     other = next(node for node in redis_cluster.masters() if node is not ours)
     lost = redis_cluster.shard_of(other)
@@ -396,3 +430,23 @@ def test_a_failover_changes_the_clients_server_identity(redis_cluster, cluster, 
         assert identity.changes > before
     finally:
         redis_cluster.revive(master)
+
+
+def test_a_worker_joining_while_the_lanes_are_deleted_waits(redis_cluster, cluster, schedulers):
+    """The lanes are in many slots: the last worker claims their deletion in the registry
+    ('~flushing'), deletes them, then drops the claim. A worker joining meanwhile waits,
+    or what it pushed could be deleted."""
+    from redis.cluster import RedisCluster as Cluster
+
+    registry = "{demo:requests}:workers"
+    seconds, micros = cluster.time(target_nodes=cluster.get_node_from_key(registry))
+    now_ms = int(seconds) * 1000 + int(micros) // 1000
+    cluster.hset(registry, "~flushing", now_ms + 1500)  # as a leaving worker would
+    assert isinstance(cluster, Cluster)
+    started = time.monotonic()
+    scheduler = schedulers(scheduler_settings(redis_cluster.url))
+    assert time.monotonic() - started >= 1.0  # waited for the claim to end (or expire)
+    assert not cluster.hexists(registry, "~flushing")
+    scheduler.enqueue_request(Request("http://example.com/a"))
+    assert scheduler.send_enqueued()
+    assert scheduler.next_request().url == "http://example.com/a"

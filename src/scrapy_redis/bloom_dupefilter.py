@@ -226,6 +226,17 @@ class BloomDupeFilter(RFPDupeFilter):
         dupefilter.backend_setting = backend_setting(crawler.settings)
         return dupefilter
 
+    def for_lane(self, key: str, lanes: int) -> Self:
+        """A lane's filter, sized for its share of BLOOMFILTER_CAPACITY (a layout given by
+        the fork's BLOOMFILTER_BIT is each lane's)."""
+        lane = super().for_lane(key, lanes)
+        if self.layout.first is None:
+            share = max(1, -(-self.layout.capacity // lanes))
+            lane.layout = BloomLayout(share, self.layout.error_rate)
+        lane.backend, lane.layers, lane.generation, lane.module_info = None, [], "", {}
+        lane._calls = 0
+        return lane
+
     @property
     def meta_key(self) -> str:
         """The filter's meta hash: its key."""

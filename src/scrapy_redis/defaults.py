@@ -96,6 +96,10 @@ SCHEDULER_QUEUE_CLASS = "scrapy_redis.queue.PriorityQueue"
 #: SCHEDULER_QUEUE_KEY: key of the shared request queue.
 SCHEDULER_QUEUE_KEY = "%(spider)s:requests"
 
+#: SCHEDULER_SHARDS: lanes one crawl's queue and filter are split into (see lanes.py); None:
+#: lanes.CLUSTER_LANES on a Redis Cluster, 1 (not split) on one Redis.
+SCHEDULER_SHARDS = None
+
 #: SCHEDULER_SEEN_CACHE_SIZE: fingerprints a worker remembers as recorded, to drop repeated
 #: links without a round trip (0: none).
 SCHEDULER_SEEN_CACHE_SIZE = 100_000

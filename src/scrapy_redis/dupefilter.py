@@ -8,6 +8,7 @@ REQUEST_FINGERPRINTER_CLASS, Scrapy's configured fingerprinter is used instead.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import logging
@@ -197,6 +198,15 @@ class RFPDupeFilter(BaseDupeFilter):
         if self.fingerprinter is not None:
             return self.fingerprinter.fingerprint(request).hex()
         return request_fingerprint(request)
+
+    def for_lane(self, key: str, lanes: int) -> Self:
+        """A filter like this one on ``key``, for one of ``lanes`` lanes of a split crawl
+        (see :mod:`scrapy_redis.lanes`): it holds about 1/``lanes`` of the fingerprints.
+        Stats are the scheduler's filter's (the lanes' would overwrite each other)."""
+        lane = copy.copy(self)
+        lane.key = key
+        lane.stats = None
+        return lane
 
     def close(self, reason: str = "") -> None:
         """Delete the fingerprints, as the original did, unless this is the scheduler's

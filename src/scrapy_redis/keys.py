@@ -74,6 +74,45 @@ def crawl_filter_key(filter_key: str, queue_key: str, cluster: bool = False) -> 
     return f"{filter_key}:{{{queue_tag}}}"
 
 
+#: Hash slots of a Redis Cluster.
+CLUSTER_SLOTS = 16384
+
+
+def lane_tags(queue_key: str, lanes: int) -> list[str]:
+    """The hash tags of the ``lanes`` lanes of the queue ``queue_key`` (SCHEDULER_SHARDS):
+    ``<queue key>/<n>``, or ``<queue key>/<n>.<m>`` with the first ``m`` that puts lane
+    ``n`` in the n-th of ``lanes`` equal ranges of slots. A cluster's masters serve
+    ranges of slots (``redis-cli --cluster create`` splits them evenly), so the lanes
+    spread over them about evenly; every worker computes the same tags."""
+    from redis.crc import key_slot
+
+    tags = []
+    for lane in range(lanes):
+        tag, attempt = f"{queue_key}/{lane}", 0
+        while key_slot(tag.encode()) * lanes // CLUSTER_SLOTS != lane:
+            attempt += 1
+            tag = f"{queue_key}/{lane}.{attempt}"
+        tags.append(tag)
+    return tags
+
+
+def lanes_key(queue_key: str, cluster: bool = False) -> str:
+    """The string holding how many lanes the crawl of ``queue_key`` is split into
+    (SCHEDULER_SHARDS; 1: not split), so that workers with other settings are refused."""
+    return derived(queue_key, "lanes", cluster)
+
+
+def lane_queue_key(tag: str) -> str:
+    """The queue of one lane: its hash tag alone (``{<queue key>/<n>}``); the keys derived
+    from it (``{...}:leases``...) are in its slot."""
+    return f"{{{tag}}}"
+
+
+def lane_filter_key(filter_key: str, tag: str) -> str:
+    """The duplicate filter of one lane: ``<filter key>:{<tag>}``, in the lane's slot."""
+    return f"{filter_key}:{{{tag}}}"
+
+
 def priority_list_key(queue_key: str, priority: int, cluster: bool = False) -> str:
     """The list holding the requests of one priority of a PriorityQueue."""
     return derived(queue_key, f"prio:{priority}", cluster)

@@ -84,6 +84,13 @@ class LeanDupeFilter(RFPDupeFilter):
         )
         return dupefilter
 
+    def for_lane(self, key: str, lanes: int) -> Self:
+        """A lane's filter, sized for its share of DUPEFILTER_LEAN_CAPACITY."""
+        lane = super().for_lane(key, lanes)
+        lane.capacity = checked_capacity(max(1, -(-self.capacity // lanes)))
+        lane._layout, lane._warned, lane._batches = None, frozenset(), 0
+        return lane
+
     # -- layout ------------------------------------------------------------------------
 
     @property

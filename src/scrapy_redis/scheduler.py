@@ -33,6 +33,7 @@ from scrapy_redis._compat import Derived, PerInstance
 from scrapy_redis.exceptions import warn_from_settings
 from scrapy_redis.keys import format_key
 from scrapy_redis.keytypes import check_key_types
+from scrapy_redis.lanes import LanedQueue, record_lane_count, split_into_lanes
 from scrapy_redis.outage import OUTAGE_ERRORS
 from scrapy_redis.queue import Base
 from scrapy_redis.scheduler_parts import Parts, assemble, assemble_plain, dedups_in_script
@@ -90,6 +91,8 @@ class Scheduler:
     enqueue_batch_size = defaults.SCHEDULER_ENQUEUE_BATCH_SIZE
     prefetch = defaults.SCHEDULER_PREFETCH
     seen_cache_size = defaults.SCHEDULER_SEEN_CACHE_SIZE
+    #: SCHEDULER_SHARDS (None: by the server, see lanes.lane_count()).
+    shards: int | None = defaults.SCHEDULER_SHARDS
     crawler = Derived["Crawler | None"](lambda self: getattr(self.spider, "crawler", None))
     #: After close: whether this worker, the last one, deleted the shared data.
     cleared_shared_data: bool | None = None
@@ -124,6 +127,7 @@ class Scheduler:
         enqueue_batch_size: int = defaults.SCHEDULER_ENQUEUE_BATCH_SIZE,
         prefetch: int = defaults.SCHEDULER_PREFETCH,
         seen_cache_size: int = defaults.SCHEDULER_SEEN_CACHE_SIZE,
+        shards: int | None = defaults.SCHEDULER_SHARDS,
         crawler: Crawler | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -142,6 +146,7 @@ class Scheduler:
         self.worker_timeout, self.max_deliveries = worker_timeout, max_deliveries
         self.enqueue_delay, self.enqueue_batch_size = enqueue_delay, enqueue_batch_size
         self.prefetch, self.seen_cache_size = prefetch, seen_cache_size
+        self.shards = shards
         check_scheduler_args(self)
         self.clock = clock
         self.crawler = crawler
@@ -181,14 +186,17 @@ class Scheduler:
         self.queue = self._build_queue(spider)
         if self.df is None:
             self.df = load_configured("DUPEFILTER_CLASS", self.dupefilter_cls).from_spider(spider)
+        self.queue = split_into_lanes(self, spider, self.queue)
         self._parts = parts = assemble(self)
         check_key_types(self.server, parts.key_uses())
-        if isinstance(self.queue, Base):
+        if isinstance(self.queue, (Base, LanedQueue)):
             settings = self.crawler.settings if self.crawler is not None else None
             self.queue.writes = WriteIds(writes_ttl(settings), writer=self.worker_id)
         assert parts.membership is not None
         if parts.membership.join(parts.shared_keys() if self.flush_on_start else ()):
             self._clear_filter()
+        if isinstance(self.queue, (Base, LanedQueue)):
+            record_lane_count(self.server, self.queue)
         parts.feed.recover()
         if pending := len(self.queue):  # the original's spider.log(): spider's logger, DEBUG
             spider_logger = getattr(spider, "logger", logger)
@@ -208,7 +216,7 @@ class Scheduler:
         try:
             parts.buffer.send_at_close()
             parts.feed.give_back_all()
-            if isinstance(self.queue, Base):
+            if isinstance(self.queue, (Base, LanedQueue)):
                 self.queue.writes.forget(self.server)
             self._leave(keep)
         except OUTAGE_ERRORS as exc:
@@ -314,9 +322,11 @@ class Scheduler:
 
     def _clear_filter(self) -> None:
         """After the shared keys were deleted: the filter's other keys too (a filter
-        keeping fingerprints in many keys, such as the lean filter's buckets)."""
-        if hasattr(self.df, "clear"):
-            self.df.clear()
+        keeping fingerprints in many keys, such as the lean filter's buckets), and
+        the lanes' filters."""
+        for dupefilter in [self.df, *getattr(self.queue, "filters", ())]:
+            if hasattr(dupefilter, "clear"):
+                dupefilter.clear()
 
     def _leave(self, keep: bool) -> None:
         membership = self._parts.membership

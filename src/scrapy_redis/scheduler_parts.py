@@ -8,6 +8,7 @@ filter's ``request_seen()``, no leases, no registry).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -19,8 +20,9 @@ from scrapy_redis.enqueue import EnqueueBuffer, LocalQueue, SeenCache
 from scrapy_redis.feeds import PlainFeed, RequestFeed
 from scrapy_redis.guarded import RedisCalls
 from scrapy_redis.idle import IdleWatch
-from scrapy_redis.keys import news_channel, workers_key
+from scrapy_redis.keys import lanes_key, news_channel, workers_key
 from scrapy_redis.keytypes import KeyUse
+from scrapy_redis.lanes import LanedFeed, LanedQueue
 from scrapy_redis.leased_feed import LeasedFeed
 from scrapy_redis.leases import LeaseBook
 from scrapy_redis.outage import OutageGuard, outage_guard
@@ -58,6 +60,8 @@ class Parts:
         self.calls = context.calls
         self.counts = context.counts
         self.dupefilter = dupefilter
+        #: The filters whose keys the crawl uses: the scheduler's, or its lanes' (lanes.py).
+        self.filters = list(getattr(context.queue, "filters", None) or [dupefilter])
         self.seen = seen
         self.local = LocalQueue()
         self.buffer: EnqueueBuffer
@@ -66,16 +70,20 @@ class Parts:
 
     def shared_keys(self) -> list[str]:
         """The keys deleted with the crawl: the queue's, the leases', the filter's."""
+        queue = self.context.queue
         keys = self.feed.flush_keys()
-        key = getattr(self.dupefilter, "key", None)
-        return [*keys, key] if isinstance(key, str) else keys
+        if isinstance(queue, LanedQueue):  # how many lanes: see lanes.py
+            keys.append(lanes_key(queue.key, is_cluster(queue.server)))
+        filter_keys = [getattr(dupefilter, "key", None) for dupefilter in self.filters]
+        return keys + [key for key in filter_keys if isinstance(key, str)]
 
     def key_uses(self) -> list[KeyUse]:
         """The keys this worker uses, with their types (see keytypes.py)."""
         uses = [KeyUse(key, kind, "SCHEDULER_QUEUE_KEY") for key, kind in self.feed.key_types()]
         if self.buffer.in_script:  # our filter's keys (a subclass may keep other types)
-            for key, kind in self.dupefilter.key_types():
-                uses.append(KeyUse(key, kind, "SCHEDULER_DUPEFILTER_KEY"))
+            for dupefilter in self.filters:
+                for key, kind in dupefilter.key_types():
+                    uses.append(KeyUse(key, kind, "SCHEDULER_DUPEFILTER_KEY"))
         return uses
 
     def beat(self) -> None:
@@ -146,10 +154,15 @@ def assemble(scheduler: Scheduler) -> Parts:
     """The parts of an opened scheduler (its queue and filter built)."""
     queue = scheduler.queue
     parts = _base_parts(scheduler, news_channel(queue.key))
-    parts.buffer = _buffer(scheduler, parts, dedups_in_script(scheduler.df, queue))
-    if isinstance(queue, Base) and queue.uses_leases:
-        parts.feed = _leased_feed(scheduler, parts)
+    if isinstance(queue, LanedQueue):  # split (lanes.py): checked in script by construction
+        parts.buffer = _buffer(scheduler, parts, True)
+        feeds = [_leased_feed(scheduler, parts, lane) for lane in queue.lanes]
+        parts.feed = LanedFeed(queue, feeds, scheduler.clock)
+    elif isinstance(queue, Base) and queue.uses_leases:
+        parts.buffer = _buffer(scheduler, parts, dedups_in_script(scheduler.df, queue))
+        parts.feed = _leased_feed(scheduler, parts, queue)
     else:
+        parts.buffer = _buffer(scheduler, parts, dedups_in_script(scheduler.df, queue))
         parts.feed = PlainFeed(parts.context, parts.buffer.send_now)
     registry = WorkerRegistry(
         scheduler.server,
@@ -166,14 +179,16 @@ def assemble(scheduler: Scheduler) -> Parts:
     return parts
 
 
-def _leased_feed(scheduler: Scheduler, parts: Parts) -> LeasedFeed:
+def _leased_feed(scheduler: Scheduler, parts: Parts, queue: Base) -> LeasedFeed:
+    """The leased feed of ``queue`` (the scheduler's, or one of its lanes)."""
     book = LeaseBook(
         scheduler.server,
-        scheduler.queue.key,
+        queue.key,
         scheduler.worker_id,
         scheduler.worker_timeout,
         scheduler.max_deliveries,
     )
     pacer = Pacer(scheduler.prefetch, scheduler.clock)
     pacing = DownloaderPacing(pacer, scheduler.crawler, scheduler.spider, scheduler.reactor)
-    return LeasedFeed(parts.context, book, pacing, parts.buffer.send_now)
+    context = dataclasses.replace(parts.context, queue=queue)
+    return LeasedFeed(context, book, pacing, parts.buffer.send_now)

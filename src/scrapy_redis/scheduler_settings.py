@@ -38,6 +38,7 @@ def scheduler_kwargs(settings: BaseSettings) -> dict[str, Any]:
         "enqueue_batch_size": number("SCHEDULER_ENQUEUE_BATCH_SIZE"),
         "prefetch": number("SCHEDULER_PREFETCH"),
         "seen_cache_size": number("SCHEDULER_SEEN_CACHE_SIZE"),
+        "shards": None if settings.get("SCHEDULER_SHARDS") is None else number("SCHEDULER_SHARDS"),
     }
 
 

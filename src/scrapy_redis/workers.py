@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from typing import Any
 
 from twisted.internet import task
 
+from scrapy_redis.connection import is_cluster
 from scrapy_redis.scripts import script
 
 #: The scheduler's parts log as the scheduler.
@@ -38,6 +40,8 @@ class Census:
 
     others: int
     flushed: bool
+    #: Another worker is deleting the shared keys (a worker joining waits for it).
+    flushing: bool = False
 
 
 class WorkerRegistry:
@@ -50,8 +54,16 @@ class WorkerRegistry:
         self.timeout_ms = max(1, int(timeout * 1000))
 
     def join(self, flush_keys: Sequence[str] = ()) -> Census:
-        """Register; first delete ``flush_keys`` if given and no other worker is alive."""
-        return self._run("join", flush_keys)
+        """Register; first delete ``flush_keys`` if given and no other worker is alive.
+        While another worker deletes the shared keys key by key (on a Redis Cluster),
+        wait for it (for at most the worker timeout): what this worker pushed meanwhile
+        could be deleted."""
+        deadline = time.monotonic() + self.timeout_ms / 1000
+        census = self._run("join", flush_keys)
+        while census.flushing and time.monotonic() < deadline:
+            time.sleep(0.05)
+            census = self._run("join", flush_keys)
+        return census
 
     def beat(self) -> Census:
         """Renew this worker's entry."""
@@ -62,9 +74,25 @@ class WorkerRegistry:
         return self._run("leave", flush_keys)
 
     def _run(self, op: str, flush_keys: Sequence[str]) -> Census:
+        if flush_keys and not one_slot(self.server, [self.key, *flush_keys]):
+            return self._run_claimed(op, flush_keys)
         args = [op, self.worker_id, self.timeout_ms, "1" if flush_keys else "0"]
-        others, flushed = script("workers")(self.server, [self.key, *flush_keys], args)
-        return Census(int(others), bool(flushed))
+        reply = script("workers")(self.server, [self.key, *flush_keys], args)
+        return Census(int(reply[0]), bool(int(reply[1])), bool(int(reply[2])))
+
+    def _run_claimed(self, op: str, flush_keys: Sequence[str]) -> Census:
+        """``op``, the shared keys being in several Redis Cluster slots: claim their
+        deletion in the registry's script, delete them, then say so."""
+        args = [op, self.worker_id, self.timeout_ms, "2"]
+        reply = script("workers")(self.server, [self.key], args)
+        census = Census(int(reply[0]), bool(int(reply[1])), bool(int(reply[2])))
+        if census.flushed:
+            try:
+                for start in range(0, len(flush_keys), 500):
+                    self.server.unlink(*flush_keys[start : start + 500])
+            finally:
+                script("workers")(self.server, [self.key], ["flushed", self.worker_id, 1, "0"])
+        return census
 
 
 class Membership:
@@ -123,3 +151,10 @@ class Membership:
                 extra={"spider": self.spider},
             )
         return census.flushed
+
+
+def one_slot(server: Any, keys: Sequence[str]) -> bool:
+    """Whether one script may use ``keys`` (always, but on a Redis Cluster: one slot)."""
+    from redis.crc import key_slot
+
+    return not is_cluster(server) or len({key_slot(key.encode()) for key in keys}) == 1

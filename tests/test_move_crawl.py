@@ -1,0 +1,110 @@
+"""Moving a stopped crawl from one redis-server to a real Redis Cluster (into lanes), and
+what the move refuses."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from scrapy import Request
+
+from helpers import open_scheduler
+from scrapy_redis.lanes import LanedQueue
+from scrapy_redis.move_crawl import main
+
+URLS = [f"http://example.com/{n}" for n in range(300)]
+
+
+def settings(url: str, **extra):
+    return {
+        "REDIS_URL": url,
+        "SCHEDULER": "scrapy_redis.scheduler.Scheduler",
+        "SCHEDULER_QUEUE_CLASS": "scrapy_redis.queue.PriorityQueue",
+        "SCHEDULER_PERSIST": True,
+        **extra,
+    }
+
+
+def a_kept_crawl(url: str, server) -> None:
+    """A crawl of 'demo' stopped with SCHEDULER_PERSIST: 300 requests queued (3 priorities),
+    100 crawled (fingerprints only), a start URL, items and stats."""
+    scheduler = open_scheduler(settings(url))
+    for n, page in enumerate(URLS):
+        scheduler.enqueue_request(Request(page, priority=n % 3))
+    for n in range(100):
+        scheduler.enqueue_request(Request(f"http://example.com/done/{n}"))
+    assert scheduler.send_enqueued()
+    done = [scheduler.next_request() for _ in range(100)]  # the priority-2 ones first
+    scheduler.close("shutdown")  # gives them back: crawled later, by the target's workers
+    scheduler.stop_timers()
+    assert len(done) == 100
+    server.rpush("demo:start_urls", "http://example.com/start")
+    server.rpush("demo:items", json.dumps({"url": "http://example.com/0"}))
+    server.hset("demo:stats", "item_scraped_count", 1)
+
+
+def args(source: str, target: str, *extra: str) -> list[str]:
+    return ["demo", "--from", source, "--to", target, *extra,
+            "-s", "SCHEDULER_QUEUE_CLASS=scrapy_redis.queue.PriorityQueue"]  # fmt: skip
+
+
+def test_a_kept_crawl_moves_into_the_clusters_lanes(
+    redis_url, server, redis_cluster, cluster, schedulers, capsys
+):
+    a_kept_crawl(redis_url, server)
+    assert main(args(redis_url, redis_cluster.url, "--delete-source")) == 0
+    out = capsys.readouterr().out
+    assert "Moved 400 requests and 400 fingerprints of demo" in out
+    assert "demo:start_urls, demo:items, demo:stats" in out
+    assert server.keys("*") == []  # --delete-source
+    scheduler = schedulers(settings(redis_cluster.url))
+    assert isinstance(scheduler.queue, LanedQueue) and len(scheduler.queue.lanes) == 16
+    for page in URLS[:10]:  # their fingerprints moved too: duplicates
+        scheduler.enqueue_request(Request(page))
+    assert scheduler.send_enqueued()
+    assert scheduler.stats.get_value("dupefilter/filtered") == 10
+    popped = [r.url for r in iter(scheduler.next_request, None)]
+    assert sorted(popped) == sorted([*URLS, *(f"http://example.com/done/{n}" for n in range(100))])
+    assert cluster.lrange("demo:start_urls", 0, -1) == [b"http://example.com/start"]
+    assert cluster.hget("demo:stats", "item_scraped_count") == b"1"
+    assert cluster.llen("demo:items") == 1
+
+
+def test_moving_while_a_worker_runs_is_refused(redis_url, server, redis_cluster, cluster):
+    a_kept_crawl(redis_url, server)
+    worker = open_scheduler(settings(redis_url))
+    try:
+        with pytest.raises(SystemExit, match=r"1 worker.*stop them first"):
+            main(args(redis_url, redis_cluster.url))
+    finally:
+        worker.stop_timers()
+    assert len(worker) == 400  # nothing moved
+
+
+def test_a_target_with_data_is_refused_unless_forced(redis_url, server, redis_cluster, cluster):
+    a_kept_crawl(redis_url, server)
+    target = open_scheduler(settings(redis_cluster.url))
+    target.enqueue_request(Request("http://example.com/elsewhere"))
+    assert target.send_enqueued()
+    target.close("finished")
+    target.stop_timers()
+    with pytest.raises(SystemExit, match="--force merges"):
+        main(args(redis_url, redis_cluster.url))
+    assert main(args(redis_url, redis_cluster.url, "--force")) == 0
+
+
+def test_a_lean_filter_is_refused_unless_without_fingerprints(
+    redis_url, server, redis_cluster, cluster, capsys
+):
+    lean = "DUPEFILTER_CLASS=scrapy_redis.dupefilter.LeanDupeFilter"
+    scheduler = open_scheduler(
+        settings(redis_url, DUPEFILTER_CLASS="scrapy_redis.dupefilter.LeanDupeFilter")
+    )
+    scheduler.enqueue_request(Request("http://example.com/a"))
+    assert scheduler.send_enqueued()
+    scheduler.close("finished")
+    scheduler.stop_timers()
+    with pytest.raises(SystemExit, match="cannot list its fingerprints"):
+        main([*args(redis_url, redis_cluster.url), "-s", lean])
+    assert main([*args(redis_url, redis_cluster.url, "--without-fingerprints"), "-s", lean]) == 0
+    assert "Moved 1 requests and 0 fingerprints" in capsys.readouterr().out
