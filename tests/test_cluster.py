@@ -221,6 +221,35 @@ def test_pipeline_and_stats(redis_cluster, cluster):
     assert crawler.stats.get_stats() == {"a": 1, "b": "two"}
 
 
+class RoutingPipeline:
+    """A RedisPipeline of one's own sending items to a list per kind (lists in several
+    hash slots)."""
+
+    @staticmethod
+    def build(crawler):
+        from scrapy_redis.pipelines import RedisPipeline
+
+        class Routing(RedisPipeline):
+            def item_key(self, item, spider):
+                return f"demo:items:{item['kind']}"
+
+        return Routing.from_crawler(crawler)
+
+
+def test_items_routed_to_lists_in_several_slots(redis_cluster, cluster):
+    crawler = get_crawler(DemoSpider, {"REDIS_URL": redis_cluster.url})
+    pipeline, spider = RoutingPipeline.build(crawler), DemoSpider()
+    kinds = ["book", "film", "song", "game"]
+    assert len({key_slot(f"demo:items:{kind}".encode()) for kind in kinds}) > 1
+    pipeline.guard.failed(redis.ConnectionError("a blip"))  # items kept, pushed together
+    for n in range(20):
+        pipeline.process_item({"kind": kinds[n % 4], "n": n}, spider)
+    pipeline.close_spider(spider)
+    for number, kind in enumerate(kinds):
+        stored = [json.loads(raw)["n"] for raw in cluster.lrange(f"demo:items:{kind}", 0, -1)]
+        assert stored == list(range(number, 20, 4))
+
+
 @pytest.mark.parametrize("mode", ["list", "set", "zset"])
 def test_start_urls_in_each_mode(redis_cluster, cluster, mode):
     from test_spiders import make, urls

@@ -6,10 +6,12 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from redis.crc import key_slot
 from scrapy.utils.serialize import ScrapyJSONEncoder
 
 from scrapy_redis import connection, defaults
 from scrapy_redis._compat import PerInstance
+from scrapy_redis.connection import is_cluster
 from scrapy_redis.exceptions import warn_from_settings
 from scrapy_redis.keys import format_key
 from scrapy_redis.outage import OUTAGE_ERRORS, OutageGuard, outage_guard
@@ -118,7 +120,19 @@ class RedisPipeline:
         self.guard.succeeded()
 
     def _push(self, pending: list[tuple[str, str | bytes, int]]) -> None:
-        """One script call: every item appended to its list, at most once."""
+        """One script call: every item appended to its list, at most once; on a Redis
+        Cluster one per hash slot of the lists (items routed to lists in several slots):
+        a call sent again after a failure skips what the first calls appended."""
+        if not is_cluster(self.server):
+            self._push_one_call(pending)
+            return
+        by_slot: dict[int, list[tuple[str, str | bytes, int]]] = {}
+        for item in pending:
+            by_slot.setdefault(key_slot(item[0].encode()), []).append(item)
+        for group in by_slot.values():
+            self._push_one_call(group)
+
+    def _push_one_call(self, pending: list[tuple[str, str | bytes, int]]) -> None:
         keys: list[str] = []
         args: list[Any] = [self._writes.ttl_ms]
         number: dict[str, int] = {}  # list key -> its pair's number in KEYS
