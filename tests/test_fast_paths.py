@@ -770,6 +770,31 @@ def test_news_listener_listens_again_after_a_failure(monkeypatch):
     assert not listener.thread.is_alive()
 
 
+def test_a_listener_whose_connection_was_lost_listens_again_at_once(server, monkeypatch):
+    """A Redis restart or failover drops the subscription of a listener that worked: the
+    next start() listens again, not RETRY (30) seconds later."""
+    monkeypatch.setattr(NewsListener, "LISTENED", 0.2)
+    channel = f"test:news:{time.monotonic_ns()}"
+    listener = NewsListener(server, channel, lambda: None, reactor=_ThreadReactor())
+    listener.start()
+    deadline = time.monotonic() + 5
+    while server.pubsub_numsub(channel)[0][1] == 0 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    time.sleep(0.3)  # listening for longer than LISTENED
+    server.client_kill_filter(_type="pubsub")  # the connection is lost
+    listener.join(5)
+    first = listener.thread
+    assert not first.is_alive()
+    listener.start()
+    assert listener.thread is not first  # at once
+    deadline = time.monotonic() + 5
+    while server.pubsub_numsub(channel)[0][1] == 0 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert server.pubsub_numsub(channel)[0][1] == 1
+    listener.stop()
+    listener.join(5)
+
+
 def test_an_idle_worker_on_a_test_clock_keeps_listening_to_the_news(
     settings_dict, server, schedulers, caplog
 ):

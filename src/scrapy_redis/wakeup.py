@@ -120,11 +120,15 @@ class NewsListener:
     thread ends within ``WAIT`` seconds. If the subscription fails (a proxy
     without pub/sub, a lost connection, an ACL without the channel) it logs at
     DEBUG and ends: the watcher's polling still finds the news, and the next
-    ``start()`` at least ``RETRY`` seconds later listens again.
+    ``start()`` at least ``RETRY`` seconds later listens again. A listener that
+    had been listening for ``LISTENED`` seconds when its connection was lost (a
+    restart or failover of Redis: the new master takes subscriptions) listens
+    again at the next ``start()``.
     """
 
     WAIT = 1.0
     RETRY = 30.0
+    LISTENED = 5.0
 
     def __init__(
         self, server: Any, channel: str, on_news: Callable[[], None], reactor: Any = None
@@ -165,10 +169,11 @@ class NewsListener:
             self._thread.join(timeout)
 
     def _listen(self, reactor: Any) -> None:
-        pubsub = None
+        pubsub, subscribed_at = None, None
         try:
             pubsub = self.server.pubsub(ignore_subscribe_messages=True)
             pubsub.subscribe(self.channel)
+            subscribed_at = time.monotonic()
             while not self._stopped.is_set():
                 message = pubsub.get_message(timeout=self.WAIT)
                 if message is not None and not self._stopped.is_set():
@@ -176,6 +181,8 @@ class NewsListener:
         except Exception:  # polling remains
             if not self._stopped.is_set():
                 logger.debug("Not listening to %s any more", self.channel, exc_info=True)
+            if subscribed_at is not None and time.monotonic() - subscribed_at >= self.LISTENED:
+                self._started_at = 0.0  # it worked a while: listen again at the next start()
         finally:
             if pubsub is not None:
                 with contextlib.suppress(Exception):  # the connection is gone already
