@@ -58,11 +58,7 @@ def redisbloom_server():
 @pytest.fixture
 def bloom_server(redisbloom_server):
     """A client of the RedisBloom server; its database is empty before and after each test."""
-    client = redis.Redis.from_url(redisbloom_server.url)
-    client.flushdb()
-    yield client
-    client.flushdb()
-    client.close()
+    yield from _emptied_client(redisbloom_server)
 
 
 @pytest.fixture(scope="session")
@@ -102,6 +98,10 @@ def redis_url(redis_server):
 @pytest.fixture
 def server(redis_server):
     """A client of the session server; the database is empty before and after each test."""
+    yield from _emptied_client(redis_server)
+
+
+def _emptied_client(redis_server):
     client = redis.Redis.from_url(redis_server.url)
     client.flushdb()
     yield client

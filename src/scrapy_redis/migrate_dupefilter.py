@@ -143,9 +143,19 @@ def _target(spider_name: str, settings: Any) -> Any:
     return load_configured("DUPEFILTER_CLASS", dupefilter_class_path(settings)).from_spider(spider)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def project_settings(pairs: Sequence[str]) -> Any:
+    """The Scrapy project's settings (run from its directory), with the command's
+    ``-s NAME=VALUE`` ``pairs`` over them, as ``scrapy crawl -s`` does."""
     from scrapy.utils.project import get_project_settings
 
+    settings = get_project_settings()
+    for pair in pairs:
+        name, _, value = pair.partition("=")
+        settings.set(name, value, priority="cmdline")
+    return settings
+
+
+def main(argv: Sequence[str] | None = None) -> int:
     from scrapy_redis import defaults
     from scrapy_redis.connection import get_redis_from_settings
     from scrapy_redis.keys import format_key
@@ -157,10 +167,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=1000)
     parser.add_argument("-s", dest="set", action="append", default=[], metavar="NAME=VALUE")
     args = parser.parse_args(argv)
-    settings = get_project_settings()
-    for pair in args.set:
-        name, _, value = pair.partition("=")
-        settings.set(name, value, priority="cmdline")
+    settings = project_settings(args.set)
     template = settings.get("SCHEDULER_DUPEFILTER_KEY") or defaults.SCHEDULER_DUPEFILTER_KEY
     source = args.source or format_key(template, args.spider)
     dupefilter = _target(args.spider, settings)

@@ -40,7 +40,7 @@ from scrapy_redis.exceptions import ConfigurationError, ScrapyRedisError
 from scrapy_redis.keys import format_key, workers_key
 from scrapy_redis.lanes import LanedQueue, lane_of
 from scrapy_redis.leases import LeaseBook
-from scrapy_redis.migrate_dupefilter import record_batch, source_batches
+from scrapy_redis.migrate_dupefilter import project_settings, record_batch, source_batches
 from scrapy_redis.queue import Candidate, Entry
 
 logger = logging.getLogger(__name__)
@@ -202,8 +202,6 @@ def _scheduler(spider_name: str, settings: Any) -> Any:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from scrapy.utils.project import get_project_settings
-
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("spider", help="the spider name (formats the key templates)")
     parser.add_argument("--from", dest="source", required=True, help="the source REDIS_URL")
@@ -213,10 +211,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--force", action="store_true")
     parser.add_argument("-s", dest="set", action="append", default=[], metavar="NAME=VALUE")
     args = parser.parse_args(argv)
-    settings = get_project_settings()
-    for pair in args.set:
-        name, _, value = pair.partition("=")
-        settings.set(name, value, priority="cmdline")
+    settings = project_settings(args.set)
     target_settings = settings.copy()
     if args.target:
         target_settings.set("REDIS_URL", args.target, priority="cmdline")
