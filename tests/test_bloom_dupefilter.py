@@ -214,15 +214,15 @@ def _race_push(url: str, capacity: int, seed: int, queue, start) -> None:
     queue.put(new)
 
 
-@pytest.mark.parametrize("path", ["seen_many", "push script"])
-@pytest.mark.parametrize("capacity", [10**6, 4000])
-def test_racing_processes_see_each_fingerprint_new_once(server, redis_url, capacity, path):
+def race(server, url: str, capacity: int, path: str) -> list[str]:
+    """4 processes check and record the same 20,000 fingerprints, shuffled, at once
+    (``path``: seen_many() or the push script); the fingerprints reported new, checked
+    never twice and, through the push script, pushed exactly when reported new."""
     context = multiprocessing.get_context("fork")
     queue, start = context.Queue(), context.Barrier(4)
     target = _race if path == "seen_many" else _race_push
     workers = [
-        context.Process(target=target, args=(redis_url, capacity, s, queue, start))
-        for s in range(4)
+        context.Process(target=target, args=(url, capacity, s, queue, start)) for s in range(4)
     ]
     for worker in workers:
         worker.start()
@@ -234,6 +234,13 @@ def test_racing_processes_see_each_fingerprint_new_once(server, redis_url, capac
     if path == "push script":  # pushed exactly when reported new
         assert sorted(server.lrange("demo:requests", 0, -1)) == sorted(fp.encode() for fp in new)
     assert all(report for report in reported)  # they did race
+    return new
+
+
+@pytest.mark.parametrize("path", ["seen_many", "push script"])
+@pytest.mark.parametrize("capacity", [10**6, 4000])
+def test_racing_processes_see_each_fingerprint_new_once(server, redis_url, capacity, path):
+    new = race(server, redis_url, capacity, path)
     if capacity == 10**6:  # far from full: no false positive to expect
         assert sorted(new) == sorted(fingerprints(20000, "race"))
     else:  # grown 3 times while racing (the stale-layer path): only false positives missing
