@@ -596,6 +596,19 @@ def test_concurrent_batches_push_each_request_once(server, redis_url):
     assert sorted(urls) == sorted(f"https://example.com/{i}" for i in range(400))
 
 
+def subscribed(server, channel: str):
+    """A pub/sub connection subscribed to ``channel``, once the server confirmed it (a
+    message published before that is not received: on a loaded machine it happened)."""
+    pubsub = server.pubsub()
+    pubsub.subscribe(channel)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        message = pubsub.get_message(timeout=0.1)
+        if message is not None and message["type"] == "subscribe":
+            return pubsub
+    raise AssertionError(f"not subscribed to {channel}")
+
+
 def news_of(pubsub, wait: float = 1.0) -> list[bytes]:
     """The messages published on the subscribed channel within ``wait`` seconds."""
     messages = []
@@ -613,8 +626,7 @@ def test_pushes_and_released_leases_are_announced(settings_dict, server, schedul
         {**settings_dict, "SCHEDULER_QUEUE_CLASS": f"scrapy_redis.queue.{queue_cls}"}
     )
     in_progress = stand_in_engine(scheduler)
-    pubsub = server.pubsub()
-    pubsub.subscribe("demo:requests:news")
+    pubsub = subscribed(server, "demo:requests:news")
     for i in range(3):
         scheduler.enqueue_request(Request(f"http://example.com/{i}"))
     scheduler.send_enqueued()
@@ -638,8 +650,7 @@ def test_a_worker_closing_with_leases_announces_it_gave_them_back(
     scheduler = schedulers(settings_dict)
     scheduler.enqueue_request(Request("http://example.com/a"))
     assert scheduler.next_request() is not None
-    pubsub = server.pubsub()
-    pubsub.subscribe("demo:requests:news")
+    pubsub = subscribed(server, "demo:requests:news")
     news_of(pubsub, 0.1)
     scheduler.close("shutdown")
     assert news_of(pubsub, 0.3) == [b"returned"]
@@ -744,8 +755,7 @@ def test_recovered_leases_are_announced(settings_dict, server, schedulers):
     assert dead.next_request() is not None
     clock = Clock()
     schedulers(settings, reactor=clock)  # the live worker
-    pubsub = server.pubsub()
-    pubsub.subscribe("demo:requests:news")
+    pubsub = subscribed(server, "demo:requests:news")
     news_of(pubsub, 0.1)
     time.sleep(0.35)
     clock.advance(0.1)  # the live worker's heartbeat
