@@ -193,7 +193,9 @@ def _scheduler(spider_name: str, settings: Any) -> Any:
         for name in settings
         if (settings.getpriority(name) or 0) > SETTINGS_PRIORITIES["default"]
     }
-    crawler = get_crawler(spidercls, {**chosen, "SCHEDULER_PERSIST": True})
+    # never delete what is moved (nor where it goes), whatever the project says
+    keep = {"SCHEDULER_PERSIST": True, "SCHEDULER_FLUSH_ON_START": False}
+    crawler = get_crawler(spidercls, {**chosen, **keep})
     spider = crawler.spidercls.from_crawler(crawler)
     crawler.spider = spider
     scheduler = build_from_crawler(Scheduler, crawler)
@@ -218,10 +220,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     source_settings = settings.copy()
     source_settings.set("REDIS_URL", args.source, priority="cmdline")
     source_settings.set("SCHEDULER_SHARDS", 1, priority="cmdline")
-    source, target = (
-        _scheduler(args.spider, source_settings),
-        _scheduler(args.spider, target_settings),
-    )
+    source = _scheduler(args.spider, source_settings)
+    try:
+        target = _scheduler(args.spider, target_settings)
+    except Exception:
+        source.close("finished")
+        raise
     try:
         moved = move(source, target, fingerprints=not args.without_fingerprints, force=args.force)
         moved.keys = copy_named_keys(source, target, _named_keys(args.spider, settings), args.force)
