@@ -188,6 +188,22 @@ def test_a_crawl_not_split_is_not_split_by_a_worker_that_asks(redis_url, server,
     assert not server.exists("demo:requests:lanes")
 
 
+def test_a_crawl_not_split_whose_requests_are_all_leased_is_not_split(
+    redis_url, server, schedulers
+):
+    """The queue key is gone (every request leased by workers that died): its leases and
+    fingerprints still say the crawl is not split. The worker refused leaves no trace."""
+    unsplit = open_scheduler({**laned(redis_url), "SCHEDULER_SHARDS": 1})
+    unsplit.enqueue_request(Request("http://example.com/a"))
+    assert unsplit.next_request() is not None  # leased; then SIGKILL: no close
+    unsplit.stop_timers()
+    assert not server.exists("demo:requests")
+    with pytest.raises(ConfigurationError, match="not split into lanes"):
+        open_scheduler(laned(redis_url))
+    assert not server.exists("demo:requests:lanes")
+    assert server.hlen("demo:requests:workers") == 1  # the dead worker's entry only
+
+
 def test_what_cannot_be_split_is_refused_naming_the_setting(redis_url, server):
     with pytest.raises(ConfigurationError, match="SCHEDULER_SHARDS = 4, but the queue key"):
         open_scheduler(laned(redis_url, SCHEDULER_QUEUE_KEY="{%(spider)s}:requests"))

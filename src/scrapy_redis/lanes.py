@@ -29,8 +29,17 @@ from typing import TYPE_CHECKING, Any
 from scrapy_redis.connection import is_cluster
 from scrapy_redis.exceptions import ConfigurationError
 from scrapy_redis.feeds import queue_has_requests
-from scrapy_redis.keys import format_key, lane_filter_key, lane_queue_key, lane_tags, lanes_key
+from scrapy_redis.keys import (
+    format_key,
+    lane_filter_key,
+    lane_queue_key,
+    lane_tags,
+    lanes_key,
+    lease_deadlines_key,
+    leases_key,
+)
 from scrapy_redis.queue import Base, Candidate
+from scrapy_redis.scripts import script
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -301,37 +310,31 @@ def _unsplittable(queue: Any, dupefilter: Any) -> str | None:
     return None
 
 
-def record_lane_count(server: Any, queue: Any) -> None:
-    """Store how many lanes the crawl of ``queue`` has (if split), if no worker did;
-    refuse another count (:class:`ConfigurationError`): the requests and fingerprints
-    of other lanes would not be read."""
+def check_lane_count(server: Any, queue: Any, dupefilter: Any, record: bool = False) -> None:
+    """Refuse (:class:`ConfigurationError`) a worker whose lane count is not that of the
+    crawl's data: the requests and fingerprints of other lanes would not be read. With
+    ``record``, a split crawl's count is stored if no worker did (``lanes_record.lua``:
+    one step, so two workers cannot each find no count and no data)."""
     count = len(queue.lanes) if isinstance(queue, LanedQueue) else 1
-    key = lanes_key(queue.key, is_cluster(server))
-    if count == 1:  # not recorded: a crawl not split has no key more than before
-        stored = server.get(key)
-        count = int(stored) if stored is not None else 1
-        if count != 1:
-            raise ConfigurationError(
-                f"This crawl's data ({queue.key}) is split into {count} lanes, and these "
-                f"settings give 1 (SCHEDULER_SHARDS): set SCHEDULER_SHARDS = {count} on every "
-                "worker, or delete the crawl's data to start over."
-            )
+    cluster = is_cluster(server)
+    keys = [lanes_key(queue.key, cluster)]
+    if count > 1:  # a crawl not split has data there (all in the queue key's slot)
+        keys += [queue.key, leases_key(queue.key, cluster), lease_deadlines_key(queue.key, cluster)]
+        keys += [key for key, _ in dupefilter.key_types()]
+    found = int(script("lanes_record")(server, keys, [count, "1" if record else "0"]))
+    if found == count:
         return
-    if server.set(key, count, nx=True):
-        if count > 1 and server.exists(queue.key):
-            server.delete(key)
-            raise ConfigurationError(
-                f"SCHEDULER_SHARDS = {count}, but {queue.key} holds the requests of a crawl "
-                "that was not split into lanes. Set SCHEDULER_SHARDS = 1 to go on with it."
-            )
-        return
-    stored = int(server.get(key) or count)
-    if stored != count:
+    if found == 1:
         raise ConfigurationError(
-            f"This crawl's data ({queue.key}) is split into {stored} lanes, and these settings "
-            f"give {count} (SCHEDULER_SHARDS): set SCHEDULER_SHARDS = {stored} on every "
-            "worker, or delete the crawl's data to start over."
+            f"SCHEDULER_SHARDS = {count}, but {queue.key} holds the data of a crawl not split "
+            "into lanes (requests, leases or fingerprints). Set SCHEDULER_SHARDS = 1 to go on "
+            "with it, or move it (python -m scrapy_redis.move_crawl)."
         )
+    raise ConfigurationError(
+        f"This crawl's data ({queue.key}) is split into {found} lanes, and these settings "
+        f"give {count} (SCHEDULER_SHARDS): set SCHEDULER_SHARDS = {found} on every worker, "
+        "or delete the crawl's data to start over."
+    )
 
 
 def split_into_lanes(scheduler: Any, spider: Any, queue: Any) -> Any:

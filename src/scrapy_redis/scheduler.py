@@ -33,7 +33,7 @@ from scrapy_redis._compat import Derived, PerInstance
 from scrapy_redis.exceptions import warn_from_settings
 from scrapy_redis.keys import format_key
 from scrapy_redis.keytypes import check_key_types
-from scrapy_redis.lanes import LanedQueue, record_lane_count, split_into_lanes
+from scrapy_redis.lanes import LanedQueue, check_lane_count, split_into_lanes
 from scrapy_redis.outage import OUTAGE_ERRORS
 from scrapy_redis.queue import Base
 from scrapy_redis.scheduler_parts import Parts, assemble, assemble_plain, dedups_in_script
@@ -193,10 +193,13 @@ class Scheduler:
             settings = self.crawler.settings if self.crawler is not None else None
             self.queue.writes = WriteIds(writes_ttl(settings), writer=self.worker_id)
         assert parts.membership is not None
+        ours = isinstance(self.queue, (Base, LanedQueue))
+        if ours:  # before joining: a worker refused leaves no registry entry
+            check_lane_count(self.server, self.queue, self.df)
         if parts.membership.join(parts.shared_keys() if self.flush_on_start else ()):
             self._clear_filter()
-        if isinstance(self.queue, (Base, LanedQueue)):
-            record_lane_count(self.server, self.queue)
+        if ours:
+            check_lane_count(self.server, self.queue, self.df, record=True)
         parts.feed.recover()
         if pending := len(self.queue):  # the original's spider.log(): spider's logger, DEBUG
             spider_logger = getattr(spider, "logger", logger)
