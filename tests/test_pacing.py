@@ -227,3 +227,27 @@ def test_a_held_back_request_does_not_block_other_sites(settings_dict, server, s
     assert taken == ["http://a.com/0", "http://a.com/1", "http://b.com/0", "http://b.com/1"]
     assert leased_entries(server) == 7  # pops of 1, 2 and 4
     assert len(scheduler) == 1 + 3  # b/3 in Redis; a/2, a/3, b/2 held back
+
+
+def test_a_polite_worker_split_into_lanes_paces_the_host_once(settings_dict, server, schedulers):
+    """SCHEDULER_SHARDS = 4: one host's requests are in every lane; the worker's pacing of
+    the host is one, so it hands out what the slot starts within a second (2), not that
+    much per lane."""
+    clock = Clock()
+    settings = {**settings_dict, "DOWNLOAD_DELAY": 1.0, "SCHEDULER_SHARDS": 4}
+    polite = clocked_scheduler(schedulers, settings, clock)
+    engine = engine_with_downloader(polite)
+    for i in range(40):
+        polite.enqueue_request(Request(f"http://example.com/{i}"))
+    polite.send_enqueued()
+    handed = []
+    for _ in range(8):
+        request = polite.next_request()
+        if request is None:
+            break
+        handed.append(request)
+        engine.in_progress.add(request)
+        engine.downloader.active.add(request)
+    assert len(handed) == 2  # the third waits: the slot starts it in 2 s
+    clock.now += 1.0
+    assert polite.next_request() is not None

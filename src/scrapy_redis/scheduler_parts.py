@@ -156,11 +156,12 @@ def assemble(scheduler: Scheduler) -> Parts:
     parts = _base_parts(scheduler, news_channel(queue.key))
     if isinstance(queue, LanedQueue):  # split (lanes.py): checked in script by construction
         parts.buffer = _buffer(scheduler, parts, True)
-        feeds = [_leased_feed(scheduler, parts, lane) for lane in queue.lanes]
+        pacing = _pacing(scheduler)  # one worker, one downloader: shared by the lanes
+        feeds = [_leased_feed(scheduler, parts, lane, pacing) for lane in queue.lanes]
         parts.feed = LanedFeed(queue, feeds, scheduler.clock)
     elif isinstance(queue, Base) and queue.uses_leases:
         parts.buffer = _buffer(scheduler, parts, dedups_in_script(scheduler.df, queue))
-        parts.feed = _leased_feed(scheduler, parts, queue)
+        parts.feed = _leased_feed(scheduler, parts, queue, _pacing(scheduler))
     else:
         parts.buffer = _buffer(scheduler, parts, dedups_in_script(scheduler.df, queue))
         parts.feed = PlainFeed(parts.context, parts.buffer.send_now)
@@ -179,7 +180,14 @@ def assemble(scheduler: Scheduler) -> Parts:
     return parts
 
 
-def _leased_feed(scheduler: Scheduler, parts: Parts, queue: Base) -> LeasedFeed:
+def _pacing(scheduler: Scheduler) -> DownloaderPacing:
+    pacer = Pacer(scheduler.prefetch, scheduler.clock)
+    return DownloaderPacing(pacer, scheduler.crawler, scheduler.spider, scheduler.reactor)
+
+
+def _leased_feed(
+    scheduler: Scheduler, parts: Parts, queue: Base, pacing: DownloaderPacing
+) -> LeasedFeed:
     """The leased feed of ``queue`` (the scheduler's, or one of its lanes)."""
     book = LeaseBook(
         scheduler.server,
@@ -188,7 +196,5 @@ def _leased_feed(scheduler: Scheduler, parts: Parts, queue: Base) -> LeasedFeed:
         scheduler.worker_timeout,
         scheduler.max_deliveries,
     )
-    pacer = Pacer(scheduler.prefetch, scheduler.clock)
-    pacing = DownloaderPacing(pacer, scheduler.crawler, scheduler.spider, scheduler.reactor)
     context = dataclasses.replace(parts.context, queue=queue)
     return LeasedFeed(context, book, pacing, parts.buffer.send_now)
