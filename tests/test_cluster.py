@@ -479,3 +479,34 @@ def test_a_worker_joining_while_the_lanes_are_deleted_waits(redis_cluster, clust
     scheduler.enqueue_request(Request("http://example.com/a"))
     assert scheduler.send_enqueued()
     assert scheduler.next_request().url == "http://example.com/a"
+
+
+def test_the_last_worker_clears_the_lanes_and_filters_under_its_claim(redis_cluster, cluster):
+    """Keys in several slots: the claim ('~flushing') is held while the keys are deleted and
+    the filters' other keys cleared (after_flush), and dropped only when all went well."""
+    from scrapy_redis.workers import WorkerRegistry
+
+    registry = "{demo:requests}:workers"
+    lanes = [f"{{demo:requests/{n}}}" for n in range(8)]
+    for key in lanes:
+        cluster.rpush(key, "x")
+    held = []
+    last = WorkerRegistry(cluster, registry, "w1", 10)
+    last.join()
+    census = last.leave(
+        lanes, after_flush=lambda: held.append(cluster.hexists(registry, "~flushing"))
+    )
+    assert census.flushed and held == [True]
+    assert not cluster.exists(*lanes) and not cluster.hexists(registry, "~flushing")
+
+    for key in lanes:
+        cluster.rpush(key, "x")
+    failing = WorkerRegistry(cluster, registry, "w2", 10)
+    failing.join()
+
+    def fail() -> None:
+        raise redis.ConnectionError("lost half-way")
+
+    with pytest.raises(redis.ConnectionError):
+        failing.leave(lanes, after_flush=fail)
+    assert cluster.hexists(registry, "~flushing")  # kept: a joining worker waits for it

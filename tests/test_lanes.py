@@ -75,6 +75,17 @@ def test_two_workers_share_the_lanes(redis_url, server, schedulers, queue, dupef
     assert server.get("demo:requests:lanes") == b"4"
 
 
+def test_flush_deletes_every_lane_and_the_lane_count(redis_url, server, schedulers):
+    scheduler = schedulers(laned(redis_url, "LifoQueue", "BloomDupeFilter", SCHEDULER_PERSIST=True))
+    for n in range(50):
+        scheduler.enqueue_request(Request(f"http://example.com/{n}"))
+    assert scheduler.send_enqueued()
+    scheduler.flush()
+    left = [key for key in server.keys("*") if b":writes:" not in key]  # (records expire)
+    assert left == [b"demo:requests:workers"]
+    schedulers({**laned(redis_url), "SCHEDULER_SHARDS": 1})  # may start over unsplit
+
+
 def test_the_last_worker_deletes_every_lane(redis_url, server, schedulers):
     first = schedulers(laned(redis_url, "PriorityQueue", "LeanDupeFilter"))
     second = schedulers(laned(redis_url, "PriorityQueue", "LeanDupeFilter"))
@@ -209,8 +220,10 @@ def test_what_cannot_be_split_is_refused_naming_the_setting(redis_url, server):
         open_scheduler(laned(redis_url, SCHEDULER_QUEUE_KEY="{%(spider)s}:requests"))
     with pytest.raises(ConfigurationError, match="SCHEDULER_SHARDS = 4, but the queue class"):
         open_scheduler(laned(redis_url, SCHEDULER_QUEUE_CLASS="test_lanes.OwnPushQueue"))
-    with pytest.raises(ConfigurationError, match="SCHEDULER_SHARDS = 0 must be 1 or more"):
+    with pytest.raises(ConfigurationError, match="SCHEDULER_SHARDS = 0 must be 1 to 1024"):
         open_scheduler(laned(redis_url, SCHEDULER_SHARDS=0))
+    with pytest.raises(ConfigurationError, match="SCHEDULER_SHARDS = 20000 must be 1 to 1024"):
+        open_scheduler(laned(redis_url, SCHEDULER_SHARDS=20000))
 
 
 def test_one_redis_is_not_split_by_default(redis_url, server, schedulers):
@@ -231,3 +244,24 @@ def test_redis_unreachable_while_looking_into_the_lanes_is_an_outage(proxy, serv
     handed = list(iter(scheduler.next_request, None))  # no exception: an outage
     assert handed == []
     assert scheduler.next_request() is None
+
+
+def test_a_lane_that_fails_does_not_stop_the_others_upkeep():
+    """One master of a cluster down: the other lanes' leases are still renewed, then the
+    failure is raised (an outage for the caller)."""
+    from scrapy_redis.lanes import LanedFeed
+
+    class Lane:
+        def __init__(self, fails: bool) -> None:
+            self.fails, self.maintained = fails, False
+
+        def maintain(self) -> None:
+            if self.fails:
+                raise redis.ConnectionError("its master is down")
+            self.maintained = True
+
+    lanes = [Lane(False), Lane(True), Lane(False)]
+    feed = LanedFeed(None, lanes)
+    with pytest.raises(redis.ConnectionError):
+        feed.maintain()
+    assert [lane.maintained for lane in lanes] == [True, False, True]

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import time
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +38,7 @@ from scrapy_redis.keys import (
     lease_deadlines_key,
     leases_key,
 )
+from scrapy_redis.outage import OUTAGE_ERRORS
 from scrapy_redis.queue import Base, Candidate
 from scrapy_redis.scripts import script
 
@@ -249,20 +250,19 @@ class LanedFeed:
         return self.others_hold_leases()
 
     def maintain(self) -> None:
-        for feed in self.feeds:
-            feed.maintain()
+        _each(self.feeds, lambda feed: feed.maintain())
 
     def recover(self) -> None:
-        for feed in self.feeds:
-            feed.recover()
+        _each(self.feeds, lambda feed: feed.recover())
 
     def give_back_all(self) -> None:
-        for feed in self.feeds:
-            feed.give_back_all()
+        _each(self.feeds, lambda feed: feed.give_back_all())
 
     def clear(self) -> None:
         for feed in self.feeds:
             feed.clear()
+        server = self.queue.server
+        server.unlink(lanes_key(self.queue.key, is_cluster(server)))
 
     def flush_keys(self) -> list[str]:
         return [key for feed in self.feeds for key in feed.flush_keys()]
@@ -271,13 +271,33 @@ class LanedFeed:
         return [pair for feed in self.feeds for pair in feed.key_types()]
 
 
+def _each(feeds: Sequence[LeasedFeed], do: Callable[[LeasedFeed], object]) -> None:
+    """``do(feed)`` for every lane, even when one fails (a master of a cluster down: the
+    others' leases are still renewed); then the first failure is raised."""
+    failure: BaseException | None = None
+    for feed in feeds:
+        try:
+            do(feed)
+        except OUTAGE_ERRORS as exc:
+            failure = failure or exc
+    if failure is not None:
+        raise failure
+
+
+#: The most lanes a crawl may have (tags are searched for in slot ranges of 16384 / lanes).
+MAX_LANES = 1024
+
+
 def lane_count(scheduler: Any, queue: Any, dupefilter: Any) -> int:
     """How many lanes the scheduler's crawl is split into: SCHEDULER_SHARDS, or when it is
     not set :data:`CLUSTER_LANES` on a Redis Cluster (1 if the queue or the filter
     cannot be split) and 1 on one Redis."""
     setting = scheduler.shards
-    if setting is not None and setting < 1:
-        raise ConfigurationError(f"SCHEDULER_SHARDS = {setting!r} must be 1 or more.")
+    if setting is not None and not 1 <= setting <= MAX_LANES:
+        raise ConfigurationError(
+            f"SCHEDULER_SHARDS = {setting!r} must be 1 to {MAX_LANES} (16 spreads a crawl "
+            "over up to 16 masters)."
+        )
     on_cluster = CLUSTER_LANES if is_cluster(scheduler.server) else 1
     wanted = on_cluster if setting is None else setting
     if wanted == 1:

@@ -196,8 +196,8 @@ class Scheduler:
         ours = isinstance(self.queue, (Base, LanedQueue))
         if ours:  # before joining: a worker refused leaves no registry entry
             check_lane_count(self.server, self.queue, self.df)
-        if parts.membership.join(parts.shared_keys() if self.flush_on_start else ()):
-            self._clear_filter()
+        flush_keys = parts.shared_keys() if self.flush_on_start else ()
+        parts.membership.join(flush_keys, after_flush=self._clear_filter)
         if ours:
             check_lane_count(self.server, self.queue, self.df, record=True)
         parts.feed.recover()
@@ -336,9 +336,8 @@ class Scheduler:
         if membership is not None:
             if membership.joined:  # (not if open() failed before it joined)
                 keys = None if keep else self._parts.shared_keys()
-                self.cleared_shared_data = flushed = membership.leave(keys)
-                if flushed:
-                    self._clear_filter()
+                flushed = membership.leave(keys, after_flush=self._clear_filter)
+                self.cleared_shared_data = flushed
         elif not keep and self.queue is not None:  # open() replaced by a subclass
             self.flush()
             self.cleared_shared_data = True

@@ -53,45 +53,64 @@ class WorkerRegistry:
         self.worker_id = worker_id
         self.timeout_ms = max(1, int(timeout * 1000))
 
-    def join(self, flush_keys: Sequence[str] = ()) -> Census:
+    def join(
+        self, flush_keys: Sequence[str] = (), after_flush: Callable[[], object] | None = None
+    ) -> Census:
         """Register; first delete ``flush_keys`` if given and no other worker is alive.
         While another worker deletes the shared keys key by key (on a Redis Cluster),
         wait for it (for at most the worker timeout): what this worker pushed meanwhile
         could be deleted."""
         deadline = time.monotonic() + self.timeout_ms / 1000
-        census = self._run("join", flush_keys)
+        census = self._run("join", flush_keys, after_flush)
         while census.flushing and time.monotonic() < deadline:
             time.sleep(0.05)
-            census = self._run("join", flush_keys)
+            census = self._run("join", flush_keys, after_flush)
+        if census.flushing:  # the claim outlived its deadline? registered all the same
+            census = self._run("beat", ())
         return census
 
     def beat(self) -> Census:
         """Renew this worker's entry."""
         return self._run("beat", ())
 
-    def leave(self, flush_keys: Sequence[str] = ()) -> Census:
-        """Unregister; delete ``flush_keys`` if given and no other worker is alive."""
-        return self._run("leave", flush_keys)
+    def leave(
+        self, flush_keys: Sequence[str] = (), after_flush: Callable[[], object] | None = None
+    ) -> Census:
+        """Unregister; delete ``flush_keys`` if given and no other worker is alive, then
+        run ``after_flush`` (the filter's other keys)."""
+        return self._run("leave", flush_keys, after_flush)
 
-    def _run(self, op: str, flush_keys: Sequence[str]) -> Census:
+    def _run(
+        self,
+        op: str,
+        flush_keys: Sequence[str],
+        after_flush: Callable[[], object] | None = None,
+    ) -> Census:
         if flush_keys and not one_slot(self.server, [self.key, *flush_keys]):
-            return self._run_claimed(op, flush_keys)
+            return self._run_claimed(op, flush_keys, after_flush)
         args = [op, self.worker_id, self.timeout_ms, "1" if flush_keys else "0"]
         reply = script("workers")(self.server, [self.key, *flush_keys], args)
-        return Census(int(reply[0]), bool(int(reply[1])), bool(int(reply[2])))
+        census = Census(int(reply[0]), bool(int(reply[1])), bool(int(reply[2])))
+        if census.flushed and after_flush is not None:
+            after_flush()
+        return census
 
-    def _run_claimed(self, op: str, flush_keys: Sequence[str]) -> Census:
+    def _run_claimed(
+        self, op: str, flush_keys: Sequence[str], after_flush: Callable[[], object] | None
+    ) -> Census:
         """``op``, the shared keys being in several Redis Cluster slots: claim their
-        deletion in the registry's script, delete them, then say so."""
+        deletion in the registry's script, delete them and run ``after_flush``, then drop
+        the claim (if that fails half-way, the claim expires after the worker timeout:
+        a worker joining meanwhile waits)."""
         args = [op, self.worker_id, self.timeout_ms, "2"]
         reply = script("workers")(self.server, [self.key], args)
         census = Census(int(reply[0]), bool(int(reply[1])), bool(int(reply[2])))
         if census.flushed:
-            try:
-                for start in range(0, len(flush_keys), 500):
-                    self.server.unlink(*flush_keys[start : start + 500])
-            finally:
-                script("workers")(self.server, [self.key], ["flushed", self.worker_id, 1, "0"])
+            for start in range(0, len(flush_keys), 500):
+                self.server.unlink(*flush_keys[start : start + 500])
+            if after_flush is not None:
+                after_flush()
+            script("workers")(self.server, [self.key], ["flushed", self.worker_id, 1, "0"])
         return census
 
 
@@ -120,11 +139,13 @@ class Membership:
         #: registry entry to :meth:`leave` (an open() that failed before has none).
         self.joined = False
 
-    def join(self, flush_keys: Sequence[str] = ()) -> bool:
-        """Register (first deleting ``flush_keys`` if no other worker is alive), and
-        start the heartbeat. Whether they were deleted."""
+    def join(
+        self, flush_keys: Sequence[str] = (), after_flush: Callable[[], object] | None = None
+    ) -> bool:
+        """Register (first deleting ``flush_keys`` if no other worker is alive, then
+        running ``after_flush``), and start the heartbeat. Whether they were deleted."""
         self.joined = True
-        census = self.registry.join(flush_keys=flush_keys)
+        census = self.registry.join(flush_keys, after_flush)
         if flush_keys and not census.flushed:
             scheduler_logger.warning(
                 "SCHEDULER_FLUSH_ON_START is set but %(others)d other worker(s) are using "
@@ -140,10 +161,12 @@ class Membership:
         if self.heartbeat.running:
             self.heartbeat.stop()
 
-    def leave(self, flush_keys: Sequence[str] | None) -> bool:
+    def leave(
+        self, flush_keys: Sequence[str] | None, after_flush: Callable[[], object] | None = None
+    ) -> bool:
         """Unregister; unless ``flush_keys`` is None, delete them if no other worker is
-        alive. Whether they were deleted."""
-        census = self.registry.leave(flush_keys or ())
+        alive, then run ``after_flush``. Whether they were deleted."""
+        census = self.registry.leave(flush_keys or (), after_flush)
         if flush_keys is not None and not census.flushed:
             scheduler_logger.info(
                 "Not clearing the shared queue: %(others)d other worker(s) still use it.",
