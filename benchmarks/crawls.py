@@ -83,7 +83,7 @@ def wait_all(procs: list[subprocess.Popen[bytes]], deadline: float) -> tuple[lis
 class Proxy:
     """redis_proxy.py in front of ``redis``, counting round trips into ``stats_file``."""
 
-    def __init__(self, redis: Redis, stats_file: Path) -> None:
+    def __init__(self, redis: Redis, stats_file: Path, delay_ms: float = 0.0) -> None:
         self.stats_file = stats_file
         self.proc = subprocess.Popen(
             [
@@ -93,6 +93,8 @@ class Proxy:
                 str(redis.port),
                 "--stats-file",
                 str(stats_file),
+                "--delay-ms",
+                str(delay_ms),
             ],
             stdout=subprocess.PIPE,
             text=True,
@@ -219,11 +221,13 @@ def crawl(
     redis: Redis,
     label: str,
     proxy: bool = False,
+    delay_ms: float = 0.0,
 ) -> dict[str, Any]:
-    """One crawl of the whole site by ``workers`` processes of ``mode``."""
+    """One crawl of the whole site by ``workers`` processes of ``mode`` (through the
+    counting proxy if ``proxy``, which holds each chunk ``delay_ms`` each way)."""
     redis.flush()
     site.reset()
-    proxied = Proxy(redis, LOGS / f"{label}-proxy.json") if proxy else None
+    proxied = Proxy(redis, LOGS / f"{label}-proxy.json", delay_ms) if proxy else None
     before = Readings.take(redis, site)
     redis_url = proxied.url if proxied else redis.url
     procs, reports, start = launch(packages, mode, site, redis_url, label, workers)

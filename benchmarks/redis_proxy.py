@@ -14,6 +14,10 @@ It counts, over all client connections:
   seen by the proxy).
 * ``connections``: client connections accepted.
 
+``--delay-ms D`` holds every chunk D milliseconds in each direction before passing it on
+(in order, without limiting throughput): a network with a round trip of 2·D ms
+(``--delay-ms 0.5``: 1 ms, a Redis on another host of the same data centre).
+
 ``python benchmarks/redis_proxy.py --target-port 6390 --stats-file out.json``
 prints ``READY <port>``; on SIGTERM it writes the counts to ``--stats-file``.
 """
@@ -94,12 +98,46 @@ async def pipe(
     reader: asyncio.StreamReader,
     writer: asyncio.StreamWriter,
     on_data: Callable[[bytes], None],
+    delay: float = 0.0,
 ) -> None:
     """Copy ``reader`` to ``writer`` until either side closes, calling ``on_data`` first
-    on each chunk; closes ``writer``."""
+    on each chunk, each chunk ``delay`` seconds after it was read; closes ``writer``."""
+    if delay <= 0:
+        try:
+            while data := await reader.read(65536):
+                on_data(data)
+                writer.write(data)
+                await writer.drain()
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            writer.close()
+        return
+    loop = asyncio.get_running_loop()
+    held: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue()
+    sender = asyncio.create_task(_send_when_due(held, writer))
     try:
         while data := await reader.read(65536):
             on_data(data)
+            held.put_nowait((loop.time() + delay, data))
+    except (ConnectionError, OSError):
+        pass
+    finally:
+        held.put_nowait((loop.time() + delay, b""))  # then close
+        await sender
+
+
+async def _send_when_due(
+    held: asyncio.Queue[tuple[float, bytes]], writer: asyncio.StreamWriter
+) -> None:
+    loop = asyncio.get_running_loop()
+    try:
+        while True:
+            due, data = await held.get()
+            if (wait := due - loop.time()) > 0:
+                await asyncio.sleep(wait)
+            if not data:
+                return
             writer.write(data)
             await writer.drain()
     except (ConnectionError, OSError):
@@ -113,6 +151,7 @@ async def handle(
     client_writer: asyncio.StreamWriter,
     target_port: int,
     counts: Counts,
+    delay: float = 0.0,
 ) -> None:
     counts.connections += 1
     server_reader, server_writer = await asyncio.open_connection("127.0.0.1", target_port)
@@ -128,15 +167,15 @@ async def handle(
             state["awaiting_reply"] = True
         parser.feed(data)
 
-    back = asyncio.create_task(pipe(server_reader, client_writer, replied))
-    await pipe(client_reader, server_writer, sent)
+    back = asyncio.create_task(pipe(server_reader, client_writer, replied, delay))
+    await pipe(client_reader, server_writer, sent, delay)
     await back
 
 
-async def serve(target_port: int, stats_file: str) -> None:
+async def serve(target_port: int, stats_file: str, delay: float = 0.0) -> None:
     counts = Counts()
     server = await asyncio.start_server(
-        lambda r, w: handle(r, w, target_port, counts), "127.0.0.1", 0
+        lambda r, w: handle(r, w, target_port, counts, delay), "127.0.0.1", 0
     )
     await serve_until_signalled(server)
     with open(stats_file, "w") as f:
@@ -147,8 +186,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--target-port", type=int, required=True)
     parser.add_argument("--stats-file", required=True)
+    parser.add_argument("--delay-ms", type=float, default=0.0, help="each way")
     args = parser.parse_args()
-    asyncio.run(serve(args.target_port, args.stats_file))
+    asyncio.run(serve(args.target_port, args.stats_file, args.delay_ms / 1000))
 
 
 if __name__ == "__main__":
