@@ -265,3 +265,19 @@ def test_a_lane_that_fails_does_not_stop_the_others_upkeep():
     with pytest.raises(redis.ConnectionError):
         feed.maintain()
     assert [lane.maintained for lane in lanes] == [True, False, True]
+
+
+def test_a_batch_holds_the_batch_size_per_lane(redis_url, server, schedulers):
+    """SCHEDULER_ENQUEUE_BATCH_SIZE is each lane's share: 4 lanes of 10 send one call per
+    lane for 40 requests, not one per lane every 10 requests."""
+    from helpers import Calls
+
+    scheduler = schedulers(laned(redis_url, SCHEDULER_ENQUEUE_BATCH_SIZE=10))
+    scheduler.enqueue_request(Request("http://example.com/first"))
+    assert scheduler.send_enqueued()  # scripts loaded
+    calls = Calls(server, "evalsha")
+    for n in range(39):
+        scheduler.enqueue_request(Request(f"http://example.com/{n}"))
+    assert calls()["evalsha"] == 0  # still waiting (SCHEDULER_ENQUEUE_DELAY or 40)
+    scheduler.enqueue_request(Request("http://example.com/39"))
+    assert calls()["evalsha"] == 4  # one call per lane

@@ -130,6 +130,9 @@ def _base_parts(scheduler: Scheduler, news: str) -> Parts:
 
 
 def _buffer(scheduler: Scheduler, parts: Parts, in_script: bool) -> EnqueueBuffer:
+    # A split crawl's batch goes out as a call per lane: SCHEDULER_ENQUEUE_BATCH_SIZE is
+    # what each lane gets of a batch, so a batch waits for that many times the lanes.
+    lanes = len(getattr(scheduler.queue, "lanes", ())) or 1
     return EnqueueBuffer(
         parts.context,
         scheduler.df,
@@ -137,7 +140,7 @@ def _buffer(scheduler: Scheduler, parts: Parts, in_script: bool) -> EnqueueBuffe
         parts.seen,
         parts.local,
         scheduler.enqueue_delay,
-        scheduler.enqueue_batch_size,
+        scheduler.enqueue_batch_size * lanes,
     )
 
 
