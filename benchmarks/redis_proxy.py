@@ -172,10 +172,10 @@ async def handle(
     await back
 
 
-async def serve(target_port: int, stats_file: str, delay: float = 0.0) -> None:
+async def serve(target_port: int, stats_file: str, delay: float = 0.0, port: int = 0) -> None:
     counts = Counts()
     server = await asyncio.start_server(
-        lambda r, w: handle(r, w, target_port, counts, delay), "127.0.0.1", 0
+        lambda r, w: handle(r, w, target_port, counts, delay), "127.0.0.1", port
     )
     await serve_until_signalled(server)
     with open(stats_file, "w") as f:
@@ -187,8 +187,9 @@ def main() -> None:
     parser.add_argument("--target-port", type=int, required=True)
     parser.add_argument("--stats-file", required=True)
     parser.add_argument("--delay-ms", type=float, default=0.0, help="each way")
+    parser.add_argument("--port", type=int, default=0, help="to listen on (0: a free one)")
     args = parser.parse_args()
-    asyncio.run(serve(args.target_port, args.stats_file, args.delay_ms / 1000))
+    asyncio.run(serve(args.target_port, args.stats_file, args.delay_ms / 1000, args.port))
 
 
 if __name__ == "__main__":

@@ -23,7 +23,12 @@ NODE_TIMEOUT_MS = 1000
 class RedisClusterNodes:
     """``masters`` masters with one replica each, on free ports of 127.0.0.1."""
 
-    def __init__(self, masters: int = 3) -> None:
+    def __init__(self, masters: int = 3, announced: list[int] | None = None) -> None:
+        """``announced``: per node, the port its clients are told to use (a proxy's, that
+        passes the traffic on to it: benchmarks/cluster_latency.py); its own otherwise."""
+        ports = [_cluster_port() for _ in range(2 * masters)]
+        #: Node port -> the port the cluster tells clients (CLUSTER SHARDS, MOVED).
+        self.announced = dict(zip(ports, announced or ports, strict=True))
         self.nodes = [
             RedisServer(
                 "--cluster-enabled",
@@ -35,9 +40,10 @@ class RedisClusterNodes:
                 # a replica that lost its master for a while may still take over
                 "--cluster-replica-validity-factor",
                 "0",
-                port=_cluster_port(),
+                *_announce(port, announced[n] if announced else None),
+                port=port,
             )
-            for _ in range(2 * masters)
+            for n, port in enumerate(ports)
         ]
 
     @property
@@ -74,9 +80,12 @@ class RedisClusterNodes:
 
     def _served(self) -> bool:
         """Whether every shard's master, as the first running node sees it, is running."""
-        running = {node.port for node in self.running()}
+        running = {self.announced[node.port] for node in self.running()}
+        if not running:
+            return False
         try:
-            with redis.Redis(port=min(running), socket_timeout=1) as client:
+            port = min(node.port for node in self.running())
+            with redis.Redis(port=port, socket_timeout=1) as client:
                 shards = client.execute_command("CLUSTER SHARDS")
         except redis.RedisError:
             return False
@@ -140,6 +149,13 @@ class RedisClusterNodes:
     def cleanup(self) -> None:
         for node in self.nodes:
             node.cleanup()
+
+
+def _announce(port: int, announced: int | None) -> list[str]:
+    if announced is None:
+        return []
+    return ["--cluster-announce-ip", "127.0.0.1", "--cluster-announce-port", str(announced),
+            "--cluster-announce-bus-port", str(port + 10000)]  # fmt: skip
 
 
 def _cluster_port() -> int:

@@ -23,6 +23,7 @@ from scrapy_redis.connection import (
 )
 from scrapy_redis.exceptions import ConfigurationError, RedisUnavailableError
 from scrapy_redis.keys import hash_tag, lane_tags
+from scrapy_redis.lanes import LanedQueue
 
 FILTERS = ["RFPDupeFilter", "LeanDupeFilter", "BloomDupeFilter"]
 QUEUES = ["FifoQueue", "LifoQueue", "PriorityQueue"]
@@ -117,8 +118,8 @@ def test_the_scheduler_works_with_the_default_templates(
     popped = [r.url for r in iter(first.next_request, None)]
     popped += [r.url for r in iter(second.next_request, None)]
     assert sorted(popped) == sorted(urls)
-    # Split into 16 lanes (SCHEDULER_SHARDS_ON_CLUSTER), over the 3 masters.
-    lanes = lane_tags("demo:requests", 16)
+    # Split into a lane per master (SCHEDULER_SHARDS not set), one on each of the 3.
+    lanes = lane_tags("demo:requests", 3)
     assert [lane.key for lane in first.queue.lanes] == [f"{{{tag}}}" for tag in lanes]
     keys = all_keys(cluster) - {"{demo:requests}:workers", "{demo:requests}:lanes"}
     assert {hash_tag(key) for key in keys} <= set(lanes), keys
@@ -510,3 +511,17 @@ def test_the_last_worker_clears_the_lanes_and_filters_under_its_claim(redis_clus
     with pytest.raises(redis.ConnectionError):
         failing.leave(lanes, after_flush=fail)
     assert cluster.hexists(registry, "~flushing")  # kept: a joining worker waits for it
+
+
+def test_the_lane_count_not_set_is_the_crawls_or_the_masters(redis_cluster, cluster, schedulers):
+    """Not set: the first worker splits the crawl into a lane per master and records it;
+    a later worker takes the recorded count (here as if made with 8), whatever the cluster
+    has now; a crawl kept without lanes goes on without."""
+    first = schedulers({**scheduler_settings(redis_cluster.url), "SCHEDULER_PERSIST": True})
+    assert len(first.queue.lanes) == 3 and cluster.get("{demo:requests}:lanes") == b"3"
+    cluster.set("{demo:requests}:lanes", 8)
+    assert len(schedulers(scheduler_settings(redis_cluster.url)).queue.lanes) == 8
+    cluster.delete("{demo:requests}:lanes")
+    cluster.rpush("demo:requests", "x")  # a crawl not split
+    later = schedulers(scheduler_settings(redis_cluster.url))
+    assert not isinstance(later.queue, LanedQueue)

@@ -59,7 +59,7 @@ def test_a_kept_crawl_moves_into_the_clusters_lanes(
     assert "demo:start_urls, demo:items, demo:stats" in out
     assert server.keys("*") == []  # --delete-source
     scheduler = schedulers(settings(redis_cluster.url))
-    assert isinstance(scheduler.queue, LanedQueue) and len(scheduler.queue.lanes) == 16
+    assert isinstance(scheduler.queue, LanedQueue) and len(scheduler.queue.lanes) == 3
     for page in URLS[:10]:  # their fingerprints moved too: duplicates
         scheduler.enqueue_request(Request(page))
     assert scheduler.send_enqueued()

@@ -97,7 +97,7 @@ SCHEDULER_QUEUE_CLASS = "scrapy_redis.queue.PriorityQueue"
 SCHEDULER_QUEUE_KEY = "%(spider)s:requests"
 
 #: SCHEDULER_SHARDS: lanes one crawl's queue and filter are split into (see lanes.py); None:
-#: lanes.CLUSTER_LANES on a Redis Cluster, 1 (not split) on one Redis.
+#: on a Redis Cluster the count the crawl has, or its masters' for a new one; 1 on one Redis.
 SCHEDULER_SHARDS = None
 
 #: SCHEDULER_SEEN_CACHE_SIZE: fingerprints a worker remembers as recorded, to drop repeated

@@ -51,9 +51,6 @@ if TYPE_CHECKING:
 
 #: How long a lane found empty is tried after the others (seconds).
 EMPTY_FOR = 1.0
-#: Lanes of a crawl on a Redis Cluster when SCHEDULER_SHARDS is not set: they spread about
-#: evenly over 3 to 16 masters (their tags take the slot ranges in turn).
-CLUSTER_LANES = 16
 
 
 def lane_of(candidate: Candidate, lanes: int) -> int:
@@ -289,17 +286,17 @@ MAX_LANES = 1024
 
 
 def lane_count(scheduler: Any, queue: Any, dupefilter: Any) -> int:
-    """How many lanes the scheduler's crawl is split into: SCHEDULER_SHARDS, or when it is
-    not set :data:`CLUSTER_LANES` on a Redis Cluster (1 if the queue or the filter
-    cannot be split) and 1 on one Redis."""
+    """How many lanes the scheduler's crawl is split into: SCHEDULER_SHARDS; when it is
+    not set, on a Redis Cluster, the count the crawl's data has (recorded by its first
+    worker) or else the cluster's masters now (one lane each: the tags take the slot
+    ranges in turn; 1 if the queue or the filter cannot be split); 1 on one Redis."""
     setting = scheduler.shards
     if setting is not None and not 1 <= setting <= MAX_LANES:
         raise ConfigurationError(
-            f"SCHEDULER_SHARDS = {setting!r} must be 1 to {MAX_LANES} (16 spreads a crawl "
-            "over up to 16 masters)."
+            f"SCHEDULER_SHARDS = {setting!r} must be 1 to {MAX_LANES} (as many as the "
+            "cluster has masters spreads a crawl over them)."
         )
-    on_cluster = CLUSTER_LANES if is_cluster(scheduler.server) else 1
-    wanted = on_cluster if setting is None else setting
+    wanted = setting if setting is not None else _cluster_default(scheduler.server, queue)
     if wanted == 1:
         return 1
     problem = _unsplittable(queue, dupefilter)
@@ -308,6 +305,18 @@ def lane_count(scheduler: Any, queue: Any, dupefilter: Any) -> int:
     if setting is None:
         return 1
     raise ConfigurationError(f"SCHEDULER_SHARDS = {setting}, but {problem}")
+
+
+def _cluster_default(server: Any, queue: Any) -> int:
+    """Not set: 1 on one Redis; on a cluster the crawl's recorded count, else its masters."""
+    if not is_cluster(server) or "{" in queue.key or "}" in queue.key:
+        return 1
+    recorded = server.get(lanes_key(queue.key, cluster=True))
+    if recorded is not None:
+        return min(int(recorded), MAX_LANES)
+    if server.exists(queue.key, leases_key(queue.key, cluster=True)):
+        return 1  # a crawl kept without lanes goes on as it is
+    return max(1, min(len(server.get_primaries()), MAX_LANES))
 
 
 def _unsplittable(queue: Any, dupefilter: Any) -> str | None:

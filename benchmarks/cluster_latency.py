@@ -1,0 +1,151 @@
+"""A networked Redis Cluster: the same crawl with and without 1 ms added per round trip
+(issue #15: with +1 ms, at least 0.9 times the crawl without it, on the cluster too).
+
+Starts a 6-node cluster whose nodes tell clients to use a proxy in front of each
+(``cluster-announce-port``; redis_proxy.py, restarted on the same ports with
+``--delay-ms 0`` or ``--delay-ms 0.5`` each way), and the benchmark site; runs 2
+``scrapy runspider bench_spider.py`` workers of ours (``redis+cluster://`` the
+proxies) with each SCHEDULER_SHARDS given, interleaved, ``--runs`` times. Prints
+per lane count and delay the median (min–max) pages/s of the crawl phase and the
+round trips per page (all proxies together). Usage::
+
+    .venv/bin/python benchmarks/cluster_latency.py [--pages 2000] [--runs 3] [--shards 16 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from _util import HERE, Site, free_port
+
+sys.path.insert(0, str(HERE.parent / "tests"))
+from redis_cluster import RedisClusterNodes  # the tests' cluster, started here
+
+
+class Proxies:
+    """redis_proxy.py in front of every node, on fixed ports (the ports announced)."""
+
+    def __init__(self, ports: dict[int, int], workdir: Path) -> None:
+        self.ports, self.workdir = ports, workdir  # node port -> proxy port
+        self.procs: list[subprocess.Popen[str]] = []
+
+    def start(self, delay_ms: float) -> None:
+        for node, port in self.ports.items():
+            command = [sys.executable, str(HERE / "redis_proxy.py"), "--target-port", str(node)]
+            command += ["--port", str(port), "--delay-ms", str(delay_ms)]
+            command += ["--stats-file", str(self.workdir / f"proxy-{port}.json")]
+            proc = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+            assert proc.stdout is not None
+            proc.stdout.readline()  # READY <port>
+            self.procs.append(proc)
+
+    def stop(self) -> int:
+        """Stop them; the round trips they counted."""
+        trips = 0
+        for proc in self.procs:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(30)
+        for port in self.ports.values():
+            stats = self.workdir / f"proxy-{port}.json"
+            if stats.exists():
+                trips += json.loads(stats.read_text())["round_trips"]
+                stats.unlink()
+        self.procs = []
+        return trips
+
+
+def crawl(url: str, site: Site, shards: int, workdir: Path) -> float:
+    """One crawl by 2 workers; pages/s from the first to the last response."""
+    site.reset()
+    procs, reports = [], []
+    for n in (1, 2):
+        report = workdir / f"w{n}.json"
+        reports.append(report)
+        command = [sys.executable, "-m", "scrapy", "runspider", str(HERE / "bench_spider.py")]
+        command += ["-a", f"start_url={site.start_url}", "-a", f"report={report}"]
+        for setting in (
+            "SCHEDULER=scrapy_redis.scheduler.Scheduler",
+            "DUPEFILTER_CLASS=scrapy_redis.dupefilter.RFPDupeFilter",
+            f"REDIS_URL={url}",
+            f"SCHEDULER_SHARDS={shards}",
+            "SCHEDULER_PERSIST=True",
+        ):
+            command += ["-s", setting]
+        log = (workdir / f"w{n}.log").open("wb")
+        procs.append(subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT))
+    for proc in procs:
+        proc.wait(900)
+    infos = [json.loads(report.read_text()) for report in reports]
+    opened = min(info["opened_at"] for info in infos)
+    last = max(info["last_response"] or info["opened_at"] for info in infos)
+    return site.hits() / (last - opened)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--pages", type=int, default=2000)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--shards", type=int, nargs="+", default=[16, 1])
+    parser.add_argument("--delay-ms", type=float, default=0.5, help="each way")
+    args = parser.parse_args()
+    proxy_ports = [free_port() for _ in range(6)]
+    nodes = RedisClusterNodes(announced=proxy_ports)
+    rates: dict[tuple[int, float], list[float]] = {}
+    trips: dict[tuple[int, float], list[float]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        ports = dict(zip([node.port for node in nodes.nodes], proxy_ports, strict=True))
+        proxies = Proxies(ports, Path(tmp))
+        proxies.start(0.0)  # the cluster is made through them: its nodes name them
+        nodes.start()
+        proxies.stop()
+        site = Site(args.pages)
+        url = "redis+cluster://" + ",".join(f"127.0.0.1:{port}" for port in proxy_ports)
+        try:
+            for _ in range(args.runs):
+                for shards in args.shards:
+                    for delay in (0.0, args.delay_ms):
+                        nodes.flush()
+                        proxies.start(delay)
+                        time.sleep(0.2)
+                        rate = crawl(url, site, shards, Path(tmp))
+                        per_page = proxies.stop() / max(1, site.hits())
+                        rates.setdefault((shards, delay), []).append(rate)
+                        trips.setdefault((shards, delay), []).append(per_page)
+                        print(json.dumps({"shards": shards, "delay_ms": 2 * delay,
+                                          "pages_per_s": round(rate), "round_trips_per_page":
+                                          round(per_page, 2)}), flush=True)  # fmt: skip
+        finally:
+            proxies.stop()
+            site.stop()
+            nodes.cleanup()
+    report(rates, trips, args.delay_ms)
+
+
+def report(rates: dict[Any, list[float]], trips: dict[Any, list[float]], delay: float) -> None:
+    print("\n| SCHEDULER_SHARDS | added per round trip | pages/s | round trips/page |")
+    print("|---|---|---|---|")
+    for (shards, added), values in rates.items():
+        spread = f"{statistics.median(values):,.0f} ({min(values):,.0f}–{max(values):,.0f})"
+        per_page = statistics.median(trips[(shards, added)])
+        print(f"| {shards} | {2 * added:g} ms | {spread} | {per_page:.2f} |")
+    for shards in sorted({key[0] for key in rates}, reverse=True):
+        slow, fast = rates[(shards, delay)], rates[(shards, 0.0)]
+        paired = [a / b for a, b in zip(slow, fast, strict=True)]
+        print(
+            f"SCHEDULER_SHARDS={shards}: with +{2 * delay:g} ms / without "
+            f"{statistics.median(slow) / statistics.median(fast):.2f}x (target >= 0.9); paired "
+            f"{statistics.median(paired):.2f} ({min(paired):.2f}–{max(paired):.2f})"
+        )
+
+
+if __name__ == "__main__":
+    main()
