@@ -43,7 +43,9 @@ class Proxies:
             command = [sys.executable, str(HERE / "redis_proxy.py"), "--target-port", str(node)]
             command += ["--port", str(port), "--delay-ms", str(delay_ms)]
             command += ["--stats-file", str(self.workdir / f"proxy-{port}.json")]
-            proc = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+            proc = subprocess.Popen(
+                command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+            )  # (its shutdown on SIGTERM is noisy)
             assert proc.stdout is not None
             proc.stdout.readline()  # READY <port>
             self.procs.append(proc)
