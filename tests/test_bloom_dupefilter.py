@@ -505,8 +505,9 @@ def proxy(redis_server):
     proxy.close()
 
 
-@pytest.mark.parametrize("how", ["drop", "stall"])
-def test_a_batch_whose_reply_is_lost_is_answered_as_first(proxy, server, how):
+def lose_a_reply(proxy, how: str) -> None:
+    """A one-time filter through ``proxy``: the reply to a batch is lost (redis-py sends the
+    batch again), and the batch is answered as the first time."""
     settings = {"REDIS_URL": proxy.url, "REDIS_PARAMS": {"socket_timeout": 0.5}}
     dupefilter = BloomDupeFilter.from_crawler(get_crawler(DemoSpider, settings))
     batch = fingerprints(50, "in")
@@ -516,6 +517,11 @@ def test_a_batch_whose_reply_is_lost_is_answered_as_first(proxy, server, how):
     assert proxy.lost
     assert all(dupefilter.seen_many(batch))
     dupefilter.close("finished")
+
+
+@pytest.mark.parametrize("how", ["drop", "stall"])
+def test_a_batch_whose_reply_is_lost_is_answered_as_first(proxy, server, how):
+    lose_a_reply(proxy, how)
     assert server.keys("*") == []  # its one-time filter, its blocks, its write record
 
 

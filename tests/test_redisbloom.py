@@ -15,7 +15,7 @@ from helpers import Calls, DemoSpider
 from scrapy_redis.bloom_dupefilter import server_has_redisbloom
 from scrapy_redis.bloom_layout import BloomLayout
 from scrapy_redis.dupefilter import BloomDupeFilter
-from test_bloom_dupefilter import bloom, bloom_settings, fingerprints, race
+from test_bloom_dupefilter import bloom, bloom_settings, fingerprints, lose_a_reply, race
 
 
 @pytest.fixture
@@ -200,15 +200,7 @@ def test_a_batch_whose_reply_is_lost_is_answered_as_first(redisbloom_server, blo
 
     proxy = LossyProxy(redisbloom_server.port)
     try:
-        settings = {"REDIS_URL": proxy.url, "REDIS_PARAMS": {"socket_timeout": 0.5}}
-        dupefilter = BloomDupeFilter.from_crawler(get_crawler(DemoSpider, settings))
-        batch = fingerprints(50, "in")
-        assert dupefilter.seen_many(batch[:1]) == [False]  # opens the filter, loads the script
-        proxy.lose_next_reply(how)
-        assert dupefilter.seen_many(batch) == [True] + [False] * 49  # redis-py sent it twice
-        assert proxy.lost
-        assert all(dupefilter.seen_many(batch))
-        dupefilter.close("finished")
+        lose_a_reply(proxy, how)
     finally:
         proxy.close()
     assert bloom_server.keys("*") == []  # its one-time filter, its write record
