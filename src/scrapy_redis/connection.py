@@ -23,12 +23,13 @@ from __future__ import annotations
 import copy
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 import redis
 from redis.cluster import ClusterNode, RedisCluster
+from redis.crc import key_slot
 from redis.exceptions import RedisClusterException
 
 from scrapy_redis import defaults, sentinel
@@ -151,6 +152,12 @@ def is_cluster(client: Any) -> bool:
     return isinstance(client, RedisCluster)
 
 
+def one_slot(client: Any, keys: Sequence[str]) -> bool:
+    """Whether one script (or MULTI) of ``client`` may use ``keys``: always, but on a
+    Redis Cluster only if they hash to one slot."""
+    return not is_cluster(client) or len({key_slot(key.encode()) for key in keys}) <= 1
+
+
 def is_cluster_url(url: str) -> bool:
     """Whether ``url`` names a Redis Cluster (``redis+cluster://`` or ``rediss+cluster://``)."""
     return urlsplit(str(url)).scheme.lower() in CLUSTER_SCHEMES
@@ -174,7 +181,7 @@ def cluster_from_url(
             f"{mask_url(url)}: a Redis Cluster has database 0 only. Remove the database from "
             "REDIS_URL (and REDIS_DB), or give each crawl its own key names instead."
         )
-    nodes = [_cluster_node(address, url) for address in hosts.split(",") if address.strip()]
+    nodes = [_cluster_node(address) for address in hosts.split(",") if address.strip()]
     if not nodes:
         raise ConfigurationError(f"{mask_url(url)} names no cluster node: REDIS_URL = "
                                  "'redis+cluster://host:port[,host:port...]'.")  # fmt: skip
@@ -192,7 +199,7 @@ def cluster_from_url(
         raise error from None
 
 
-def _cluster_node(address: str, url: str) -> ClusterNode:
+def _cluster_node(address: str) -> ClusterNode:
     host, _, port = address.strip().rpartition(":")
     if not host or not port.isdigit():
         host, port = address.strip(), "6379"

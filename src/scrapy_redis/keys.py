@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import time
 
+from redis.crc import key_slot
+
 from scrapy_redis.exceptions import ConfigurationError
 
 
@@ -84,8 +86,6 @@ def lane_tags(queue_key: str, lanes: int) -> list[str]:
     ``n`` in the n-th of ``lanes`` equal ranges of slots. A cluster's masters serve
     ranges of slots (``redis-cli --cluster create`` splits them evenly), so the lanes
     spread over them about evenly; every worker computes the same tags."""
-    from redis.crc import key_slot
-
     tags = []
     for lane in range(lanes):
         tag, attempt = f"{queue_key}/{lane}", 0

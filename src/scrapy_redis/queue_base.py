@@ -9,13 +9,11 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import msgpack  # type: ignore[import-untyped]
 from redis.client import NEVER_DECODE
-from redis.cluster import RedisCluster
-from redis.crc import key_slot
 
 from scrapy_redis import defaults
 from scrapy_redis._compat import PerInstance
 from scrapy_redis.codec import decode_request, encode_request
-from scrapy_redis.connection import is_cluster
+from scrapy_redis.connection import is_cluster, one_slot
 from scrapy_redis.exceptions import ScrapyRedisError, UndecodableRequestError
 from scrapy_redis.keys import format_key, invalid_entries_key, needs_formatting
 from scrapy_redis.leases import Ticket
@@ -332,9 +330,7 @@ class Base:
         """Whether one script may touch ``keys`` (on a Redis Cluster: one hash slot); if
         not, :meth:`push_new` takes the pipeline path (a hook: tests replace it to take
         that path without a cluster)."""
-        if not isinstance(self.server, RedisCluster):
-            return True
-        return len({key_slot(key.encode()) for key in keys}) == 1
+        return one_slot(self.server, keys)
 
     def pop_entries(
         self, count: int, timeout: int = 0, ticket: Ticket | None = None

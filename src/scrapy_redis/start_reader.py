@@ -15,9 +15,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from redis.crc import key_slot
-
-from scrapy_redis.connection import is_cluster
+from scrapy_redis.connection import one_slot
 from scrapy_redis.exceptions import ConfigurationError
 from scrapy_redis.leases import LeaseBook, Recovery
 from scrapy_redis.outage import OUTAGE_ERRORS, OutageGuard
@@ -134,9 +132,7 @@ class StartMessageReader:
 def check_one_slot(server: Any, keys: Sequence[str]) -> None:
     """On a Redis Cluster, several start keys are popped by one script: they must share a
     hash slot (a hash tag), or :class:`ConfigurationError` naming the fix."""
-    if len(keys) < 2 or not is_cluster(server):
-        return
-    if len({key_slot(key.encode()) for key in keys}) > 1:
+    if not one_slot(server, keys):
         raise ConfigurationError(
             f"On a Redis Cluster the start keys {list(keys)} must share a hash slot (one "
             "script pops from them in turn): give them one hash tag, e.g. redis_key = "

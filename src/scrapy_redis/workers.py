@@ -22,7 +22,7 @@ from typing import Any
 
 from twisted.internet import task
 
-from scrapy_redis.connection import is_cluster
+from scrapy_redis.connection import one_slot
 from scrapy_redis.scripts import script
 
 #: The scheduler's parts log as the scheduler.
@@ -42,6 +42,11 @@ class Census:
     flushed: bool
     #: Another worker is deleting the shared keys (a worker joining waits for it).
     flushing: bool = False
+
+
+def _census(reply: Any) -> Census:
+    """A reply of ``workers.lua``: {others, deleted, flushing}."""
+    return Census(int(reply[0]), bool(int(reply[1])), bool(int(reply[2])))
 
 
 class WorkerRegistry:
@@ -89,8 +94,7 @@ class WorkerRegistry:
         if flush_keys and not one_slot(self.server, [self.key, *flush_keys]):
             return self._run_claimed(op, flush_keys, after_flush)
         args = [op, self.worker_id, self.timeout_ms, "1" if flush_keys else "0"]
-        reply = script("workers")(self.server, [self.key, *flush_keys], args)
-        census = Census(int(reply[0]), bool(int(reply[1])), bool(int(reply[2])))
+        census = _census(script("workers")(self.server, [self.key, *flush_keys], args))
         if census.flushed and after_flush is not None:
             after_flush()
         return census
@@ -103,8 +107,7 @@ class WorkerRegistry:
         the claim (if that fails half-way, the claim expires after the worker timeout:
         a worker joining meanwhile waits)."""
         args = [op, self.worker_id, self.timeout_ms, "2"]
-        reply = script("workers")(self.server, [self.key], args)
-        census = Census(int(reply[0]), bool(int(reply[1])), bool(int(reply[2])))
+        census = _census(script("workers")(self.server, [self.key], args))
         if census.flushed:
             for start in range(0, len(flush_keys), 500):
                 self.server.unlink(*flush_keys[start : start + 500])
@@ -174,10 +177,3 @@ class Membership:
                 extra={"spider": self.spider},
             )
         return census.flushed
-
-
-def one_slot(server: Any, keys: Sequence[str]) -> bool:
-    """Whether one script may use ``keys`` (always, but on a Redis Cluster: one slot)."""
-    from redis.crc import key_slot
-
-    return not is_cluster(server) or len({key_slot(key.encode()) for key in keys}) == 1
