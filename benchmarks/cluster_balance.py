@@ -53,10 +53,11 @@ def command_counts(nodes: RedisClusterNodes) -> dict[str, int]:
     return counts
 
 
-def run_crawl(nodes: RedisClusterNodes, site: Site, shards: int, workdir: Path) -> dict[str, Any]:
-    nodes.flush()
-    site.reset()
-    before, commands_before = master_readings(nodes), command_counts(nodes)
+def start_workers(
+    url: str, site: Site, shards: int, workdir: Path, *extra: str
+) -> list[subprocess.Popen[bytes]]:
+    """2 ``scrapy runspider bench_spider.py`` workers of ours on the cluster ``url``, each
+    reporting to ``workdir/w<n>.json`` (``extra``: more ``NAME=VALUE`` settings)."""
     procs = []
     for n in (1, 2):
         command = [sys.executable, "-m", "scrapy", "runspider", str(HERE / "bench_spider.py")]
@@ -64,15 +65,23 @@ def run_crawl(nodes: RedisClusterNodes, site: Site, shards: int, workdir: Path) 
         for setting in (
             "SCHEDULER=scrapy_redis.scheduler.Scheduler",
             "DUPEFILTER_CLASS=scrapy_redis.dupefilter.RFPDupeFilter",
-            f"REDIS_URL={nodes.url}",
+            f"REDIS_URL={url}",
             f"SCHEDULER_SHARDS={shards}",
             "SCHEDULER_PERSIST=True",
-            "MAX_IDLE_TIME_BEFORE_CLOSE=2",
-            "SCHEDULER_IDLE_BEFORE_CLOSE=2",
+            *extra,
         ):
             command += ["-s", setting]
         log = (workdir / f"w{n}.log").open("wb")
         procs.append(subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT))
+    return procs
+
+
+def run_crawl(nodes: RedisClusterNodes, site: Site, shards: int, workdir: Path) -> dict[str, Any]:
+    nodes.flush()
+    site.reset()
+    before, commands_before = master_readings(nodes), command_counts(nodes)
+    idle = ("MAX_IDLE_TIME_BEFORE_CLOSE=2", "SCHEDULER_IDLE_BEFORE_CLOSE=2")
+    procs = start_workers(nodes.url, site, shards, workdir, *idle)
     started = time.monotonic()
     for proc in procs:
         proc.wait(600)

@@ -28,6 +28,8 @@ from typing import Any
 from _util import HERE, Site, free_port
 
 sys.path.insert(0, str(HERE.parent / "tests"))
+from cluster_balance import start_workers
+
 from redis_cluster import RedisClusterNodes  # the tests' cluster, started here
 
 
@@ -68,25 +70,9 @@ class Proxies:
 def crawl(url: str, site: Site, shards: int, workdir: Path) -> float:
     """One crawl by 2 workers; pages/s from the first to the last response."""
     site.reset()
-    procs, reports = [], []
-    for n in (1, 2):
-        report = workdir / f"w{n}.json"
-        reports.append(report)
-        command = [sys.executable, "-m", "scrapy", "runspider", str(HERE / "bench_spider.py")]
-        command += ["-a", f"start_url={site.start_url}", "-a", f"report={report}"]
-        for setting in (
-            "SCHEDULER=scrapy_redis.scheduler.Scheduler",
-            "DUPEFILTER_CLASS=scrapy_redis.dupefilter.RFPDupeFilter",
-            f"REDIS_URL={url}",
-            f"SCHEDULER_SHARDS={shards}",
-            "SCHEDULER_PERSIST=True",
-        ):
-            command += ["-s", setting]
-        log = (workdir / f"w{n}.log").open("wb")
-        procs.append(subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT))
-    for proc in procs:
+    for proc in start_workers(url, site, shards, workdir):
         proc.wait(900)
-    infos = [json.loads(report.read_text()) for report in reports]
+    infos = [json.loads((workdir / f"w{n}.json").read_text()) for n in (1, 2)]
     opened = min(info["opened_at"] for info in infos)
     last = max(info["last_response"] or info["opened_at"] for info in infos)
     return site.hits() / (last - opened)
