@@ -189,13 +189,13 @@ class Scheduler:
         self.queue = split_into_lanes(self, spider, self.queue)
         self._parts = parts = assemble(self)
         check_key_types(self.server, parts.key_uses())
-        if isinstance(self.queue, (Base, LanedQueue)):
+        ours = isinstance(self.queue, (Base, LanedQueue))
+        if ours:
             settings = self.crawler.settings if self.crawler is not None else None
             self.queue.writes = WriteIds(writes_ttl(settings), writer=self.worker_id)
-        assert parts.membership is not None
-        ours = isinstance(self.queue, (Base, LanedQueue))
-        if ours:  # before joining: a worker refused leaves no registry entry
+            # before joining: a worker refused leaves no registry entry
             check_lane_count(self.server, self.queue, self.df)
+        assert parts.membership is not None
         flush_keys = parts.shared_keys() if self.flush_on_start else ()
         parts.membership.join(flush_keys, after_flush=self._clear_filter)
         if ours:
