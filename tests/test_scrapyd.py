@@ -14,7 +14,8 @@ a working directory and a HOME of its own (scrapyd reads ``scrapyd.conf`` from
 both), a free loopback port, and a process group of its own: the group (scrapyd
 and its crawls) is killed at the end, whatever happened.
 
-The first instance's crawl gets REDIS_URL from scrapyd's environment (which
+The scrapyd.conf and the deploy targets are those of docs/deploying.rst, with the
+instances' ports. The first instance's crawl gets REDIS_URL from scrapyd's environment (which
 scrapyd passes on, and example/settings.py reads); the second's gets it as a
 ``setting=REDIS_URL=...`` parameter of ``schedule.json``: its environment names
 a port where no Redis listens, so a crawl that ignored the parameter would fail.
@@ -25,10 +26,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -58,6 +61,7 @@ from test_e2e import (
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
 BIN = Path(sys.executable).parent
+DOCS = EXAMPLE.parent / "docs" / "deploying.rst"
 PROJECT = "example"
 SPIDER = "mycrawler_redis"
 START_KEY = "mycrawler:start_urls"
@@ -66,6 +70,21 @@ PAGES = 300
 IDLE = 5
 #: Seconds to wait for scrapyd to answer, for the workers to register, for the crawls to end.
 STARTUP, REGISTER, CRAWL = 30, 40, 90
+
+
+def ini_blocks() -> list[str]:
+    """The ``.. code-block:: ini`` blocks of docs/deploying.rst, dedented: scrapyd.conf,
+    the deploy targets, the systemd unit."""
+    text = DOCS.read_text(encoding="utf-8")
+    blocks = re.findall(r"^\.\. code-block:: ini\n\n((?:(?: {3}.*)?\n)+)", text, re.MULTILINE)
+    return [textwrap.dedent(block) for block in blocks]
+
+
+def replaced(text: str, changes: dict[str, str]) -> str:
+    for old, new in changes.items():
+        assert old in text, f"{old!r} is no longer in docs/deploying.rst:\n{text}"
+        text = text.replace(old, new)
+    return text
 
 
 @dataclass
@@ -120,10 +139,9 @@ def start_scrapyd(name: str, directory: Path, env: dict[str, str]) -> Scrapyd:
     """``scrapyd`` in ``directory`` (its working directory and HOME), on a free port."""
     directory.mkdir()
     port = free_port()
-    (directory / "scrapyd.conf").write_text(
-        "[scrapyd]\nbind_address = 127.0.0.1\n"
-        f"http_port = {port}\nmax_proc = 1\npoll_interval = 0.2\n"
-    )
+    conf = replaced(ini_blocks()[0], {"http_port = 6800": f"http_port = {port}"})
+    # Jobs start within 0.2 s of schedule.json instead of up to 5 s.
+    (directory / "scrapyd.conf").write_text(conf + "poll_interval = 0.2\n")
     scrapyd = BIN / "scrapyd"
     assert scrapyd.exists(), f"no {scrapyd}: install the test extra (pip install -e '.[test]')"
     env = {**env, "HOME": str(directory), "PYTHONWARNINGS": "default"}
@@ -173,8 +191,9 @@ def deploy(tmp_path: Path, instances: list[Scrapyd]) -> str:
     ``scrapyd-deploy -a``; returns what it printed."""
     project = tmp_path / "example-project"
     shutil.copytree(EXAMPLE, project, ignore=shutil.ignore_patterns("__pycache__"))
+    ports = {f"http://127.0.0.1:{6800 + n}/": each.url for n, each in enumerate(instances)}
     with (project / "scrapy.cfg").open("a") as cfg:
-        cfg.writelines(f"\n[deploy:{each.name}]\nurl = {each.url}\n" for each in instances)
+        cfg.write("\n" + replaced(ini_blocks()[1], ports))
     result = subprocess.run(
         [str(BIN / "scrapyd-deploy"), "-a", "-v", "1.0"],
         cwd=project,
