@@ -7,6 +7,7 @@
 const CSRF = document.querySelector('meta[name="csrf-token"]').content;
 const INTERVAL = 1000 * parseFloat(document.querySelector('meta[name="refresh-interval"]').content);
 const WINDOW = 300; // seconds of history on the plots
+const RATE_SPAN = Math.max(3, (2 * INTERVAL) / 1000);
 const crawls = new Map(); // spider -> {section, history: [{t, queued, leased, start, pages, items, pps, ips}]}
 
 function stat(status, name) {
@@ -44,10 +45,11 @@ function record(history, status, time) {
     t: time, queued: status.queued, leased: status.leased, start: status.start_pending,
     pages: stat(status, "response_received_count"), items: stat(status, "item_scraped_count"),
   };
-  const last = history[history.length - 1];
-  const elapsed = last ? point.t - last.t : 0;
-  point.pps = elapsed > 0 ? Math.max(0, point.pages - last.pages) / elapsed : null;
-  point.ips = elapsed > 0 ? Math.max(0, point.items - last.items) / elapsed : null;
+  // Rates over the last RATE_SPAN seconds: workers write their stats every second or so.
+  const base = history.find((earlier) => earlier.t >= time - RATE_SPAN) || history[history.length - 1];
+  const elapsed = base ? point.t - base.t : 0;
+  point.pps = elapsed > 0 ? Math.max(0, point.pages - base.pages) / elapsed : null;
+  point.ips = elapsed > 0 ? Math.max(0, point.items - base.items) / elapsed : null;
   history.push(point);
   while (history.length && history[0].t < time - WINDOW) history.shift();
 }
@@ -82,9 +84,15 @@ function fillKeys(section, keys) {
   section.querySelector("form.push").hidden = keys.length === 0;
 }
 
+function active(status) {
+  return status.workers.length > 0 || status.queued > 0 || status.leased > 0
+    || status.start_pending > 0 || stat(status, "response_received_count") > 0;
+}
+
 function render(status, time) {
   const crawl = sectionFor(status.spider);
   const section = crawl.section;
+  section.classList.toggle("idle", !active(status));
   record(crawl.history, status, time);
   section.querySelector(".queue").textContent = `${status.queue_class} ${status.queue_key}`;
   const diagnosis = section.querySelector(".diagnosis");
@@ -125,7 +133,9 @@ function draw(canvas, history, now, series) {
   const left = 44, right = 8, top = 18, bottom = 18;
   const values = history.flatMap((point) => series.map(([name]) => point[name] ?? 0));
   const max = niceMax(Math.max(0, ...values));
-  const x = (t) => left + (width - left - right) * (1 - (now - t) / WINDOW);
+  // The history so far, from 30 s to WINDOW: a short crawl fills the plot too.
+  const span = Math.min(WINDOW, Math.max(30, now - (history.length ? history[0].t : now)));
+  const x = (t) => left + (width - left - right) * (1 - (now - t) / span);
   const y = (v) => top + (height - top - bottom) * (1 - v / max);
   ctx.font = "11px system-ui, sans-serif";
   ctx.strokeStyle = "#d9dde5";
@@ -137,7 +147,7 @@ function draw(canvas, history, now, series) {
     ctx.stroke();
     ctx.fillText(show(max * fraction), 4, y(max * fraction) + 4);
   }
-  ctx.fillText(`-${WINDOW / 60} min`, left, height - 4);
+  ctx.fillText(span < 120 ? `-${Math.round(span)} s` : `-${(span / 60).toFixed(1)} min`, left, height - 4);
   ctx.fillText("now", width - right - 22, height - 4);
   series.forEach(([name, color, label], index) => {
     ctx.strokeStyle = ctx.fillStyle = color;
@@ -165,7 +175,10 @@ async function refresh() {
     const data = await response.json();
     if (!response.ok) throw new Error(data.error || response.statusText);
     const main = document.getElementById("crawls");
-    const sections = data.crawls.map((status) => render(status, data.time));
+    // Crawls with something in Redis first, then the project's other spiders.
+    const crawlsFirst = data.crawls.slice().sort(
+      (a, b) => active(b) - active(a) || a.spider.localeCompare(b.spider));
+    const sections = crawlsFirst.map((status) => render(status, data.time));
     if (!sections.length) {
       const empty = document.createElement("p");
       empty.className = "empty";
