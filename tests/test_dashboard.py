@@ -97,12 +97,14 @@ def test_metrics_are_the_status_numbers_in_prometheus_text_format(
     scheduler = schedulers(settings_dict)
     for n in range(4):
         scheduler.enqueue_request(Request(f"http://example.com/{n}"))
+    assert scheduler.send_enqueued()
     server.hset("demo:stats", mapping={"response_received_count": 7, "item_scraped_count": 2})
     status = crawl_status(server, Settings(settings_dict), DemoSpider).to_json()
     text = metrics.render([status])
     samples = [line for line in text.splitlines() if not line.startswith("#")]
     assert all(SAMPLE.match(line) for line in samples), samples
-    assert f'scrapy_redis_queued{{spider="demo"}} {status["queued"]}' in samples
+    assert status["queued"] == 4
+    assert 'scrapy_redis_queued{spider="demo"} 4' in samples
     assert 'scrapy_redis_pages_total{spider="demo"} 7' in samples
     assert 'scrapy_redis_items_total{spider="demo"} 2' in samples
     assert "# TYPE scrapy_redis_pages_total counter" in text
@@ -187,6 +189,29 @@ def test_purge_needs_the_spiders_name_as_confirmation(local_dashboard, server):
     assert server.exists("myspider_redis:stats")
 
 
+def test_requeue_over_http_puts_back_what_a_dead_worker_held(
+    local_dashboard, server, settings_dict, schedulers
+):
+    """A worker of myspider_redis's queue leases three requests, then dies."""
+    queue = {"SCHEDULER_QUEUE_KEY": "myspider_redis:requests", "SCHEDULER_WORKER_TIMEOUT": 0.3}
+    dead = schedulers({**settings_dict, **queue})
+    for n in range(3):
+        dead.enqueue_request(Request(f"http://example.com/{n}"))
+    assert dead.next_request() is not None
+    time.sleep(0.35)  # its lease expired
+    headers = {"X-CSRF-Token": csrf_token(http(local_dashboard.url).text)}
+    url = local_dashboard.url + "api/actions/requeue"
+    reply = http(url, "POST", {"spider": "myspider_redis"}, headers)
+    assert reply.status == 200, reply.text
+    assert reply.json() == {"spider": "myspider_redis", "requeued": 3, "dead_lettered": 0}
+    crawl = next(
+        crawl
+        for crawl in http(local_dashboard.url + "api/status").json()["crawls"]
+        if crawl["spider"] == "myspider_redis"
+    )
+    assert (crawl["queued"], crawl["leased"]) == (3, 0)
+
+
 def test_bad_action_requests_say_what_is_wrong(local_dashboard, server):
     headers = {"X-CSRF-Token": csrf_token(http(local_dashboard.url).text)}
     url = local_dashboard.url + "api/actions/"
@@ -222,7 +247,7 @@ def test_with_a_token_every_request_needs_it(token_dashboard, server):
     url = token_dashboard.url
     assert http(url + "api/status").status == 401
     assert http(url + "metrics").status == 401
-    assert http(url + "static/dashboard.js").status == 401
+    assert http(url + "static/dashboard.css").status == 200  # for the login form
     to_login = http(url)
     assert (to_login.status, to_login.headers["Location"]) == (302, "/login")
     assert http(url + "api/status", headers={"Authorization": "Bearer wrong"}).status == 401

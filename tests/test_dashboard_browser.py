@@ -168,3 +168,34 @@ def site():
 
     with DemoSite(pages=1000) as demo_site:
         yield demo_site
+
+
+def test_purging_from_the_page_asks_first(server, redis_url, settings_dict, schedulers, browser):
+    from scrapy import Request
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    scheduler = schedulers({**settings_dict, "SCHEDULER_QUEUE_KEY": "myspider_redis:requests"})
+    for n in range(3):
+        scheduler.enqueue_request(Request(f"http://example.com/{n}"))
+    assert scheduler.send_enqueued()
+    dashboard = DashboardProcess(redis_url, "--interval", "0.5").start()
+    try:
+        browser.get(dashboard.url)
+        wait(browser, lambda: shown(browser, "queued") == "3", lambda: "3 queued")
+        button = f'[data-spider="{SPIDER}"] form.purge button'
+        browser.find_element(By.CSS_SELECTOR, button).click()
+        WebDriverWait(browser, 5).until(expected_conditions.alert_is_present())
+        browser.switch_to.alert.dismiss()
+        time.sleep(0.5)
+        assert server.exists("myspider_redis:requests")  # not purged: the user said no
+        browser.find_element(By.CSS_SELECTOR, button).click()
+        WebDriverWait(browser, 5).until(expected_conditions.alert_is_present())
+        browser.switch_to.alert.accept()
+        wait(browser, lambda: shown(browser, "queued") == "0", lambda: "0 queued")
+        assert not server.exists("myspider_redis:requests")
+        result = browser.find_element(By.CSS_SELECTOR, f'[data-spider="{SPIDER}"] .action-result')
+        assert result.text == f"Purged about 3 request(s) of {SPIDER}."
+    finally:
+        dashboard.stop()

@@ -1,7 +1,8 @@
 """The dashboard's web resource (``twisted.web``): the page, its JSON, /metrics, actions.
 
 =================================  ================================================
-``GET /``                          the page (HTML; its script and style under /static)
+``GET /``                          the page (HTML; its script and style under /static,
+                                   served to anyone: they hold no data)
 ``GET /api/status``                every crawl's status (JSON)
 ``GET /metrics``                   the same numbers for Prometheus
 ``POST /api/actions/<action>``     push, requeue or purge (JSON body, see fleet.py)
@@ -94,6 +95,8 @@ class Dashboard(Resource):
             return _json(request, 403, {"error": "Host header is not a loopback address"})
         if path == "/login":
             return self._login(request)
+        if path in _STATIC and request.method in (b"GET", b"HEAD"):  # the package's own code
+            return _send(request, 200, asset(path.rsplit("/", 1)[1]), _STATIC[path])
         if not self.guard.authenticated(request):
             return self._unauthenticated(request, path)
         if path.startswith(_ACTIONS):
@@ -107,8 +110,6 @@ class Dashboard(Resource):
     def _get(self, request: Request, path: str) -> bytes | int:
         if path == "/":
             return _send(request, 200, self._page(request), "text/html; charset=utf-8")
-        if path in _STATIC:
-            return _send(request, 200, asset(path.rsplit("/", 1)[1]), _STATIC[path])
         if path == "/api/status":
             return self._later(request, self.fleet.statuses, lambda r: _json(request, 200, r))
         if path == "/metrics":
