@@ -14,7 +14,10 @@ setup(
     license="MIT",
     package_dir={"": "src"},
     packages=find_packages("src"),
-    package_data={"scrapy_redis": ["lua/*.lua", "py.typed", "dashboard/static/*"]},
+    package_data={
+        "scrapy_redis": ["lua/*.lua", "py.typed"],
+        "scrapy_redis.dashboard.static": ["*.html", "*.js", "*.css"],
+    },
     include_package_data=True,
     python_requires=">=3.10",
     install_requires=[
