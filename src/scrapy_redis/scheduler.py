@@ -224,6 +224,8 @@ class Scheduler:
             self._leave(keep)
         except OUTAGE_ERRORS as exc:
             parts.closed_during_outage(exc)
+        if isinstance(self.queue, LanedQueue):
+            self.queue.close()  # its sending threads
         if not self._df_from_spider and hasattr(self.df, "close"):
             return self.df.close(reason)  # type: ignore[no-any-return]
         return None
