@@ -14,6 +14,7 @@ from scrapy.utils.test import get_crawler
 from scrapy_redis.exceptions import InvalidStartMessageError
 from scrapy_redis.messages import parse_message, request_from_message
 from scrapy_redis.spiders import RedisCrawlSpider, RedisSpider, normalize_redis_key
+from scrapy_redis.workers import crawler_worker_id
 
 
 class MySpider(RedisSpider):
@@ -372,6 +373,11 @@ def test_start_messages_are_leased_until_scheduled(spider, server):
     server.rpush("myspider:start_urls", "https://example.com/a", "https://example.com/b")
     requests = spider.next_requests()
     assert server.hlen("myspider:start_urls:leases") == 2  # popped, not yet scheduled
+    # under the crawler's worker id, the one its scheduler registers (scrapy redis status)
+    owner = crawler_worker_id(spider.crawler)
+    assert all(
+        f.decode().startswith(f"{owner}:") for f in server.hkeys("myspider:start_urls:leases")
+    )
     for request in requests:
         engine.crawl(request)
     spider.schedule_next_requests()  # the next read releases the consumed batch

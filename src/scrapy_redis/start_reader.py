@@ -20,7 +20,7 @@ from scrapy_redis.exceptions import ConfigurationError
 from scrapy_redis.leases import LeaseBook, Recovery
 from scrapy_redis.outage import OUTAGE_ERRORS, OutageGuard
 from scrapy_redis.start_urls import StartUrlSource
-from scrapy_redis.workers import new_worker_id
+from scrapy_redis.workers import crawler_worker_id, new_worker_id
 
 if TYPE_CHECKING:
     from scrapy_redis.spider_settings import StartSettings
@@ -54,11 +54,14 @@ class StartMessageReader:
     def build(
         cls, server: Any, config: StartSettings, guard: OutageGuard, count: Counter, spider: Any
     ) -> StartMessageReader:
-        """A reader of the start keys of ``config``, leasing under its first key."""
+        """A reader of the start keys of ``config``, leasing under its first key with the
+        crawler's worker id (the one its scheduler registers), or a new one without a crawler."""
         check_one_slot(server, config.keys)
         source = StartUrlSource(server, config.keys, config.mode, config.key_check_interval)
+        crawler = getattr(spider, "crawler", None)
+        worker_id = new_worker_id() if crawler is None else crawler_worker_id(crawler)
         leases = LeaseBook(
-            server, config.keys[0], new_worker_id(), config.worker_timeout, config.max_deliveries
+            server, config.keys[0], worker_id, config.worker_timeout, config.max_deliveries
         )
         return cls(source, leases, guard, count, spider)
 

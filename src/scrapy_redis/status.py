@@ -179,7 +179,7 @@ def _read_start_keys(server: Any, keys: CrawlKeys, status: CrawlStatus) -> None:
         status.start_pending += _length(server, key, kind)
     base = keys.start_keys[0]  # the first start key names the lease keys
     for worker, count in _leased_by_worker(server, base, keys.cluster).items():
-        _worker(status, worker, start=True).start_leased += count
+        _worker(status, worker).start_leased += count
         status.start_leased += count
     status.dead_letters += int(server.llen(dead_letters_key(base, keys.cluster)))
 
@@ -266,20 +266,15 @@ def _rate(stats: dict[str, Any], name: str) -> float | None:
     return float(value) if isinstance(value, (int, float)) else None
 
 
-def _worker(status: CrawlStatus, worker_id: str, start: bool = False) -> WorkerStatus:
-    """The entry of ``worker_id`` in ``status`` (made if missing). Start messages are
-    leased under the spider's own id (same host and process): matched on those."""
+def _worker(status: CrawlStatus, worker_id: str) -> WorkerStatus:
+    """The entry of ``worker_id`` in ``status`` (made if missing: a worker that left the
+    registry, or a spider run without our scheduler, may still hold leases)."""
     for worker in status.workers:
-        if worker.id == worker_id or (start and _process(worker.id) == _process(worker_id)):
+        if worker.id == worker_id:
             return worker
     worker = WorkerStatus(worker_id, heartbeat_age=None, alive=False)
     status.workers.append(worker)
     return worker
-
-
-def _process(worker_id: str) -> str:
-    """``<host>:<pid>`` of a worker id."""
-    return worker_id.rsplit(":", 1)[0]
 
 
 def _jsonable(stats: dict[str, Any]) -> dict[str, Any]:
