@@ -50,7 +50,9 @@ class Context:
             return get_spider_loader(self.settings).load(name)
         except KeyError:
             known = ", ".join(self.spider_names()) or "none (check SPIDER_MODULES)"
-            raise CommandError(f"No spider named {name!r} in this project; spiders: {known}")
+            raise CommandError(
+                f"No spider named {name!r} in this project; spiders: {known}"
+            ) from None
 
     def crawl(self, name: str, spider_args: list[str] | None = None) -> Crawl:
         """The crawl of the spider ``name`` (its queue, filters, start keys...)."""
@@ -67,7 +69,7 @@ class Context:
 
     def json(self, document: Any) -> None:
         """One JSON document on one line of stdout (``--json``)."""
-        self.stdout.write(json.dumps(document, default=_jsonable, ensure_ascii=False) + "\n")
+        self.stdout.write(json.dumps(document, default=jsonable, ensure_ascii=False) + "\n")
         self.stdout.flush()
 
     def progress(self, label: str, total: int | None = None) -> Progress:
@@ -97,7 +99,7 @@ def parse_spider_args(pairs: list[str] | None) -> dict[str, str]:
     return args
 
 
-def _jsonable(value: Any) -> Any:
+def jsonable(value: Any) -> Any:
     """JSON for what ``json`` cannot write: bytes as text, sets as lists."""
     if isinstance(value, bytes):
         return value.decode("utf-8", "backslashreplace")

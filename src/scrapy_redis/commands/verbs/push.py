@@ -65,7 +65,9 @@ def _start_key(crawl: Crawl, wanted: str | None) -> str:
     if wanted is None:
         return crawl.start_keys[0]
     if wanted not in crawl.start_keys:
-        raise CommandError(f"--key {wanted!r} is not a start key of {crawl.name}: {crawl.start_keys}")
+        raise CommandError(
+            f"--key {wanted!r} is not a start key of {crawl.name}: {crawl.start_keys}"
+        )
     return wanted
 
 
@@ -118,6 +120,8 @@ def _report(
     for message, reason in refused:
         context.warn(f"invalid: {message}: {reason}")
     if refused and not pushed:
-        context.warn(f"Nothing pushed: {len(refused)} invalid messages (--skip-invalid pushes the others).")
+        context.warn(
+            f"Nothing pushed: {len(refused)} invalid messages (--skip-invalid pushes the others)."
+        )
     else:
         context.write(f"Pushed {pushed} messages to {key}.")
