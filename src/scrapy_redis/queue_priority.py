@@ -67,7 +67,7 @@ class PriorityQueue(Base):
 
     def __len__(self) -> int:
         members = raw_command(self.server, "ZRANGE", self.key, 0, -1)
-        priorities = [p for p in map(_priority_of, members) if p is not None]
+        priorities = [p for p in map(priority_of_member, members) if p is not None]
         legacy = len(members) - len(priorities)
         if not priorities:
             return legacy
@@ -81,7 +81,7 @@ class PriorityQueue(Base):
         members = raw_command(self.server, "ZRANGE", self.key, 0, -1)
         lists = [
             priority_list_key(self.key, cluster=self.on_cluster, priority=p)
-            for p in map(_priority_of, members)
+            for p in map(priority_of_member, members)
             if p is not None
         ]
         return [self.key, *lists]
@@ -175,7 +175,7 @@ class PriorityQueue(Base):
             self._push_group(priority, [entry.data for entry in group], "front")
 
 
-def _priority_of(member: bytes) -> int | None:
+def priority_of_member(member: bytes) -> int | None:
     """The priority a PriorityQueue index member stands for; None for an original entry."""
     try:
         text = member.decode("ascii")
