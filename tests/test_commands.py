@@ -161,7 +161,7 @@ def test_export_queue_in_pop_order_with_lanes(project, schedulers, settings_dict
     settings = {**settings_dict, "SCHEDULER_SHARDS": shards}
     requests = [Request(f"http://a.test/{n}", priority=n % 3, meta={"n": n}) for n in range(30)]
     leave(schedule(schedulers, settings, requests))
-    result = project.run("export", "demo", "queue", "-s", f"SCHEDULER_SHARDS={shards}")
+    result = project.run("export", "demo", "queue")  # the lanes the crawl recorded
     assert result.returncode == 0, result.stderr
     lines = [json.loads(line) for line in result.stdout.splitlines()]
     assert "Exported 30 queue of demo" in result.stderr
@@ -256,3 +256,18 @@ def test_purge_refuses_while_workers_are_alive_then_deletes(
     result = project.run("purge", "demo", "--all", "--yes")
     assert result.returncode == 0, result.stderr
     assert server.keys() == []
+
+
+# -- status -----------------------------------------------------------------------------
+
+
+def test_status_of_every_spider_and_of_an_unknown_one(project, schedulers, settings_dict):
+    settings = {**settings_dict, "SCHEDULER_SHARDS": 2}
+    scheduler = schedule(schedulers, settings, [Request(f"http://a.test/{n}") for n in range(3)])
+    text = project.run("status").stdout
+    assert "demo (PriorityQueue demo:requests, 2 lanes)" in text
+    assert "  queue        3 queued, 0 leased" in text
+    assert f"    {scheduler.worker_id}  alive  heartbeat " in text
+    unknown = project.run("status", "nope")
+    assert unknown.returncode == 2
+    assert "No spider named 'nope' in this project; spiders: demo" in unknown.stderr

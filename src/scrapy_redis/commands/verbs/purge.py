@@ -4,11 +4,11 @@ Say what: ``--queue`` (the requests, in every lane, and their leases), ``--finge
 (the duplicate filter: its set, or the lean filter's buckets and the Bloom filter's
 blocks, found with SCAN on every master of a cluster), ``--items`` (RedisPipeline's
 list), ``--start`` (the start keys and their leases), ``--all`` (those, the entries set
-aside as invalid, the dead letters, the worker registry and the stats). Keys are deleted
-with UNLINK (the server frees the memory in the background), 500 per command, with a
-progress bar on a terminal. It asks first unless ``--yes``; and it refuses while
-workers of the crawl are alive (their next push would mix with a crawl half deleted)
-unless ``--force``.
+aside as invalid, the dead letters, the worker registry, the stats and each worker's).
+Keys are deleted with UNLINK (the server frees the memory in the background), 500 per
+command, with a progress bar on a terminal. It asks first unless ``--yes``; and it
+refuses while workers of the crawl are alive (their next push would mix with a crawl
+half deleted) unless ``--force``.
 """
 
 from __future__ import annotations
@@ -158,8 +158,9 @@ def other_keys(crawl: Crawl) -> Iterator[str]:
         yield dead_letters_key(crawl.start_keys[0], crawl.cluster)
     if crawl.lanes:
         yield workers_key(crawl.queue_key, crawl.cluster)
-    stats = crawl.settings.get("STATS_KEY") or defaults.STATS_KEY
-    yield format_key(stats, crawl.name)
+    stats = format_key(crawl.settings.get("STATS_KEY") or defaults.STATS_KEY, crawl.name)
+    yield stats
+    yield from _scan(crawl.server, derived_pattern(stats, "worker:", crawl.cluster))
 
 
 def _scan(server: Any, pattern: str) -> Iterator[str]:
