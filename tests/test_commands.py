@@ -20,6 +20,7 @@ import pytest
 from scrapy import Request
 
 from scrapy_redis.serializers import msgpack_serializer
+from test_cluster import all_keys, masters_holding
 
 SPIDER = """
 from scrapy_redis.spiders import RedisSpider
@@ -34,6 +35,9 @@ class DemoSpider(RedisSpider):
     def parse_item(self, response):
         return None
 """
+
+SCHEDULER = "scrapy_redis.scheduler.Scheduler"
+LEAN = "scrapy_redis.dupefilter.LeanDupeFilter"
 
 SETTINGS = """
 import os
@@ -75,22 +79,31 @@ class Project:
         return json.loads(result.stdout)
 
 
-@pytest.fixture
-def project(tmp_path, redis_url, server) -> Project:
-    (tmp_path / "scrapy.cfg").write_text("[settings]\ndefault = proj.settings\n")
-    package = tmp_path / "proj"
+def write_project(path: Path, redis_url: str) -> Project:
+    """A Scrapy project in ``path`` (scrapy.cfg, settings, the spider ``demo``)."""
+    (path / "scrapy.cfg").write_text("[settings]\ndefault = proj.settings\n")
+    package = path / "proj"
     (package / "spiders").mkdir(parents=True)
     (package / "__init__.py").write_text("")
     (package / "settings.py").write_text(textwrap.dedent(SETTINGS))
     (package / "spiders" / "__init__.py").write_text(textwrap.dedent(SPIDER))
-    return Project(tmp_path, redis_url)
+    return Project(path, redis_url)
 
 
-def test_scrapy_lists_the_command_and_the_verbs(project):
+@pytest.fixture
+def project(tmp_path, redis_url, server) -> Project:
+    return write_project(tmp_path, redis_url)
+
+
+def test_scrapy_lists_the_command_and_the_verbs(project, tmp_path_factory):
     assert "  redis " in project.scrapy("-h").stdout
     verbs = project.run("-h").stdout
     for verb in ("export", "purge", "push", "requeue", "status", "watch"):
         assert f"    {verb} " in verbs
+    outside = tmp_path_factory.mktemp("outside")  # no scrapy.cfg here nor above
+    elsewhere = Project(outside, project.redis_url).run("status")
+    assert elsewhere.returncode == 2
+    assert "scrapy redis runs inside a Scrapy project" in elsewhere.stderr
 
 
 # -- push -------------------------------------------------------------------------------
@@ -271,3 +284,43 @@ def test_status_of_every_spider_and_of_an_unknown_one(project, schedulers, setti
     unknown = project.run("status", "nope")
     assert unknown.returncode == 2
     assert "No spider named 'nope' in this project; spiders: demo" in unknown.stderr
+
+
+# -- on a Redis Cluster -----------------------------------------------------------------
+
+
+def test_export_status_and_purge_of_a_crawl_in_lanes_on_a_cluster(
+    tmp_path, redis_cluster, cluster, schedulers
+):
+    settings = {"REDIS_URL": redis_cluster.url, "SCHEDULER": SCHEDULER, "DUPEFILTER_CLASS": LEAN}
+    leave(schedule(schedulers, settings, [Request(f"http://a.test/{n}") for n in range(30)]))
+    project = write_project(tmp_path, redis_cluster.url)
+    lines = project.run("export", "demo", "queue").stdout.splitlines()
+    urls = sorted(json.loads(line)["url"] for line in lines)
+    assert urls == sorted(f"http://a.test/{n}" for n in range(30))
+    (status,) = project.json("status", "demo")["spiders"]
+    assert (status["lanes"], status["queued"], status["fingerprints"]) == (3, 30, 30)
+    buckets = [key for key in all_keys(cluster) if ":lean:" in key]
+    assert len(masters_holding(cluster, buckets)) == 3  # a SCAN on one master misses some
+    purged = project.run("purge", "demo", "--all", "--yes", "-s", f"DUPEFILTER_CLASS={LEAN}")
+    assert purged.returncode == 0, purged.stderr
+    assert all_keys(cluster) == set()
+
+
+def test_the_progress_bar_draws_on_a_terminal_only():
+    import io
+
+    from scrapy_redis.commands.progress import Progress
+
+    drawn = io.StringIO()
+    bar = Progress(drawn, "purge demo", total=10, enabled=True)
+    bar.advance(5)
+    assert bar.line() == f"purge demo [{'#' * 15}{'-' * 15}] 5/10  50%"
+    bar.advance(5)
+    bar.finish()
+    assert drawn.getvalue().startswith("\rpurge demo [")
+    assert drawn.getvalue().endswith(f"[{'#' * 30}] 10/10 100%\n")
+    assert Progress(drawn, "export", None, enabled=True).line() == "export: 0"
+    quiet = io.StringIO()  # not a terminal: nothing drawn
+    Progress(quiet, "purge demo", total=10).advance(10)
+    assert quiet.getvalue() == ""

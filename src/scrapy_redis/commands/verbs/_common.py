@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from scrapy_redis.keys import workers_key
+from scrapy_redis.status import crawl_status
 
 if TYPE_CHECKING:
     import argparse
 
+    from scrapy_redis.commands.context import Context
     from scrapy_redis.commands.crawl import Crawl
 
 
@@ -26,16 +27,7 @@ def add_spider_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def alive_workers(crawl: Crawl) -> list[str]:
-    """The workers of the crawl whose registry entry has not expired (server clock)."""
-    if not crawl.lanes:
-        return []
-    entries = crawl.server.hgetall(workers_key(crawl.queue_key, crawl.cluster))
-    seconds, micros = crawl.server.time()
-    now_ms = seconds * 1000 + micros // 1000
-    alive = []
-    for worker, deadline in entries.items():
-        name = worker.decode() if isinstance(worker, bytes) else worker
-        if not name.startswith("~") and float(deadline) >= now_ms:
-            alive.append(name)
-    return sorted(alive)
+def alive_workers(context: Context, crawl: Crawl) -> list[str]:
+    """The workers of the crawl whose registry entry has not expired."""
+    status = crawl_status(crawl.server, context.settings, type(crawl.spider))
+    return [worker.id for worker in status.workers if worker.alive]

@@ -60,7 +60,7 @@ def run(args: argparse.Namespace, context: Context) -> int:
     if not parts:
         raise CommandError("Say what to purge: --queue, --fingerprints, --items, --start or --all.")
     crawl = context.crawl(args.spider, args.spider_args)
-    alive = alive_workers(crawl)
+    alive = alive_workers(context, crawl)
     if alive and not args.force:
         context.warn(
             f"Refused: {len(alive)} workers of {crawl.name} are alive ({', '.join(alive[:3])}"
