@@ -172,15 +172,19 @@ def leave(scheduler) -> None:
 @pytest.mark.parametrize("shards", ["1", "2"])
 def test_export_queue_in_pop_order_with_lanes(project, schedulers, settings_dict, shards):
     settings = {**settings_dict, "SCHEDULER_SHARDS": shards}
-    requests = [Request(f"http://a.test/{n}", priority=n % 3, meta={"n": n}) for n in range(30)]
+    requests = [
+        Request(f"http://a.test/{n}", priority=n % 3, meta={"n": n}, headers={"Referer": "r"})
+        for n in range(30)
+    ]
     leave(schedule(schedulers, settings, requests))
     result = project.run("export", "demo", "queue")  # the lanes the crawl recorded
     assert result.returncode == 0, result.stderr
     lines = [json.loads(line) for line in result.stdout.splitlines()]
-    assert "Exported 30 queue of demo" in result.stderr
+    assert "Exported 30 queued requests of demo" in result.stderr
     assert sorted(line["url"] for line in lines) == sorted(r.url for r in requests)
     assert all(line["meta"] == {"n": int(line["url"].rsplit("/", 1)[1])} for line in lines)
     assert list(lines[0])[:4] == ["url", "method", "priority", "meta"]
+    assert lines[0]["headers"] == {"Referer": ["r"]}  # bytes in Redis, text in JSON
     if shards == "1":  # one queue: highest priority first, first in first out
         expected = sorted(requests, key=lambda r: -r.priority)
         assert [line["url"] for line in lines] == [r.url for r in expected]

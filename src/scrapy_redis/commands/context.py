@@ -69,7 +69,7 @@ class Context:
 
     def json(self, document: Any) -> None:
         """One JSON document on one line of stdout (``--json``)."""
-        self.stdout.write(json.dumps(document, default=jsonable, ensure_ascii=False) + "\n")
+        self.stdout.write(json.dumps(jsonable(document), ensure_ascii=False) + "\n")
         self.stdout.flush()
 
     def progress(self, label: str, total: int | None = None) -> Progress:
@@ -100,9 +100,20 @@ def parse_spider_args(pairs: list[str] | None) -> dict[str, str]:
 
 
 def jsonable(value: Any) -> Any:
-    """JSON for what ``json`` cannot write: bytes as text, sets as lists."""
+    """``value`` as what ``json`` writes: bytes (keys too) as text, sets and tuples as
+    lists, anything else unknown as its repr."""
+    if isinstance(value, dict):
+        return {_text(key): jsonable(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [jsonable(item) for item in value]
+    if isinstance(value, bytes):
+        return _text(value)
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    return repr(value)
+
+
+def _text(value: Any) -> str:
     if isinstance(value, bytes):
         return value.decode("utf-8", "backslashreplace")
-    if isinstance(value, (set, frozenset, tuple)):
-        return list(value)
-    return repr(value)
+    return value if isinstance(value, str) else str(value)

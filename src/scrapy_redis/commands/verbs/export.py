@@ -58,7 +58,8 @@ def run(args: argparse.Namespace, context: Context) -> int:
             progress.advance()
     progress.finish()
     where = args.output or "stdout"
-    context.warn(f"Exported {count} {args.what} of {crawl.name} to {where}.")
+    noun = "queued requests" if args.what == "queue" else args.what
+    context.warn(f"Exported {count} {noun} of {crawl.name} to {where}.")
     return 0
 
 
@@ -127,7 +128,7 @@ def request_lines(crawl: Crawl) -> Iterator[str]:
     """The queued requests of every lane, in pop order, as JSON."""
     for lane in crawl.lanes:
         for key, data in _entries(crawl.server, lane):
-            yield json.dumps(_request(lane, key, data), default=jsonable, ensure_ascii=False)
+            yield json.dumps(jsonable(_request(lane, key, data)), ensure_ascii=False)
 
 
 def _entries(server: Any, queue: Any) -> Iterator[tuple[str, bytes]]:

@@ -71,7 +71,7 @@ def run(args: argparse.Namespace, context: Context) -> int:
     if not context.confirm(f"Delete the {what} of {crawl.name} in {_where(crawl)}?", args.yes):
         context.warn("Nothing deleted.")
         return 1
-    progress = context.progress(f"purge {crawl.name}")
+    progress = context.progress(f"purge {crawl.name}, keys")
     deleted = 0
     for key_batch in _batches(_keys(crawl, parts, args.all)):
         deleted += int(crawl.server.unlink(*key_batch))

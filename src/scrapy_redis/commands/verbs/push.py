@@ -121,7 +121,12 @@ def _report(
         context.warn(f"invalid: {message}: {reason}")
     if refused and not pushed:
         context.warn(
-            f"Nothing pushed: {len(refused)} invalid messages (--skip-invalid pushes the others)."
+            f"Nothing pushed: {_messages_count(len(refused))} refused "
+            "(--skip-invalid pushes the others)."
         )
     else:
-        context.write(f"Pushed {pushed} messages to {key}.")
+        context.write(f"Pushed {_messages_count(pushed)} to {key}.")
+
+
+def _messages_count(count: int) -> str:
+    return f"{count} message" if count == 1 else f"{count} messages"

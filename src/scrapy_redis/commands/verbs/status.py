@@ -46,7 +46,7 @@ def render(status: CrawlStatus) -> list[str]:
     """The status of one crawl as lines of text."""
     lanes = f", {status.lanes} lanes" if status.lanes > 1 else ""
     lines = [f"{status.spider} ({status.queue_class} {status.queue_key}{lanes})"]
-    expired = f" ({status.expired_leases} expired)" if status.expired_leases else ""
+    expired = f" ({status.expired_leases:,} leases expired)" if status.expired_leases else ""
     lines.append(f"  queue        {status.queued:,} queued, {status.leased:,} leased{expired}")
     if status.queued_by_priority:
         shown = ", ".join(f"{p}: {n:,}" for p, n in list(status.queued_by_priority.items())[:8])
