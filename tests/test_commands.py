@@ -217,6 +217,20 @@ def test_export_fingerprints_items_and_refusals(
     assert "LeanDupeFilter cannot list its fingerprints" in lean.stderr
 
 
+def test_export_to_a_reader_that_stops_early(project, server):
+    server.rpush("demo:items", *[json.dumps({"n": n, "text": "x" * 100}) for n in range(5000)])
+    command = [sys.executable, "-m", "scrapy", "redis", "export", "demo", "items"]
+    env = {**os.environ, "REDIS_URL": project.redis_url}
+    with subprocess.Popen(
+        command, cwd=project.path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    ) as process:
+        assert json.loads(process.stdout.readline()) == {"n": 0, "text": "x" * 100}
+        process.stdout.close()  # as `| head -1` does
+        stderr = process.stderr.read().decode()
+    assert process.returncode == 1
+    assert "Traceback" not in stderr and "Error" not in stderr
+
+
 # -- requeue ----------------------------------------------------------------------------
 
 

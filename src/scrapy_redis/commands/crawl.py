@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from scrapy.crawler import Crawler
 from scrapy.utils.misc import load_object
 
-from scrapy_redis import defaults
+from scrapy_redis import connection, defaults
 from scrapy_redis.connection import is_cluster
 from scrapy_redis.keys import format_key, lanes_key
 from scrapy_redis.lanes import LanedQueue, split_into_lanes
@@ -90,8 +90,7 @@ def open_crawl(settings: Settings, spidercls: type[Spider], spider_args: dict[st
 
 
 def _server(crawler: Crawler, spider: Spider) -> Any:
-    from scrapy_redis import connection
-
+    """The spider's client (a Redis spider's), else the one of the crawler's settings."""
     server = getattr(spider, "server", None)
     return server if server is not None else connection.from_settings(crawler.settings)
 

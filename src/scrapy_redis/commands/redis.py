@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 from typing import TYPE_CHECKING
 
 from scrapy.commands import ScrapyCommand
@@ -60,6 +62,10 @@ class Command(ScrapyCommand):
         context = Context(self.settings)
         try:
             self.exitcode = verb_modules()[opts.verb].run(opts, context)
+        except BrokenPipeError:  # `scrapy redis export ... | head`: the reader is gone
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())  # (no second error when Python exits)
+            self.exitcode = 1
         except CommandError as exc:
             context.warn(f"error: {exc}")
             self.exitcode = 2
