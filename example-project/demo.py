@@ -175,12 +175,22 @@ def stop_workers(workers: list[Worker]) -> None:
 _STAT = re.compile(r"^ ?[{ ]'([^']+)': (\d+|'[^']*'),?", re.MULTILINE)
 
 
-def parse_stats(log: str) -> dict[str, Any]:
-    """The integer and string stats of the ``Dumping Scrapy stats`` block of a log."""
-    _, _, dump = log.rpartition("Dumping Scrapy stats:")
+#: The header of a stats dump: Scrapy's, or RedisStatsCollector's two (this worker's
+#: own stats, then the fleet's: "... of this worker (<id>):", "... of the fleet (<key>):").
+_DUMP = re.compile(r"Dumping Scrapy stats(?: of (this worker|the fleet) [^\n]*)?:\n")
+
+
+def parse_stats(log: str, whose: str = "this worker") -> dict[str, Any]:
+    """The integer and string stats of the last ``Dumping Scrapy stats`` block of a log:
+    this worker's (Scrapy's only dump, or RedisStatsCollector's first), or with
+    ``whose="the fleet"`` the fleet's (RedisStatsCollector's second)."""
+    headers = list(_DUMP.finditer(log))
+    blocks = {}
+    for header, after in zip(headers, [*headers[1:], None], strict=True):
+        blocks[header.group(1) or "this worker"] = log[header.end() : after and after.start()]
     return {
         name: value.strip("'") if value.startswith("'") else int(value)
-        for name, value in _STAT.findall(dump)
+        for name, value in _STAT.findall(blocks.get(whose, ""))
     }
 
 

@@ -217,9 +217,24 @@ def test_pipeline_and_stats(redis_cluster, cluster):
         pipeline.process_item({"n": n}, spider)
     pipeline.close_spider(spider)
     assert [json.loads(raw)["n"] for raw in cluster.lrange("demo:items", 0, -1)] == list(range(5))
-    crawler.stats.inc_value("pages", 3)
-    crawler.stats.set_stats({"a": 1, "b": "two"})
-    assert crawler.stats.get_stats() == {"a": 1, "b": "two"}
+    stats = crawler.stats
+    stats.set_stats({"a": 1, "b": "two"})
+    assert stats.get_stats() == {"a": 1, "b": "two"}
+    # Two workers: the fleet's totals, and each one's hash in the fleet hash's slot.
+    first, second = (
+        get_crawler(DemoSpider, {**settings, "STATS_FLUSH_INTERVAL": 0}).stats for _ in range(2)
+    )
+    first.inc_value("pages", 3)
+    second.inc_value("pages", 2)
+    assert first.get_value("pages") == 5
+    for own, pages in ((first, b"3"), (second, b"2")):
+        assert cluster.hget(f"{{demo:stats}}:worker:{own.worker_id}", "pages") == pages
+    workers = {member.decode() for member in cluster.zrange("{demo:stats}:workers", 0, -1)}
+    assert workers == {first.worker_id, second.worker_id}
+    first.close_spider(reason="finished")  # no scheduler, no persist: deletes them all
+    assert not {key for key in all_keys(cluster) if ":writes:" not in key} - {"demo:items"}
+    second.close_spider(reason="finished")  # (and its record of writes)
+    assert all_keys(cluster) == {"demo:items"}
 
 
 class RoutingPipeline:

@@ -31,6 +31,7 @@ from scrapy_redis.pipelines import RedisPipeline
 from scrapy_redis.scheduler import Scheduler
 from scrapy_redis.spiders import RedisSpider
 from scrapy_redis.stats import RedisStatsCollector
+from scrapy_redis.workers import crawler_worker_id
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -267,6 +268,10 @@ def test_stats_subclass_without_our_init(settings_dict, server):
     assert stats.get_value("pages") == 2
     assert stats.get_stats() == {"pages": 2, "reason": "done"}
     assert server.hget("demo:stats", "pages") == b"2"
+    # This worker's own stats too, under the crawler's worker id.
+    assert stats.get_worker_stats() == {"pages": 2, "reason": "done"}
+    assert stats.worker_id == crawler_worker_id(crawler)
+    assert server.hget(f"demo:stats:worker:{stats.worker_id}", "pages") == b"2"
 
 
 class OwnSetupSpider(RedisSpider):

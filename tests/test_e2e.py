@@ -215,6 +215,41 @@ def test_myspider_redis_two_workers_with_persist(site, server, redis_url, tmp_pa
     assert_each_worker_crawled(workers)
 
 
+def test_each_worker_has_its_own_stats_beside_the_fleets(site, server, redis_url, tmp_path):
+    """RedisStatsCollector: each worker dumps its own stats and the fleet's; its own
+    response counts, also in its hash in Redis, add up to the fleet's."""
+    server.lpush("myspider:start_urls", json.dumps({"url": site.url}))
+    settings = {
+        "MAX_IDLE_TIME_BEFORE_CLOSE": IDLE,
+        "SCHEDULER_PERSIST": True,
+        "STATS_CLASS": "scrapy_redis.stats.RedisStatsCollector",
+    }
+    workers = crawl("myspider_redis", redis_url, tmp_path, settings=settings, arguments=DOMAIN)
+
+    assert_hits(site.snapshot(), expected_hits(PAGES))
+    assert_each_worker_crawled(workers)
+    fleet = {
+        name.decode(): int(value)
+        for name, value in server.hgetall("myspider_redis:stats").items()
+        if value.isdigit()
+    }
+    own = [worker.stats["response_received_count"] for worker in workers]
+    assert sum(own) == fleet["response_received_count"] >= PAGES
+    for worker, count in zip(workers, own, strict=True):
+        [worker_id] = re.findall(r"Dumping Scrapy stats of this worker \((.+)\):", worker.log)
+        assert "Dumping Scrapy stats of the fleet (myspider_redis:stats):" in worker.log
+        stored = server.hgetall(f"myspider_redis:stats:worker:{worker_id}")
+        assert int(stored[b"response_received_count"]) == count
+        assert server.hexists("myspider_redis:requests:workers", worker_id) is False  # left
+        assert 0 < server.ttl(f"myspider_redis:stats:worker:{worker_id}") <= 86400
+    # The last worker to close dumped the fleet's final totals.
+    last = max(parse_stats(w.log, "the fleet")["response_received_count"] for w in workers)
+    assert last == fleet["response_received_count"]
+    assert {member.decode() for member in server.zrange("myspider_redis:stats:workers", 0, -1)} == {
+        re.findall(r"of this worker \((.+)\):", worker.log)[0] for worker in workers
+    }
+
+
 def test_dmoz_interrupted_then_resumed_by_two_workers(site, server, redis_url, tmp_path):
     """A plain CrawlSpider on the Redis scheduler: Ctrl-C, then two workers resume the crawl.
 

@@ -4,6 +4,7 @@ batches sent again applied once), lane by lane. On a Redis Cluster: test_cluster
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -144,9 +145,10 @@ def proxy(redis_server):
 
 
 def test_a_batch_sent_again_after_a_failure_is_applied_once(proxy, server, schedulers, caplog):
-    """The push of one lane fails (its reply lost twice: redis-py's retry too): the batch
-    is sent again as it was; lanes that answered are not asked again, the failed one is
-    answered by its record: every request once, none taken for a duplicate."""
+    """The push of one lane fails (its reply lost twice: redis-py's retry too) while the
+    other lanes answer (they are sent at once, in threads): the batch is sent again as it
+    was; lanes that answered are not asked again, the failed one is answered by its
+    record: every request once, none taken for a duplicate."""
     settings = laned(proxy.url, REDIS_PARAMS={"socket_timeout": 0.5})
     scheduler = schedulers({**settings, "SCHEDULER_ENQUEUE_BATCH_SIZE": 1000})
     scheduler.enqueue_request(Request("http://example.com/first"))
@@ -154,27 +156,35 @@ def test_a_batch_sent_again_after_a_failure_is_applied_once(proxy, server, sched
     urls = [f"http://example.com/{n}" for n in range(100)]
     for url in urls:
         scheduler.enqueue_request(Request(url))
-    calls = []
-    for lane in scheduler.queue.lanes:  # the third lane's call fails, once two answered
-        lane.push_new = _arming(lane.push_new, proxy, calls)
+    calls: list[int] = []
+    failed = threading.Event()  # the others wait for it: the proxy loses that lane's reply
+    for number, lane in enumerate(scheduler.queue.lanes):
+        lane.push_new = _arming(lane.push_new, number, proxy, calls, failed)
     assert not scheduler.send_enqueued()  # an outage: kept in memory
-    assert proxy.lost and len(calls) == 3
+    assert proxy.lost and sorted(calls) == [0, 1, 2, 3]
     for _ in range(50):  # until the outage's back-off lets it try again
         if scheduler.send_enqueued():
             break
         time.sleep(0.2)
-    assert len(calls) == 3 + 2  # sent again: the failed lane and the last one, not the others
+    assert sorted(calls) == [0, 1, 2, 2, 3]  # sent again: the failed lane only
     assert scheduler.stats.get_value("dupefilter/filtered") in (None, 0)
     popped = [r.url for r in iter(scheduler.next_request, None)]
     assert sorted(popped) == sorted([*urls, "http://example.com/first"])
 
 
-def _arming(push_new, proxy, calls):
+def _arming(push_new, number, proxy, calls, failed, failing=2):
     def push(*args, **kwargs):
-        calls.append(1)
-        if len(calls) == 3:
-            proxy.lose_next_reply("drop", times=2)  # redis-py's retry lost too
-        return push_new(*args, **kwargs)
+        calls.append(number)
+        if number != failing:
+            failed.wait(10)
+            return push_new(*args, **kwargs)
+        if failed.is_set():
+            return push_new(*args, **kwargs)
+        proxy.lose_next_reply("drop", times=2)  # redis-py's retry lost too
+        try:
+            return push_new(*args, **kwargs)
+        finally:
+            failed.set()
 
     return push
 

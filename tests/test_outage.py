@@ -68,6 +68,7 @@ def test_scheduler_pipeline_and_stats_survive_a_restart(own_server, caplog):
         stats.set_value("reason", "x")
         stats.max_value("max", 7)
         assert stats.get_value("pages") == 5  # 2 still buffered + 3: what this worker knows
+        assert stats.get_worker_value("pages") == 5  # its own stats go on in memory
     assert caplog.text.count("Redis is unreachable") == 1  # once per outage
 
     own_server.start()
@@ -87,6 +88,9 @@ def test_scheduler_pipeline_and_stats_survive_a_restart(own_server, caplog):
     assert [int(item[6:-1]) for item in client.lrange("demo:items", 0, -1)] == [0, 1, 2, 3]
     assert stats.get_stats() == {**stats.get_stats(), "pages": 6, "reason": "x", "max": 7}
     assert stats.get_value("scheduler/enqueued/redis") == 2  # the duplicate was filtered
+    stats.close_spider(reason="finished")  # writes what is buffered (persist: kept)
+    own = client.hgetall(f"demo:stats:worker:{scheduler.worker_id}")
+    assert (own[b"pages"], own[b"reason"], own[b"max"]) == (b"6", b"x", b"7")
     scheduler.close("finished")
 
 

@@ -135,6 +135,10 @@ STATS_FLUSH_INTERVAL = 1.0
 #: STATS_KEY: hash holding the stats shared by the workers.
 STATS_KEY = "%(spider)s:stats"
 
+#: STATS_WORKER_TTL: seconds a worker's own stats hash (``<stats key>:worker:<id>``) is kept
+#: after the worker's last write to it (a dead worker's hash goes away).
+STATS_WORKER_TTL = 86400
+
 #: BLOOMFILTER_BACKEND: where the Bloom filter lives: "auto" (RedisBloom's BF.* when the
 #: server has it, else "lua"), "lua" (bit blocks in plain strings) or "redisbloom".
 BLOOMFILTER_BACKEND = "auto"

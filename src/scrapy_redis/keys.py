@@ -164,6 +164,19 @@ def dead_letters_key(base_key: str, cluster: bool = False) -> str:
     return derived(base_key, "dead", cluster)
 
 
+def worker_stats_key(stats_key: str, worker_id: str, cluster: bool = False) -> str:
+    """The hash of one worker's own stats (see stats.py): ``<stats key>:worker:<worker id>``,
+    in the Redis Cluster slot of the fleet's hash ``stats_key`` (written by one script)."""
+    return derived(stats_key, f"worker:{worker_id}", cluster)
+
+
+def stats_workers_key(stats_key: str, cluster: bool = False) -> str:
+    """The sorted set of the workers that have a hash of their own stats (member: worker
+    id, score: its last write, POSIX seconds on the Redis server's clock):
+    ``<stats key>:workers``, in the slot of ``stats_key``."""
+    return derived(stats_key, "workers", cluster)
+
+
 def writes_key(data_key: str, writer: str) -> str:
     """Where the last write of ``writer`` to ``data_key`` is recorded (see writes.py).
 

@@ -20,9 +20,11 @@ unsplit crawl. The lanes' tags spread over the slot ranges of the masters.
 
 from __future__ import annotations
 
+import threading
 import time
 import zlib
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -86,6 +88,10 @@ class LanedQueue:
         self.server, self.spider, self.serializer = first.server, first.spider, first.serializer
         self._progress: _Progress | None = None
         self._pops = 0
+        #: Sends the lanes' parts of a batch at once (their masters answer in parallel:
+        #: a batch costs one round trip, not one per lane); made when first needed.
+        self._senders: ThreadPoolExecutor | None = None
+        self._take_lock = threading.Lock()
 
     @property
     def writes(self) -> WriteIds:
@@ -145,8 +151,8 @@ class LanedQueue:
         number = self.writes.take() if write is None else write
         progress = self._progress_for(number, candidates)
         groups = self._groups(candidates)
-        for lane, indexes in groups.items():
-            self._push_lane(lane, [candidates[i] for i in indexes], progress, news)
+        parts = {lane: [candidates[i] for i in indexes] for lane, indexes in groups.items()}
+        self._push_lanes(parts, progress, news)
         self._progress = None
         new = [False] * len(candidates)
         for lane, indexes in groups.items():
@@ -167,6 +173,37 @@ class LanedQueue:
             groups.setdefault(lane_of(candidate, len(self.lanes)), []).append(index)
         return groups
 
+    def _push_lanes(
+        self, parts: dict[int, list[Candidate]], progress: _Progress, news: str
+    ) -> None:
+        """Each lane its part, the lanes not answered yet at once (in threads: each
+        waits for its master); the first error once all are done (those that answered
+        are recorded in ``progress``: not sent again)."""
+        waiting = {
+            lane: part
+            for lane, part in parts.items()
+            if len(progress.answers.get(lane, ())) < len(part)
+        }
+        if len(waiting) <= 1:
+            for lane, part in waiting.items():
+                self._push_lane(lane, part, progress, news)
+            return
+        if self._senders is None:
+            self._senders = ThreadPoolExecutor(len(self.lanes), "scrapy-redis-lanes")
+        sends = [
+            self._senders.submit(self._push_lane, lane, part, progress, news)
+            for lane, part in waiting.items()
+        ]
+        wait(sends)
+        for send in sends:
+            send.result()
+
+    def close(self) -> None:
+        """Stop the threads that send the lanes' parts (made again if pushed again)."""
+        if self._senders is not None:
+            self._senders.shutdown(wait=False)
+            self._senders = None
+
     def _push_lane(
         self, lane: int, candidates: list[Candidate], progress: _Progress, news: str
     ) -> None:
@@ -176,7 +213,8 @@ class LanedQueue:
             # new one: the lane's record then answers for that part
             number = progress.numbers.get(lane)
             if number is None:
-                number = progress.write if not answers else self.writes.take()
+                with self._take_lock:  # lanes are sent from several threads
+                    number = progress.write if not answers else self.writes.take()
                 progress.numbers[lane] = number
             rest = candidates[len(answers) :]
             answers += self.lanes[lane].push_new(rest, self.filters[lane], news, write=number)

@@ -40,7 +40,7 @@ from scrapy_redis.scheduler_parts import Parts, assemble, assemble_plain, dedups
 from scrapy_redis.scheduler_settings import check_scheduler_args, scheduler_kwargs
 from scrapy_redis.serializers import resolve_serializer
 from scrapy_redis.utils import load_configured
-from scrapy_redis.workers import new_worker_id
+from scrapy_redis.workers import crawler_worker_id, new_worker_id
 from scrapy_redis.writes import WriteIds, writes_ttl
 
 if TYPE_CHECKING:
@@ -96,7 +96,8 @@ class Scheduler:
     crawler = Derived["Crawler | None"](lambda self: getattr(self.spider, "crawler", None))
     #: After close: whether this worker, the last one, deleted the shared data.
     cleared_shared_data: bool | None = None
-    worker_id = PerInstance(lambda _: new_worker_id())
+    #: The crawler's worker id (workers.crawler_worker_id), shared with the stats collector.
+    worker_id = PerInstance(lambda self: _worker_id(self.crawler))
     #: The clock of pacing and of the grace period (seconds).
     clock: Callable[[], float] = staticmethod(time.monotonic)
     #: What the timers run on: Twisted's reactor (None), or a ``task.Clock`` in tests.
@@ -151,7 +152,7 @@ class Scheduler:
         self.clock = clock
         self.crawler = crawler
         self.stats = crawler.stats if crawler is not None else None
-        self.worker_id = new_worker_id()
+        self.worker_id = _worker_id(crawler)
         self._df_from_spider = dupefilter is None
 
     @classmethod
@@ -224,6 +225,8 @@ class Scheduler:
             self._leave(keep)
         except OUTAGE_ERRORS as exc:
             parts.closed_during_outage(exc)
+        if isinstance(self.queue, LanedQueue):
+            self.queue.close()  # its sending threads
         if not self._df_from_spider and hasattr(self.df, "close"):
             return self.df.close(reason)  # type: ignore[no-any-return]
         return None
@@ -341,3 +344,9 @@ class Scheduler:
         elif not keep and self.queue is not None:  # open() replaced by a subclass
             self.flush()
             self.cleared_shared_data = True
+
+
+def _worker_id(crawler: Crawler | None) -> str:
+    """The id a scheduler registers: its crawler's (also the stats collector's), or a new
+    one for a scheduler built without a crawler (the deprecated from_settings())."""
+    return new_worker_id() if crawler is None else crawler_worker_id(crawler)

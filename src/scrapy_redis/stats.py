@@ -6,6 +6,10 @@ sent as increments), so concurrent workers never lose increments, and a call sen
 again (a lost reply, see writes.py) is applied once; reads add what is not
 written yet. Values keep their type (see :mod:`scrapy_redis.stats_values`,
 whose ``encode_value``/``decode_value`` this module still provides).
+
+Every update is also applied to this worker's own stats, kept in memory
+(:mod:`scrapy_redis.stats_worker`) and written, by the same script call, to the
+worker's hash ``<stats key>:worker:<worker id>``.
 """
 
 from __future__ import annotations
@@ -20,13 +24,16 @@ from scrapy_redis import defaults
 from scrapy_redis._compat import PerInstance
 from scrapy_redis._engine import installed_reactor
 from scrapy_redis.connection import from_settings as redis_from_settings
-from scrapy_redis.keys import format_key
+from scrapy_redis.connection import is_cluster
+from scrapy_redis.keys import format_key, stats_workers_key, worker_stats_key
 from scrapy_redis.logsafe import LIMIT, shorten
 from scrapy_redis.outage import OUTAGE_ERRORS, OutageGuard, outage_guard
 from scrapy_redis.scheduler_api import shared_scheduler
 from scrapy_redis.scripts import script
 from scrapy_redis.stats_values import Backlog, decode_value, encode_value
+from scrapy_redis.stats_worker import WorkerStats, unlink_stats, worker_ttl
 from scrapy_redis.utils import bytes_to_str
+from scrapy_redis.workers import crawler_worker_id
 from scrapy_redis.writes import WriteIds, writes_ttl
 
 if TYPE_CHECKING:
@@ -38,13 +45,20 @@ __all__ = ["RedisStatsCollector", "decode_value", "encode_value"]
 
 logger = logging.getLogger(__name__)
 
+#: Seconds between writes of a worker's rates while they are not 0 and nothing else is
+#: written (so that they fall to 0 in its hash when it stops crawling).
+RATES_REFRESH = 5.0
+
 
 class RedisStatsCollector(StatsCollector):
     """Stats in the hash STATS_KEY (default ``<spider>:stats``), shared by all workers.
 
-    At close the hash is deleted only when SCHEDULER_PERSIST is off and, when the
-    Redis scheduler is used, this was the last worker of the crawl. Updates are
-    written every STATS_FLUSH_INTERVAL seconds (0: at once); while Redis is
+    ``get_value()``, ``get_stats()`` read the fleet's totals; ``get_worker_value()``,
+    ``get_worker_stats()`` this worker's own stats, also written to the hash
+    ``<stats key>:worker:<worker id>`` (kept STATS_WORKER_TTL seconds after its last
+    write). At close the hashes are deleted only when SCHEDULER_PERSIST is off and,
+    when the Redis scheduler is used, this was the last worker of the crawl. Updates
+    are written every STATS_FLUSH_INTERVAL seconds (0: at once); while Redis is
     unreachable they are kept (merged) in memory and written when it is back.
 
     ``clock`` is the ``IReactorTime`` the flush timer runs on (a ``task.Clock`` in
@@ -69,6 +83,11 @@ class RedisStatsCollector(StatsCollector):
     _backlog = PerInstance(lambda _: Backlog())
     _sending: tuple[int, Backlog] | None = None
     _writes = PerInstance(lambda self: WriteIds(writes_ttl(self._crawler.settings)))
+    #: The crawler's worker id: the one its scheduler registers (workers.crawler_worker_id).
+    worker_id = PerInstance(lambda self: crawler_worker_id(self._crawler))
+    worker_ttl = PerInstance(lambda self: worker_ttl(self._crawler.settings))
+    _own = PerInstance(lambda self: WorkerStats(self._seconds))
+    _refresh_call: Any = None
 
     def __init__(
         self, crawler: Crawler, spider: Spider | None = None, *, clock: Any = None
@@ -89,6 +108,10 @@ class RedisStatsCollector(StatsCollector):
         # The batch being written (its write number) while Redis has not confirmed it.
         self._sending = None
         self._writes = WriteIds(writes_ttl(crawler.settings))
+        self.worker_id = crawler_worker_id(crawler)
+        self.worker_ttl = worker_ttl(crawler.settings)
+        self._own = WorkerStats(self._seconds)
+        self._refresh_call = None
 
     def _setting(self, name: str, default: Any) -> Any:
         return self._crawler.settings.get(name, default)
@@ -121,8 +144,17 @@ class RedisStatsCollector(StatsCollector):
         stats = {bytes_to_str(name): decode_value(value) for name, value in raw.items()}
         return self._unwritten_applied_to(stats)
 
+    def get_worker_value(self, key: str, default: Any = None) -> Any:
+        """The value of stat ``key`` of this worker alone (not of the fleet)."""
+        return self._own.values.get(key, default)
+
+    def get_worker_stats(self) -> dict[str, Any]:
+        """The stats of this worker alone (not of the fleet)."""
+        return dict(self._own.values)
+
     def set_value(self, key: str, value: Any, spider: Spider | None = None) -> None:
         self._backlog.set(key, value)
+        self._own.set(key, value)
         self._written()
 
     def set_stats(self, stats: dict[str, Any], spider: Spider | None = None) -> None:
@@ -133,6 +165,9 @@ class RedisStatsCollector(StatsCollector):
             mapping: dict[str | bytes, str] = {k: encode_value(v) for k, v in stats.items()}
             pipe.hset(self._get_key(spider), mapping=mapping)
         pipe.execute()
+        self._own.reset(stats)
+        self._own.replace = True  # the worker's hash too, with the next write
+        self._written()
 
     def inc_value(
         self,
@@ -142,14 +177,17 @@ class RedisStatsCollector(StatsCollector):
         spider: Spider | None = None,
     ) -> None:
         self._backlog.inc(key, count, start)
+        self._own.inc(key, count, start)
         self._written()
 
     def max_value(self, key: str, value: Any, spider: Spider | None = None) -> None:
         self._backlog.bound(key, value, "max")
+        self._own.bound(key, value, "max")
         self._written()
 
     def min_value(self, key: str, value: Any, spider: Spider | None = None) -> None:
         self._backlog.bound(key, value, "min")
+        self._own.bound(key, value, "min")
         self._written()
 
     # -- buffering and outages ----------------------------------------------------------
@@ -161,10 +199,25 @@ class RedisStatsCollector(StatsCollector):
         else:
             self._schedule_flush()
 
+    def _reactor(self) -> Any:
+        return installed_reactor() if self.clock is None else self.clock
+
+    def _seconds(self) -> float:
+        return float(self._reactor().seconds())
+
     def _schedule_flush(self) -> None:
         if self._flush_call is None or not self._flush_call.active():
-            clock = installed_reactor() if self.clock is None else self.clock
-            self._flush_call = clock.callLater(self.flush_interval, self._flush_due)
+            self._flush_call = self._reactor().callLater(self.flush_interval, self._flush_due)
+
+    def _schedule_refresh(self) -> None:
+        """Write the worker's rates again soon, unless something else is written first."""
+        if self._refresh_call is None or not self._refresh_call.active():
+            delay = max(self.flush_interval, RATES_REFRESH)
+            self._refresh_call = self._reactor().callLater(delay, self._refresh_due)
+
+    def _refresh_due(self) -> None:
+        self._refresh_call = None
+        self._replay(refresh=True)
 
     def _flush_due(self) -> None:
         self._flush_call = None
@@ -181,17 +234,19 @@ class RedisStatsCollector(StatsCollector):
             stats = self._sending[1].applied_to(stats)
         return self._backlog.applied_to(stats)
 
-    def _replay(self, force: bool = False) -> None:
-        """Write the backlog: one script call (two after a failed one, sent again first)."""
+    def _replay(self, force: bool = False, refresh: bool = False) -> None:
+        """Write the backlog: one script call (two after a failed one, sent again first);
+        with ``refresh``, the worker's rates even if the backlog is empty."""
         # Locals: every attribute read of a StatsCollector goes through Scrapy's slow
         # __getattribute__, and this runs for each update with STATS_FLUSH_INTERVAL = 0.
-        guard, sending = self._guard, self._sending
-        if (sending is None and not self._backlog) or not (force or guard.may_try()):
+        guard, sending, own = self._guard, self._sending, self._own
+        due = sending is not None or self._backlog or refresh or own.replace
+        if not due or not (force or guard.may_try()):
             return
         while True:
             if sending is None:  # a failed batch keeps its number: applied once
                 backlog = self._backlog
-                if not backlog:
+                if not (backlog or refresh or own.replace):
                     break
                 sending = self._sending = (self._writes.take(), backlog)
                 self._backlog = Backlog()
@@ -201,12 +256,22 @@ class RedisStatsCollector(StatsCollector):
                 guard.failed(exc)
                 return
             sending = self._sending = None
+            refresh = False
         guard.succeeded()
+        if own.moving:
+            self._schedule_refresh()
 
     def _store(self, write: int, backlog: Backlog) -> None:
-        """Write ``backlog`` in one script call, as write number ``write``."""
-        name, writes = self._get_key(), self._writes
-        args: list[Any] = [writes.ttl_ms, write]
+        """Write ``backlog`` to the fleet's hash, and the current values of the stats it
+        updates to the worker's, in one script call, as write number ``write``."""
+        name, writes, own = self._get_key(), self._writes, self._own
+        cluster = is_cluster(self.server)
+        keys = [name, writes.key(name)]
+        keys += [worker_stats_key(name, self.worker_id, cluster), stats_workers_key(name, cluster)]
+        replace = own.replacing()
+        fields = own.fields([*backlog.values, *backlog.increments, *backlog.bounds], replace)
+        args: list[Any] = [writes.ttl_ms, write, int(self.worker_ttl * 1000), self.worker_id]
+        args += ["1" if replace else "0", len(fields) // 2, *fields]
         for key, value in backlog.values.items():
             args += ["set", key, encode_value(value), ""]
         for key, (count, start) in backlog.increments.items():
@@ -214,7 +279,8 @@ class RedisStatsCollector(StatsCollector):
         for key, (mode, value) in backlog.bounds.items():
             numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
             args += [mode, key, encode_value(value), "n" if numeric else "s"]
-        refused = script("stats_write")(self.server, [name, writes.key(name)], args)
+        refused, missing = script("stats_write")(self.server, keys, args)
+        own.written, own.replace = True, bool(missing)  # (expired: replaced at once)
         if refused:
             logger.error(
                 "Redis refused updates of stats in %(key)s:\n%(refused)s",
@@ -222,16 +288,22 @@ class RedisStatsCollector(StatsCollector):
             )
 
     def clear_stats(self, spider: Spider | None = None) -> None:
+        """Delete the fleet's hash and the workers' hashes (those listed in
+        ``<stats key>:workers``, and the list)."""
         self._backlog, self._sending = Backlog(), None
-        self._guard.attempt(lambda: self.server.unlink(self._get_key(spider)), None)
+        self._own.reset({})
+        name = self._get_key(spider)
+        self._guard.attempt(lambda: unlink_stats(self.server, name, self.worker_id), None)
 
     def open_spider(self, spider: Spider | None = None) -> None:
         if spider is not None:
             self.spider_name = spider.name
+        self._own.start()  # this worker's rates are measured from now
 
     def close_spider(self, spider: Spider | None = None, reason: str | None = None) -> None:
-        if self._flush_call is not None and self._flush_call.active():
-            self._flush_call.cancel()
+        for call in (self._flush_call, self._refresh_call):
+            if call is not None and call.active():
+                call.cancel()
         self._replay(force=True)
         if self._unwritten():
             logger.error(
@@ -242,13 +314,21 @@ class RedisStatsCollector(StatsCollector):
             self._guard.attempt(lambda: self._writes.forget(self.server), None)
         self._stats = self.get_stats()
         if self._dump:
-            logger.info(
-                "Dumping Scrapy stats:\n%(stats)s",
-                {"stats": pprint.pformat(_bounded(self._stats))},
-                extra={"spider": spider or self._crawler.spider},
-            )
+            self._dump_stats(spider or self._crawler.spider)
         if not self.persist and self._last_worker():
             self.clear_stats()
+
+    def _dump_stats(self, spider: Spider | None) -> None:
+        logger.info(
+            "Dumping Scrapy stats of this worker (%(worker)s):\n%(stats)s",
+            {"worker": self.worker_id, "stats": pprint.pformat(_bounded(self.get_worker_stats()))},
+            extra={"spider": spider},
+        )
+        logger.info(
+            "Dumping Scrapy stats of the fleet (%(key)s):\n%(stats)s",
+            {"key": self._get_key(), "stats": pprint.pformat(_bounded(self._stats))},
+            extra={"spider": spider},
+        )
 
     def _last_worker(self) -> bool:
         scheduler = shared_scheduler(self._crawler)

@@ -81,11 +81,10 @@ class Backlog:
         self.increments[key] = (total + count, first)
 
     def bound(self, key: str, value: Any, mode: str) -> None:
-        pick = max if mode == "max" else min
         if key in self.values:
-            self.values[key] = _pick(pick, self.values[key], value)
+            self.values[key] = pick(mode, self.values[key], value)
         elif key in self.bounds:
-            self.bounds[key] = (mode, _pick(pick, self.bounds[key][1], value))
+            self.bounds[key] = (mode, pick(mode, self.bounds[key][1], value))
         else:
             self.bounds[key] = (mode, value)
 
@@ -95,13 +94,14 @@ class Backlog:
         for key, (count, start) in self.increments.items():
             stats[key] = stats.get(key, start) + count
         for key, (mode, value) in self.bounds.items():
-            pick = max if mode == "max" else min
-            stats[key] = _pick(pick, stats[key], value) if key in stats else value
+            stats[key] = pick(mode, stats[key], value) if key in stats else value
         return stats
 
 
-def _pick(pick: Any, current: Any, value: Any) -> Any:
+def pick(mode: str, current: Any, value: Any) -> Any:
+    """What ``max_value()`` (``mode`` "max") or ``min_value()`` ("min") leaves of a stat
+    holding ``current``: the greater (smaller) one; ``value`` if they do not compare."""
     try:
-        return pick(current, value)
+        return max(current, value) if mode == "max" else min(current, value)
     except TypeError:
         return value

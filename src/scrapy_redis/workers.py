@@ -16,14 +16,18 @@ import os
 import socket
 import time
 import uuid
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from twisted.internet import task
 
 from scrapy_redis.connection import one_slot
 from scrapy_redis.scripts import script
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
 
 #: The scheduler's parts log as the scheduler.
 scheduler_logger = logging.getLogger("scrapy_redis.scheduler")
@@ -32,6 +36,19 @@ scheduler_logger = logging.getLogger("scrapy_redis.scheduler")
 def new_worker_id() -> str:
     """A unique, readable id: host, pid and a random suffix."""
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+_CRAWLER_IDS: weakref.WeakKeyDictionary[Crawler, str] = weakref.WeakKeyDictionary()
+
+
+def crawler_worker_id(crawler: Crawler) -> str:
+    """The worker id of ``crawler``: one :func:`new_worker_id` per crawler, the same for
+    every component that asks (the scheduler registers it in the worker registry, the
+    stats collector names its per-worker stats hash with it)."""
+    worker_id = _CRAWLER_IDS.get(crawler)
+    if worker_id is None:
+        worker_id = _CRAWLER_IDS[crawler] = new_worker_id()
+    return worker_id
 
 
 @dataclass(frozen=True, slots=True)
