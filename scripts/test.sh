@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Run the test suite on a fresh Debian/Ubuntu machine: installs redis-server, redis-sentinel
-# and openssl (apt) if they are missing, creates .venv with the package and its test
-# dependencies, then runs pytest.
+# Run the test suite on a fresh Debian/Ubuntu machine: installs redis-server, redis-sentinel,
+# openssl, chromium and chromium-driver (apt) if they are missing, creates .venv with the
+# package and its test dependencies, then runs pytest.
 # Extra arguments go to pytest. Used as is by .ci/run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -9,10 +9,12 @@ cd "$(dirname "$0")/.."
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 
 # redis-sentinel: the Sentinel tests run three sentinels (the same program as redis-server);
-# openssl: the TLS tests make their CA and certificates with it.
+# openssl: the TLS tests make their CA and certificates with it; chromium and chromium-driver
+# (the program chromedriver): the dashboard's browser test (tests/test_dashboard_browser.py).
 missing=()
-for package in redis-server redis-sentinel openssl; do
-  command -v "$package" >/dev/null 2>&1 || missing+=("$package")
+for pair in redis-server:redis-server redis-sentinel:redis-sentinel openssl:openssl \
+  chromium:chromium chromedriver:chromium-driver; do
+  command -v "${pair%%:*}" >/dev/null 2>&1 || missing+=("${pair#*:}")
 done
 if [ ${#missing[@]} -gt 0 ]; then
   echo "Installing ${missing[*]}..."

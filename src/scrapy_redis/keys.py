@@ -228,9 +228,3 @@ def bloom_block_key(
     the layout. Today they follow the filter key's own tag, if any.
     """
     return derived(filter_key, f"bloom:{generation}:{layer}:{block}", cluster)
-
-
-def worker_stats_key(stats_key: str, worker_id: str, cluster: bool = False) -> str:
-    """The hash of one worker's own stats beside the fleet's ``stats_key`` (STATS_KEY):
-    ``<stats key>:worker:<worker id>``, in its slot on a Redis Cluster."""
-    return derived(stats_key, f"worker:{worker_id}", cluster)

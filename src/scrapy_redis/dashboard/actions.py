@@ -1,0 +1,81 @@
+"""What the dashboard's buttons do in Redis: push start messages, requeue, purge.
+
+Plain functions of a Redis client and key names, free of web concerns, so that
+the ``scrapy redis`` commands can share them. Each change is one Redis command
+or one of the package's Lua scripts.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Sequence
+from typing import Any
+
+from scrapy_redis.connection import is_cluster
+from scrapy_redis.deadletters import requeue_dead_letters
+from scrapy_redis.exceptions import InvalidStartMessageError
+from scrapy_redis.keys import priority_list_key
+from scrapy_redis.leases import LeaseBook, Recovery
+from scrapy_redis.messages import parse_message
+
+#: The lease-owner id the dashboard recovers leases under (it never holds any).
+DASHBOARD_WORKER = f"dashboard:{socket.gethostname()}:{os.getpid()}"
+
+
+def check_messages(messages: Sequence[str]) -> list[str]:
+    """The start messages to push, stripped; InvalidStartMessageError naming the first
+    that is neither a URL nor a JSON object with a ``url``."""
+    checked = [message.strip() for message in messages if message.strip()]
+    if not checked:
+        raise InvalidStartMessageError("no message to push")
+    for message in checked:
+        fields = parse_message(message)
+        if not isinstance(fields.get("url"), str):
+            raise InvalidStartMessageError(f"no 'url' in {message[:200]!r}")
+    return checked
+
+
+def push_start_messages(server: Any, key: str, messages: Sequence[str], mode: str = "list") -> int:
+    """Push ``messages`` to the start key ``key`` kept as ``mode`` ("list", "set" or
+    "zset", see REDIS_START_URLS_AS_SET / _AS_ZSET), in one command; how many were added
+    (a set or sorted set does not add a message twice)."""
+    checked = check_messages(messages)
+    if mode == "set":
+        return int(server.sadd(key, *checked))
+    if mode == "zset":
+        return int(server.zadd(key, dict.fromkeys(checked, 0)))
+    server.rpush(key, *checked)
+    return len(checked)
+
+
+def requeue_expired(
+    server: Any, base_keys: Sequence[str], max_deliveries: int, dead_letters: bool = False
+) -> Recovery:
+    """Put back the entries of expired leases (workers gone) of the queue or start keys
+    ``base_keys`` now, as a live worker would do within SCHEDULER_WORKER_TIMEOUT; with
+    ``dead_letters`` also the dead letters of those keys."""
+    requeued = dead = 0
+    for base_key in base_keys:
+        book = LeaseBook(server, base_key, DASHBOARD_WORKER, 1, max_deliveries)
+        recovery = book.recover_expired()
+        requeued += recovery.requeued
+        dead += recovery.dead_lettered
+        if dead_letters:
+            requeued += requeue_dead_letters(server, base_key)
+    return Recovery(requeued, dead)
+
+
+def queue_keys(server: Any, queue_key: str, priorities: Sequence[int] = ()) -> list[str]:
+    """The keys holding the requests of the queue ``queue_key`` and its leases: the
+    queue, the lists of ``priorities`` (a PriorityQueue), the lease keys."""
+    cluster = is_cluster(server)
+    lists = [priority_list_key(queue_key, priority, cluster) for priority in priorities]
+    return [queue_key, *lists, *LeaseBook(server, queue_key, DASHBOARD_WORKER, 1).flush_keys]
+
+
+def purge_queue(server: Any, queue_key: str, priorities: Sequence[int] = ()) -> int:
+    """Delete the requests of the queue ``queue_key`` (and of its ``priorities``' lists),
+    leased or not, in one UNLINK; the filter, start messages, items, stats and dead
+    letters are kept. How many keys were deleted."""
+    return int(server.unlink(*queue_keys(server, queue_key, priorities)))

@@ -1,0 +1,110 @@
+"""The project's crawls as the dashboard sees them: read through
+:mod:`scrapy_redis.status`, changed through :mod:`scrapy_redis.dashboard.actions`.
+
+Every method does blocking Redis calls: the web server runs them in its thread pool.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any, cast
+
+from scrapy_redis import defaults
+from scrapy_redis.crawl_keys import crawl_keys, spider_settings
+from scrapy_redis.dashboard import actions
+from scrapy_redis.exceptions import InvalidStartMessageError
+from scrapy_redis.queue_lengths import queue_lengths
+from scrapy_redis.status import crawl_status, project_spiders
+
+if TYPE_CHECKING:
+    from scrapy import Spider
+    from scrapy.settings import BaseSettings
+
+    from scrapy_redis.crawl_keys import CrawlKeys
+    from scrapy_redis.status import CrawlStatus
+
+
+class ActionError(ValueError):
+    """An action the dashboard refuses (the message says why)."""
+
+
+class Fleet:
+    """The crawls of the spiders ``spiders`` (default: the project's) in ``server``."""
+
+    def __init__(
+        self, server: Any, settings: BaseSettings, spiders: list[type[Spider]] | None = None
+    ) -> None:
+        self.server = server
+        self.settings = settings
+        found = spiders or cast("list[type[Spider]]", project_spiders(settings))
+        self.spiders = {cls.name: cls for cls in found}
+
+    def statuses(self) -> dict[str, Any]:
+        """What ``/api/status`` answers: the server's time and each crawl's status."""
+        crawls = [self.status(name).to_json() for name in sorted(self.spiders)]
+        return {"time": time.time(), "crawls": crawls}
+
+    def status(self, spider: str) -> CrawlStatus:
+        return crawl_status(self.server, self.settings, self._spidercls(spider))
+
+    def _spidercls(self, spider: str) -> type[Spider]:
+        try:
+            return self.spiders[spider]
+        except KeyError:
+            raise ActionError(f"no spider {spider!r} in this project") from None
+
+    def keys(self, spider: str) -> CrawlKeys:
+        return crawl_keys(self.server, self.settings, self._spidercls(spider))
+
+    def act(self, action: str, body: dict[str, Any]) -> dict[str, Any]:
+        """Run ``action`` ("push", "requeue" or "purge") as ``body`` asks; its result."""
+        spider = body.get("spider")
+        if not isinstance(spider, str):
+            raise ActionError("the request names no spider ('spider')")
+        run = {"push": self.push, "requeue": self.requeue, "purge": self.purge}.get(action)
+        if run is None:
+            raise ActionError(f"no action {action!r}: push, requeue or purge")
+        return run(spider, body)
+
+    def push(self, spider: str, body: dict[str, Any]) -> dict[str, Any]:
+        """Push ``body["messages"]`` (URLs or JSON objects) to the spider's start key
+        (``body["key"]``, one of its start keys; default the first)."""
+        keys = self.keys(spider)
+        if not keys.start_keys:
+            raise ActionError(f"{spider} reads no start key: it is not a RedisSpider")
+        key = body.get("key") or keys.start_keys[0]
+        if key not in keys.start_keys:
+            raise ActionError(f"{key!r} is not a start key of {spider}: {list(keys.start_keys)}")
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not all(isinstance(m, str) for m in messages):
+            raise ActionError("'messages' must be a list of strings")
+        try:
+            pushed = actions.push_start_messages(self.server, key, messages, keys.start_mode)
+        except InvalidStartMessageError as exc:
+            raise ActionError(f"invalid start message: {exc}") from exc
+        return {"spider": spider, "key": key, "pushed": pushed}
+
+    def requeue(self, spider: str, body: dict[str, Any]) -> dict[str, Any]:
+        """Put back what dead workers held (and the dead letters if ``body["dead_letters"]``)."""
+        keys = self.keys(spider)
+        settings = spider_settings(self.settings, self._spidercls(spider))
+        max_deliveries = settings.getint(
+            "SCHEDULER_MAX_DELIVERIES", defaults.SCHEDULER_MAX_DELIVERIES
+        )
+        bases = [*keys.queue_keys, *keys.start_keys[:1]]  # start leases are under the first
+        recovery = actions.requeue_expired(
+            self.server, bases, max_deliveries, bool(body.get("dead_letters"))
+        )
+        return {"spider": spider, **recovery._asdict()}
+
+    def purge(self, spider: str, body: dict[str, Any]) -> dict[str, Any]:
+        """Delete the spider's queued and leased requests (every lane); ``body["confirm"]``
+        must be the spider's name."""
+        if body.get("confirm") != spider:
+            raise ActionError(f"purging deletes the queue: confirm with the name {spider!r}")
+        keys = self.keys(spider)
+        before = self.status(spider)
+        for queue_key in keys.queue_keys:  # a lane's keys share its slot: one UNLINK each
+            _, priorities = queue_lengths(self.server, queue_key, keys.cluster)
+            actions.purge_queue(self.server, queue_key, sorted(priorities or {}))
+        return {"spider": spider, "purged": before.queued + before.leased}

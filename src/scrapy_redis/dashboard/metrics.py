@@ -1,0 +1,108 @@
+"""The crawls' numbers in Prometheus' text exposition format (version 0.0.4).
+
+Rendered from the JSON form of :class:`scrapy_redis.status.CrawlStatus`
+(``to_json()``), one labelled sample per spider (and per worker); a number that
+is unknown (``None``) is left out rather than reported as 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from operator import itemgetter
+from typing import Any
+
+#: The content type of the format.
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+Status = Mapping[str, Any]
+
+#: Gauges read from one field of a crawl's status: (name, field, help).
+_CRAWL_GAUGES = (
+    ("scrapy_redis_queued", "queued", "Requests waiting in the queue."),
+    ("scrapy_redis_leased", "leased", "Requests leased by workers."),
+    ("scrapy_redis_invalid", "invalid", "Queue entries set aside as undecodable."),
+    ("scrapy_redis_dead_letters", "dead_letters", "Dead letters (requests and start messages)."),
+    ("scrapy_redis_start_pending", "start_pending", "Start messages waiting."),
+    ("scrapy_redis_start_leased", "start_leased", "Start messages leased by workers."),
+    ("scrapy_redis_start_invalid", "start_invalid", "Start messages set aside as invalid."),
+    ("scrapy_redis_fingerprints", "fingerprints", "Fingerprints in the duplicate filter."),
+    ("scrapy_redis_items", "items", "Items in the RedisPipeline list."),
+)
+
+#: Fleet counters read from the shared stats hash: (name, stat, help).
+_CRAWL_COUNTERS = (
+    ("scrapy_redis_pages_total", "response_received_count", "Responses received (all workers)."),
+    ("scrapy_redis_items_total", "item_scraped_count", "Items scraped (all workers)."),
+)
+
+#: Gauges of each worker: (name, field, help).
+_WORKER_GAUGES = (
+    ("scrapy_redis_worker_heartbeat_age_seconds", "heartbeat_age", "Seconds since its heartbeat."),
+    ("scrapy_redis_worker_leased", "leased", "Requests it holds under lease."),
+    ("scrapy_redis_worker_start_leased", "start_leased", "Start messages it holds under lease."),
+    ("scrapy_redis_worker_pages_per_second", "pages_per_second", "Its pages per second."),
+    ("scrapy_redis_worker_items_per_second", "items_per_second", "Its items per second."),
+)
+
+
+def escape(value: str) -> str:
+    """A label value as the format writes it."""
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _number(value: Any) -> str | None:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, (int, float)):
+        return repr(float(value)) if isinstance(value, float) else str(value)
+    return None
+
+
+def _labels(labels: Mapping[str, str]) -> str:
+    return ",".join(f'{name}="{escape(value)}"' for name, value in labels.items())
+
+
+def _family(
+    name: str, kind: str, help_text: str, samples: Iterable[tuple[Mapping[str, str], Any]]
+) -> list[str]:
+    lines = [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
+    for labels, value in samples:
+        text = _number(value)
+        if text is not None:
+            lines.append(f"{name}{{{_labels(labels)}}} {text}")
+    return lines
+
+
+def _per_crawl(statuses: Sequence[Status], read: Callable[[Status], Any]) -> list[Any]:
+    return [({"spider": status["spider"]}, read(status)) for status in statuses]
+
+
+def _per_worker(statuses: Sequence[Status], field: str) -> list[Any]:
+    return [
+        ({"spider": status["spider"], "worker": worker["id"]}, worker.get(field))
+        for status in statuses
+        for worker in status.get("workers", [])
+    ]
+
+
+def _stat(name: str) -> Callable[[Status], Any]:
+    """Reads the fleet stat ``name`` of a status (0 if not counted yet)."""
+    return lambda status: status.get("stats", {}).get(name, 0)
+
+
+def _alive(status: Status) -> int:
+    return sum(1 for worker in status.get("workers", []) if worker["alive"])
+
+
+def render(statuses: Sequence[Status]) -> str:
+    """The exposition of ``statuses`` (a list of ``CrawlStatus.to_json()``)."""
+    lines: list[str] = []
+    for name, field, help_text in _CRAWL_GAUGES:
+        lines += _family(name, "gauge", help_text, _per_crawl(statuses, itemgetter(field)))
+    alive = _per_crawl(statuses, _alive)
+    lines += _family("scrapy_redis_workers_alive", "gauge", "Workers alive.", alive)
+    for name, stat, help_text in _CRAWL_COUNTERS:
+        lines += _family(name, "counter", help_text, _per_crawl(statuses, _stat(stat)))
+    for name, field, help_text in _WORKER_GAUGES:
+        lines += _family(name, "gauge", help_text, _per_worker(statuses, field))
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,1 @@
+"""The dashboard's page, script and style sheet (package data, read by web.asset())."""

@@ -1,0 +1,245 @@
+// The scrapy-redis dashboard: polls /api/status, keeps the history for the plots (in the
+// page: a reload starts it afresh), draws them on <canvas>, posts the actions.
+// No library, no build step: the page works offline. Every text from Redis goes through
+// textContent (never innerHTML).
+"use strict";
+
+const CSRF = document.querySelector('meta[name="csrf-token"]').content;
+const INTERVAL = 1000 * parseFloat(document.querySelector('meta[name="refresh-interval"]').content);
+const WINDOW = 300; // seconds of history on the plots
+const RATE_SPAN = Math.max(3, (2 * INTERVAL) / 1000);
+const crawls = new Map(); // spider -> {section, history: [{t, queued, leased, start, pages, items, pps, ips}]}
+
+function stat(status, name) {
+  const value = (status.stats || {})[name];
+  return typeof value === "number" ? value : 0;
+}
+
+function show(value) {
+  if (value === null || value === undefined) return "–";
+  if (typeof value === "number" && !Number.isInteger(value)) return value.toFixed(1);
+  return String(value);
+}
+
+function setField(section, name, value) {
+  const cell = section.querySelector(`[data-field="${name}"]`);
+  cell.textContent = show(value);
+  cell.parentElement.classList.toggle("nonzero", typeof value === "number" && value > 0);
+}
+
+function sectionFor(spider) {
+  let crawl = crawls.get(spider);
+  if (!crawl) {
+    const section = document.getElementById("crawl").content.firstElementChild.cloneNode(true);
+    section.dataset.spider = spider;
+    section.querySelector(".name").textContent = spider;
+    wireActions(section, spider);
+    crawl = { section, history: [] };
+    crawls.set(spider, crawl);
+  }
+  return crawl;
+}
+
+function record(history, status, time) {
+  const point = {
+    t: time, queued: status.queued, leased: status.leased, start: status.start_pending,
+    pages: stat(status, "response_received_count"), items: stat(status, "item_scraped_count"),
+  };
+  // Rates over the last RATE_SPAN seconds: workers write their stats every second or so.
+  const base = history.find((earlier) => earlier.t >= time - RATE_SPAN) || history[history.length - 1];
+  const elapsed = base ? point.t - base.t : 0;
+  point.pps = elapsed > 0 ? Math.max(0, point.pages - base.pages) / elapsed : null;
+  point.ips = elapsed > 0 ? Math.max(0, point.items - base.items) / elapsed : null;
+  history.push(point);
+  while (history.length && history[0].t < time - WINDOW) history.shift();
+}
+
+function age(seconds) {
+  if (seconds === null || seconds === undefined) return "–";
+  return seconds < 120 ? `${seconds.toFixed(1)} s` : `${(seconds / 60).toFixed(1)} min`;
+}
+
+function fillWorkers(section, workers) {
+  const body = section.querySelector("table.workers tbody");
+  body.replaceChildren(...workers.map((worker) => {
+    const row = document.createElement("tr");
+    row.dataset.worker = worker.id;
+    row.classList.toggle("dead", !worker.alive);
+    const cells = [worker.id, worker.alive ? "yes" : "no", age(worker.heartbeat_age),
+      worker.leased, worker.start_leased, show(worker.pages_per_second), show(worker.items_per_second)];
+    for (const text of cells) {
+      const cell = document.createElement("td");
+      cell.textContent = String(text);
+      row.append(cell);
+    }
+    return row;
+  }));
+}
+
+function fillKeys(section, keys) {
+  const select = section.querySelector("form.push select");
+  if (select.dataset.keys === keys.join("\n")) return;
+  select.dataset.keys = keys.join("\n");
+  select.replaceChildren(...keys.map((key) => new Option(key, key)));
+  section.querySelector("form.push").hidden = keys.length === 0;
+}
+
+function active(status) {
+  return status.workers.length > 0 || status.queued > 0 || status.leased > 0
+    || status.start_pending > 0 || stat(status, "response_received_count") > 0;
+}
+
+function render(status, time) {
+  const crawl = sectionFor(status.spider);
+  const section = crawl.section;
+  section.classList.toggle("idle", !active(status));
+  record(crawl.history, status, time);
+  section.querySelector(".queue").textContent = `${status.queue_class} ${status.queue_key}`;
+  const diagnosis = section.querySelector(".diagnosis");
+  diagnosis.hidden = !status.diagnosis;
+  diagnosis.textContent = status.diagnosis || "";
+  for (const name of ["queued", "leased", "start_pending", "start_leased", "fingerprints",
+    "items", "invalid", "start_invalid", "dead_letters"]) {
+    setField(section, name, status[name]);
+  }
+  setField(section, "pages", stat(status, "response_received_count"));
+  setField(section, "items_scraped", stat(status, "item_scraped_count"));
+  setField(section, "workers_alive", status.workers.filter((worker) => worker.alive).length);
+  fillWorkers(section, status.workers);
+  fillKeys(section, status.start_keys);
+  const now = time;
+  draw(section.querySelector(".chart-queue"), crawl.history, now, [
+    ["queued", "#1f6feb"], ["leased", "#f0a020"], ["start", "#2e7d32"]]);
+  draw(section.querySelector(".chart-rates"), crawl.history, now, [
+    ["pps", "#1f6feb", "pages/s"], ["ips", "#b3261e", "items/s"]]);
+  return section;
+}
+
+function niceMax(value) {
+  if (value <= 0) return 1;
+  const power = 10 ** Math.floor(Math.log10(value));
+  for (const step of [1, 2, 5, 10]) if (value <= step * power) return step * power;
+  return 10 * power;
+}
+
+function draw(canvas, history, now, series) {
+  const ratio = window.devicePixelRatio || 1;
+  const width = canvas.clientWidth || canvas.width, height = canvas.clientHeight || canvas.height;
+  canvas.width = width * ratio;
+  canvas.height = height * ratio;
+  const ctx = canvas.getContext("2d");
+  ctx.setTransform(ratio, 0, 0, ratio, 0, 0);
+  ctx.clearRect(0, 0, width, height);
+  const left = 44, right = 8, top = 18, bottom = 18;
+  const values = history.flatMap((point) => series.map(([name]) => point[name] ?? 0));
+  const max = niceMax(Math.max(0, ...values));
+  // The history so far, from 30 s to WINDOW: a short crawl fills the plot too.
+  const span = Math.min(WINDOW, Math.max(30, now - (history.length ? history[0].t : now)));
+  const x = (t) => left + (width - left - right) * (1 - (now - t) / span);
+  const y = (v) => top + (height - top - bottom) * (1 - v / max);
+  ctx.font = "11px system-ui, sans-serif";
+  ctx.strokeStyle = "#d9dde5";
+  ctx.fillStyle = "#6a7385";
+  for (const fraction of [0, 0.5, 1]) {
+    ctx.beginPath();
+    ctx.moveTo(left, y(max * fraction));
+    ctx.lineTo(width - right, y(max * fraction));
+    ctx.stroke();
+    ctx.fillText(show(max * fraction), 4, y(max * fraction) + 4);
+  }
+  ctx.fillText(span < 120 ? `-${Math.round(span)} s` : `-${(span / 60).toFixed(1)} min`, left, height - 4);
+  ctx.fillText("now", width - right - 22, height - 4);
+  series.forEach(([name, color, label], index) => {
+    ctx.strokeStyle = ctx.fillStyle = color;
+    ctx.lineWidth = 1.5;
+    ctx.beginPath();
+    let started = false;
+    for (const point of history) {
+      if (point[name] === null || point[name] === undefined) continue;
+      if (started) ctx.lineTo(x(point.t), y(point[name]));
+      else ctx.moveTo(x(point.t), y(point[name]));
+      started = true;
+    }
+    ctx.stroke();
+    ctx.fillText(label || name, left + 8 + index * 70, 12);
+  });
+}
+
+function problem(text) {
+  document.getElementById("problem").textContent = text;
+}
+
+async function refresh() {
+  try {
+    const response = await fetch("/api/status", { credentials: "same-origin" });
+    const data = await response.json();
+    if (!response.ok) throw new Error(data.error || response.statusText);
+    const main = document.getElementById("crawls");
+    // Crawls with something in Redis first, then the project's other spiders.
+    const crawlsFirst = data.crawls.slice().sort(
+      (a, b) => active(b) - active(a) || a.spider.localeCompare(b.spider));
+    const sections = crawlsFirst.map((status) => render(status, data.time));
+    if (!sections.length) {
+      const empty = document.createElement("p");
+      empty.className = "empty";
+      empty.textContent = "No spider in this project.";
+      sections.push(empty);
+    }
+    if (sections.some((section, n) => main.children[n] !== section) || main.children.length !== sections.length) {
+      main.replaceChildren(...sections);
+    }
+    document.getElementById("updated").textContent = `updated ${new Date(data.time * 1000).toLocaleTimeString()}`;
+    problem("");
+  } catch (error) {
+    problem(`Cannot read the crawls: ${error.message}`);
+  }
+}
+
+async function act(section, action, body) {
+  const result = section.querySelector(".action-result");
+  result.classList.remove("failed");
+  result.textContent = `${action}…`;
+  try {
+    const response = await fetch(`/api/actions/${action}`, {
+      method: "POST", credentials: "same-origin",
+      headers: { "Content-Type": "application/json", "X-CSRF-Token": CSRF },
+      body: JSON.stringify(body),
+    });
+    const data = await response.json();
+    if (!response.ok) throw new Error(data.error || response.statusText);
+    result.textContent = describe(action, data);
+    refresh();
+    return data;
+  } catch (error) {
+    result.classList.add("failed");
+    result.textContent = `${action} failed: ${error.message}`;
+    return null;
+  }
+}
+
+function describe(action, data) {
+  if (action === "push") return `Pushed ${data.pushed} message(s) to ${data.key}.`;
+  if (action === "requeue") return `Requeued ${data.requeued}, dead-lettered ${data.dead_lettered}.`;
+  return `Purged about ${data.purged} request(s) of ${data.spider}.`;
+}
+
+function wireActions(section, spider) {
+  section.querySelector("form.push").addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const form = event.target;
+    const messages = form.messages.value.split("\n").filter((line) => line.trim());
+    if (await act(section, "push", { spider, key: form.key.value, messages })) form.messages.value = "";
+  });
+  section.querySelector("form.requeue").addEventListener("submit", (event) => {
+    event.preventDefault();
+    act(section, "requeue", { spider, dead_letters: event.target.dead_letters.checked });
+  });
+  section.querySelector("form.purge").addEventListener("submit", (event) => {
+    event.preventDefault();
+    const question = `Delete every queued and leased request of ${spider}? This cannot be undone.`;
+    if (window.confirm(question)) act(section, "purge", { spider, confirm: spider });
+  });
+}
+
+refresh();
+setInterval(refresh, INTERVAL);

@@ -1,0 +1,192 @@
+"""The dashboard's web resource (``twisted.web``): the page, its JSON, /metrics, actions.
+
+=================================  ================================================
+``GET /``                          the page (HTML; its script and style under /static,
+                                   served to anyone: they hold no data)
+``GET /api/status``                every crawl's status (JSON)
+``GET /metrics``                   the same numbers for Prometheus
+``POST /api/actions/<action>``     push, requeue or purge (JSON body, see fleet.py)
+``GET /login``, ``POST /login``    the login form, with a token
+=================================  ================================================
+
+Reads and actions run in the reactor's thread pool (redis-py blocks). Who may
+do what is decided in :mod:`scrapy_redis.dashboard.security`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from importlib.resources import files
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
+
+from redis.exceptions import RedisError
+from twisted.internet.threads import deferToThreadPool
+from twisted.web.resource import Resource
+from twisted.web.server import NOT_DONE_YET
+
+from scrapy_redis.dashboard import metrics
+from scrapy_redis.dashboard.fleet import ActionError
+from scrapy_redis.dashboard.security import COOKIE, CSRF_HEADER
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from twisted.python.failure import Failure
+
+    from scrapy_redis.dashboard.fleet import Fleet
+    from scrapy_redis.dashboard.security import Guard
+
+logger = logging.getLogger(__name__)
+
+#: A ``twisted.web.server.Request``: much of it is untyped, which strict mypy refuses.
+Request = Any
+
+_STATIC = {
+    "/static/dashboard.js": "text/javascript; charset=utf-8",
+    "/static/dashboard.css": "text/css; charset=utf-8",
+}
+_SECURITY_HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; frame-ancestors 'none'; "
+    "form-action 'self'; base-uri 'none'",
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+}
+_ACTIONS = "/api/actions/"
+
+
+def asset(name: str) -> str:
+    """The text of one of the dashboard's files (``static/<name>``)."""
+    return files("scrapy_redis.dashboard").joinpath(f"static/{name}").read_text(encoding="utf-8")
+
+
+def _send(request: Request, code: int, body: str, content_type: str) -> bytes:
+    request.setResponseCode(code)
+    request.setHeader("Content-Type", content_type)
+    return body.encode()
+
+
+def _json(request: Request, code: int, data: Any) -> bytes:
+    return _send(request, code, json.dumps(data), "application/json")
+
+
+def _not_allowed(request: Request, path: str, method: str) -> bytes:
+    request.setHeader("Allow", method)
+    return _json(request, 405, {"error": f"{request.method.decode()} {path}: use {method}"})
+
+
+class Dashboard(Resource):
+    """The whole site, one leaf resource: every request passes the same checks."""
+
+    isLeaf = True
+
+    def __init__(self, fleet: Fleet, guard: Guard, reactor: Any, interval: float) -> None:
+        Resource.__init__(self)  # type: ignore[no-untyped-call]
+        self.fleet, self.guard, self.reactor, self.interval = fleet, guard, reactor, interval
+
+    def render(self, request: Request) -> bytes | int:
+        for name, value in _SECURITY_HEADERS.items():
+            request.setHeader(name, value)
+        path = (request.path or b"/").decode(errors="replace")
+        if not self.guard.host_allowed(request):
+            return _json(request, 403, {"error": "Host header is not a loopback address"})
+        if path == "/login":
+            return self._login(request)
+        if path in _STATIC and request.method in (b"GET", b"HEAD"):  # the package's own code
+            return _send(request, 200, asset(path.rsplit("/", 1)[1]), _STATIC[path])
+        if not self.guard.authenticated(request):
+            return self._unauthenticated(request, path)
+        if path.startswith(_ACTIONS):
+            if request.method != b"POST":
+                return _not_allowed(request, path, "POST")
+            return self._action(request, path[len(_ACTIONS) :])
+        if request.method in (b"GET", b"HEAD"):
+            return self._get(request, path)
+        return _not_allowed(request, path, "GET")
+
+    def _get(self, request: Request, path: str) -> bytes | int:
+        if path == "/":
+            return _send(request, 200, self._page(request), "text/html; charset=utf-8")
+        if path == "/api/status":
+            return self._later(request, self.fleet.statuses, lambda r: _json(request, 200, r))
+        if path == "/metrics":
+            return self._later(
+                request, self._metrics, lambda r: _send(request, 200, r, metrics.CONTENT_TYPE)
+            )
+        return _json(request, 404, {"error": f"nothing at {path}"})
+
+    def _metrics(self) -> str:
+        return metrics.render(self.fleet.statuses()["crawls"])
+
+    def _page(self, request: Request) -> str:
+        values = {"csrf": self.guard.csrf_token(request), "interval": str(self.interval)}
+        page = asset("index.html")
+        for name, value in values.items():
+            page = page.replace(f"{{{{{name}}}}}", value)
+        return page
+
+    def _unauthenticated(self, request: Request, path: str) -> bytes:
+        if request.method == b"GET" and path == "/":
+            request.redirect(b"/login")
+            return b""
+        request.setHeader("WWW-Authenticate", 'Bearer realm="scrapy-redis dashboard"')
+        return _json(request, 401, {"error": "log in at /login, or send Authorization: Bearer"})
+
+    def _login(self, request: Request) -> bytes:
+        if self.guard.token is None:
+            request.redirect(b"/")
+            return b""
+        if request.method != b"POST":
+            return _send(request, 200, asset("login.html"), "text/html; charset=utf-8")
+        given = (request.args or {}).get(b"token", [b""])[0].decode(errors="replace")
+        if not self.guard.same_origin(request) or not self.guard.token_matches(given):
+            page = asset("login.html").replace("<!--error-->", "<p class=error>Wrong token.</p>")
+            return _send(request, 401, page, "text/html; charset=utf-8")
+        secure = "; Secure" if request.isSecure() else ""
+        request.setHeader(
+            "Set-Cookie",
+            f"{COOKIE}={quote(self.guard.session())}; Path=/; HttpOnly; SameSite=Strict{secure}",
+        )
+        request.redirect(b"/")
+        return b""
+
+    def _action(self, request: Request, action: str) -> bytes | int:
+        if not self.guard.may_act(request):
+            return _json(request, 403, {"error": f"missing or wrong {CSRF_HEADER}, or Origin"})
+        try:
+            body = json.loads(request.content.read() if request.content else b"")
+        except ValueError:
+            body = None
+        if not isinstance(body, dict):
+            return _json(request, 400, {"error": "the body must be a JSON object"})
+        return self._later(
+            request, lambda: self.fleet.act(action, body), lambda r: _json(request, 200, r)
+        )
+
+    def _later(
+        self, request: Request, work: Callable[[], Any], respond: Callable[[Any], bytes]
+    ) -> int:
+        """Run ``work`` in the thread pool; answer with ``respond(result)``."""
+        gone: list[bool] = []
+        request.notifyFinish().addErrback(lambda _: gone.append(True))
+
+        def finish(body: bytes) -> None:
+            if not gone:
+                request.write(body)
+                request.finish()
+
+        deferred = deferToThreadPool(self.reactor, self.reactor.getThreadPool(), work)
+        deferred.addCallbacks(respond, lambda failure: self._failed(request, failure))
+        deferred.addCallback(finish)
+        return NOT_DONE_YET
+
+    def _failed(self, request: Request, failure: Failure) -> bytes:
+        if isinstance(failure.value, ActionError):
+            return _json(request, 400, {"error": str(failure.value)})
+        if isinstance(failure.value, RedisError):
+            return _json(request, 503, {"error": f"Redis: {failure.value}"})
+        logger.error("dashboard request failed: %s", failure.getTraceback())
+        return _json(request, 500, {"error": f"{type(failure.value).__name__}: {failure.value}"})

@@ -1,0 +1,201 @@
+"""The dashboard in a real headless Chromium, watching a real crawl: two ``scrapy crawl``
+workers of example-project's myspider_redis crawl the local demo site while the page
+is open. The page shows the numbers that are in Redis, and pushing a URL through its
+form gets that URL crawled.
+
+Set DASHBOARD_SCREENSHOT=path to keep a screenshot of the page (docs/_static/dashboard.png
+is made so).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from contextlib import ExitStack
+
+import pytest
+from scrapy.settings import Settings
+
+from browser import chromium_driver
+from dashboard_process import DashboardProcess
+from scrapy_redis.status import crawl_status
+from test_e2e import DOMAIN, PROBLEM, start_worker, wait_for_requests
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
+
+SPIDER = "myspider_redis"
+START_KEY = "myspider:start_urls"
+#: A path no page of the 1000-page site links to (a 404): only a push gets it fetched.
+PUSHED = "/p/1000.html"
+#: Slow enough that the crawl is still running when the page has drawn a few points.
+WORKER_SETTINGS = {
+    "STATS_CLASS": "scrapy_redis.stats.RedisStatsCollector",
+    "DOWNLOAD_DELAY": 0.02,
+    "CONCURRENT_REQUESTS_PER_DOMAIN": 4,
+}
+
+
+@pytest.fixture
+def browser(tmp_path):
+    driver = chromium_driver(tmp_path / "profile", tmp_path / "chromedriver.log")
+    yield driver
+    driver.quit()
+
+
+def project_status(server, redis_url):
+    from example.spiders.myspider_redis import MySpider  # example-project is on sys.path
+
+    settings = Settings()
+    settings.setmodule("example.settings", priority="project")
+    settings.set("REDIS_URL", redis_url, priority="cmdline")
+    return crawl_status(server, settings, MySpider)
+
+
+def shown(browser, field: str) -> str:
+    from selenium.webdriver.common.by import By
+
+    selector = f'[data-spider="{SPIDER}"] [data-field="{field}"]'
+    text: str = browser.find_element(By.CSS_SELECTOR, selector).text
+    return text
+
+
+def shown_workers(browser) -> set[str]:
+    from selenium.webdriver.common.by import By
+
+    rows = browser.find_elements(By.CSS_SELECTOR, f'[data-spider="{SPIDER}"] tr[data-worker]')
+    return {row.get_attribute("data-worker") for row in rows}
+
+
+def wait(browser, condition, what, timeout: float = 15) -> None:
+    """Wait until ``condition()``; fail saying ``what()`` otherwise."""
+    from selenium.common.exceptions import TimeoutException
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    try:
+        WebDriverWait(browser, timeout, poll_frequency=0.1).until(lambda _: condition())
+    except TimeoutException:
+        pytest.fail(f"the page did not show {what()} within {timeout}s")
+
+
+def signal_all(workers, signum) -> None:
+    for worker in workers:
+        os.kill(worker.process.pid, signum)
+
+
+def test_the_page_shows_a_running_crawl_and_its_push_form_feeds_it(
+    site, server, redis_url, tmp_path, browser
+):
+    with ExitStack() as stack:
+        dashboard = DashboardProcess(redis_url, "--interval", "0.5").start()
+        stack.callback(dashboard.stop)
+        workers = [
+            start_worker(SPIDER, redis_url, tmp_path / f"worker-{n}.log", WORKER_SETTINGS, DOMAIN)
+            for n in (1, 2)
+        ]
+        for worker in workers:
+            stack.callback(worker.process.wait, 30)
+            stack.callback(worker.process.terminate)
+        browser.get(dashboard.url)
+        server.rpush(START_KEY, site.url)
+        wait_for_requests(site, 150, workers[0])
+        time.sleep(2.5)  # a few points on the plots
+
+        # Freeze the crawl (SIGSTOP): what Redis holds stays put while the page catches up.
+        signal_all(workers, signal.SIGSTOP)
+        stack.callback(signal_all, workers, signal.SIGCONT)
+        time.sleep(0.3)  # commands already sent land
+        status = project_status(server, redis_url)
+        expected = {
+            "queued": str(status.queued),
+            "leased": str(status.leased),
+            "pages": str(status.stats["response_received_count"]),
+            "workers_alive": str(sum(1 for worker in status.workers if worker.alive)),
+        }
+        assert expected["workers_alive"] == "2"
+        assert status.queued > 0, "the crawl ended before it was frozen: slow it down"
+        assert int(expected["pages"]) >= 100
+        numbers = lambda: {field: shown(browser, field) for field in expected}  # noqa: E731
+        wait(browser, lambda: numbers() == expected, lambda: f"{expected} (it shows {numbers()})")
+        assert shown_workers(browser) == {worker.id for worker in status.workers}
+        assert project_status(server, redis_url).queued == status.queued  # it was frozen
+        keep_screenshot(browser)
+        signal_all(workers, signal.SIGCONT)
+
+        push_through_the_form(browser, site.url + PUSHED.lstrip("/"))
+        wait_until(lambda: PUSHED in site.snapshot(), f"{PUSHED} fetched")
+        wait(
+            browser, lambda: shown(browser, "start_pending") == "0", lambda: "no start message left"
+        )
+    for worker in workers:  # stopped (SIGTERM) by now
+        log = worker.log_path.read_text(encoding="utf-8", errors="replace")
+        assert not PROBLEM.search(log), worker.log_path
+
+
+def push_through_the_form(browser, url: str) -> None:
+    from selenium.webdriver.common.by import By
+
+    form = browser.find_element(By.CSS_SELECTOR, f'[data-spider="{SPIDER}"] form.push')
+    form.find_element(By.NAME, "messages").send_keys(url)
+    form.find_element(By.CSS_SELECTOR, "button").click()
+    result = f'[data-spider="{SPIDER}"] .action-result'
+    expected = f"Pushed 1 message(s) to {START_KEY}."
+    shown_result = lambda: browser.find_element(By.CSS_SELECTOR, result).text  # noqa: E731
+    wait(
+        browser,
+        lambda: shown_result() == expected,
+        lambda: f"{expected!r} (it shows {shown_result()!r})",
+    )
+
+
+def wait_until(condition, what: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"not {what} within {timeout}s"
+        time.sleep(0.05)
+
+
+def keep_screenshot(browser) -> None:
+    path = os.environ.get("DASHBOARD_SCREENSHOT")
+    if path:
+        browser.set_window_size(1300, 860)
+        browser.save_screenshot(path)
+
+
+@pytest.fixture
+def site():
+    from demo_site import DemoSite  # example-project, on sys.path through test_e2e
+
+    with DemoSite(pages=1000) as demo_site:
+        yield demo_site
+
+
+def test_purging_from_the_page_asks_first(server, redis_url, settings_dict, schedulers, browser):
+    from scrapy import Request
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    scheduler = schedulers({**settings_dict, "SCHEDULER_QUEUE_KEY": "myspider_redis:requests"})
+    for n in range(3):
+        scheduler.enqueue_request(Request(f"http://example.com/{n}"))
+    assert scheduler.send_enqueued()
+    dashboard = DashboardProcess(redis_url, "--interval", "0.5").start()
+    try:
+        browser.get(dashboard.url)
+        wait(browser, lambda: shown(browser, "queued") == "3", lambda: "3 queued")
+        button = f'[data-spider="{SPIDER}"] form.purge button'
+        browser.find_element(By.CSS_SELECTOR, button).click()
+        WebDriverWait(browser, 5).until(expected_conditions.alert_is_present())
+        browser.switch_to.alert.dismiss()
+        time.sleep(0.5)
+        assert server.exists("myspider_redis:requests")  # not purged: the user said no
+        browser.find_element(By.CSS_SELECTOR, button).click()
+        WebDriverWait(browser, 5).until(expected_conditions.alert_is_present())
+        browser.switch_to.alert.accept()
+        wait(browser, lambda: shown(browser, "queued") == "0", lambda: "0 queued")
+        assert not server.exists("myspider_redis:requests")
+        result = browser.find_element(By.CSS_SELECTOR, f'[data-spider="{SPIDER}"] .action-result')
+        assert result.text == f"Purged about 3 request(s) of {SPIDER}."
+    finally:
+        dashboard.stop()
