@@ -31,9 +31,12 @@ from scrapy_redis.keys import (
     lean_meta_key,
     lease_deadlines_key,
     leases_key,
+    stats_workers_key,
+    worker_stats_key,
     workers_key,
 )
 from scrapy_redis.lean_dupefilter import LeanDupeFilter
+from scrapy_redis.utils import bytes_to_str
 
 if TYPE_CHECKING:
     import argparse
@@ -160,10 +163,13 @@ def other_keys(crawl: Crawl) -> Iterator[str]:
         yield workers_key(crawl.queue_key, crawl.cluster)
     stats = format_key(crawl.settings.get("STATS_KEY") or defaults.STATS_KEY, crawl.name)
     yield stats
-    yield from _scan(crawl.server, derived_pattern(stats, "worker:", crawl.cluster))
+    index = stats_workers_key(stats, crawl.cluster)  # the workers with stats of their own
+    for worker in crawl.server.zrange(index, 0, -1):
+        yield worker_stats_key(stats, bytes_to_str(worker), crawl.cluster)
+    yield index
 
 
 def _scan(server: Any, pattern: str) -> Iterator[str]:
     """The keys matching ``pattern`` (on a cluster: on every master)."""
     for key in server.scan_iter(match=pattern, count=1000):
-        yield key.decode() if isinstance(key, bytes) else key
+        yield bytes_to_str(key)
