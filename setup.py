@@ -20,6 +20,8 @@ setup(
     },
     include_package_data=True,
     python_requires=">=3.10",
+    # `scrapy redis <verb>` inside a project (see docs/commands.rst).
+    entry_points={"scrapy.commands": ["redis = scrapy_redis.commands.redis:Command"]},
     install_requires=[
         "scrapy>=2.13",
         "redis>=5.0",

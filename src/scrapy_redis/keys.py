@@ -55,6 +55,17 @@ def slot_base(key: str, cluster: bool = False) -> str:
     return key
 
 
+def glob_escape(key: str) -> str:
+    """``key`` as a SCAN pattern matching itself only (``*?[]\\`` escaped)."""
+    return "".join(f"\\{char}" if char in "*?[]\\" else char for char in key)
+
+
+def derived_pattern(base_key: str, prefix: str, cluster: bool = False) -> str:
+    """A SCAN pattern matching every :func:`derived` key of ``base_key`` whose suffix
+    starts with ``prefix`` (``lean:`` matches the lean filter's buckets)."""
+    return f"{glob_escape(slot_base(base_key, cluster))}:{glob_escape(prefix)}*"
+
+
 def crawl_filter_key(filter_key: str, queue_key: str, cluster: bool = False) -> str:
     """The scheduler's filter key: ``filter_key``; on a Redis Cluster, in the slot of
     ``queue_key`` (the push script checks the filter and pushes to the queue in one

@@ -1,0 +1,119 @@
+"""What a verb works with (see :mod:`scrapy_redis.commands` for the protocol)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TextIO
+
+from scrapy.spiderloader import get_spider_loader
+
+from scrapy_redis import connection
+from scrapy_redis.commands.crawl import Crawl, open_crawl
+from scrapy_redis.commands.progress import Progress
+
+if TYPE_CHECKING:
+    from scrapy import Spider
+    from scrapy.settings import Settings
+
+
+class CommandError(Exception):
+    """A usage error: the command prints it and exits with code 2."""
+
+
+@dataclass
+class Context:
+    """The project's settings, Redis, the spiders, and the terminal."""
+
+    settings: Settings
+    stdout: TextIO = field(default_factory=lambda: sys.stdout)
+    stderr: TextIO = field(default_factory=lambda: sys.stderr)
+    stdin: TextIO = field(default_factory=lambda: sys.stdin)
+    _server: Any = None
+
+    def server(self) -> Any:
+        """The Redis client of the project's settings (REDIS_URL...), checked reachable."""
+        if self._server is None:
+            server = connection.from_settings(self.settings)
+            connection.ensure_reachable(server)
+            self._server = server
+        return self._server
+
+    def spider_names(self) -> list[str]:
+        """The project's spiders (SPIDER_MODULES)."""
+        return sorted(get_spider_loader(self.settings).list())
+
+    def spider_class(self, name: str) -> type[Spider]:
+        """The spider class called ``name``; CommandError naming the known ones."""
+        try:
+            return get_spider_loader(self.settings).load(name)
+        except KeyError:
+            known = ", ".join(self.spider_names()) or "none (check SPIDER_MODULES)"
+            raise CommandError(
+                f"No spider named {name!r} in this project; spiders: {known}"
+            ) from None
+
+    def crawl(self, name: str, spider_args: list[str] | None = None) -> Crawl:
+        """The crawl of the spider ``name`` (its queue, filters, start keys...)."""
+        self.server()  # fail first, naming the server, if Redis cannot be reached
+        return open_crawl(self.settings, self.spider_class(name), parse_spider_args(spider_args))
+
+    def write(self, text: str = "") -> None:
+        """A line of text for people on stdout."""
+        self.stdout.write(text + "\n")
+
+    def warn(self, text: str) -> None:
+        """A line on stderr (refusals, what was left undone)."""
+        self.stderr.write(text + "\n")
+
+    def json(self, document: Any) -> None:
+        """One JSON document on one line of stdout (``--json``)."""
+        self.stdout.write(json.dumps(jsonable(document), ensure_ascii=False) + "\n")
+        self.stdout.flush()
+
+    def progress(self, label: str, total: int | None = None) -> Progress:
+        """A progress bar on stderr (drawn only on a terminal)."""
+        return Progress(self.stderr, label, total)
+
+    def confirm(self, question: str, yes: bool) -> bool:
+        """``yes`` (``--yes`` given), or the answer of a person at a terminal; CommandError
+        when there is nobody to ask (stdin is not a terminal)."""
+        if yes:
+            return True
+        if not self.stdin.isatty():
+            raise CommandError(f"{question} Not asked (stdin is not a terminal): add --yes.")
+        self.stderr.write(f"{question} [y/N] ")
+        self.stderr.flush()
+        return self.stdin.readline().strip().lower() in ("y", "yes")
+
+
+def parse_spider_args(pairs: list[str] | None) -> dict[str, str]:
+    """``-a NAME=VALUE`` options as a dict; CommandError for one without ``=``."""
+    args: dict[str, str] = {}
+    for pair in pairs or []:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            raise CommandError(f"Invalid -a value {pair!r}, use -a NAME=VALUE")
+        args[name] = value
+    return args
+
+
+def jsonable(value: Any) -> Any:
+    """``value`` as what ``json`` writes: bytes (keys too) as text, sets and tuples as
+    lists, anything else unknown as its repr."""
+    if isinstance(value, dict):
+        return {_text(key): jsonable(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [jsonable(item) for item in value]
+    if isinstance(value, bytes):
+        return _text(value)
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    return repr(value)
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "backslashreplace")
+    return value if isinstance(value, str) else str(value)

@@ -1,0 +1,1 @@
+"""The verbs of ``scrapy redis``: one module each (see :mod:`scrapy_redis.commands`)."""

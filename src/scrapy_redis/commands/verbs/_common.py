@@ -1,0 +1,33 @@
+"""What several verbs share (not a verb: its name starts with ``_``)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from scrapy_redis.status import crawl_status
+
+if TYPE_CHECKING:
+    import argparse
+
+    from scrapy_redis.commands.context import Context
+    from scrapy_redis.commands.crawl import Crawl
+
+
+def add_spider_arguments(parser: argparse.ArgumentParser) -> None:
+    """The positional SPIDER, and ``-a NAME=VALUE`` spider arguments (as ``scrapy crawl``:
+    a spider argument such as ``redis_key`` changes the keys)."""
+    parser.add_argument("spider", metavar="SPIDER", help="the spider's name")
+    parser.add_argument(
+        "-a",
+        dest="spider_args",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="spider argument, as given to scrapy crawl (may be repeated)",
+    )
+
+
+def alive_workers(context: Context, crawl: Crawl) -> list[str]:
+    """The workers of the crawl whose registry entry has not expired."""
+    status = crawl_status(crawl.server, context.settings, type(crawl.spider))
+    return [worker.id for worker in status.workers if worker.alive]

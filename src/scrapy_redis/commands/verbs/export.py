@@ -1,0 +1,178 @@
+"""Write a spider's items, fingerprints or queued requests as JSON lines.
+
+``items``: RedisPipeline's list, each item as stored (JSON by default), oldest first.
+``fingerprints``: the duplicate filter's fingerprints, ``{"fingerprint": "<hex>"}``
+each; only the exact filter (RFPDupeFilter, a set) can list them: the lean filter keeps
+a part of each fingerprint's bits and the Bloom filter none, so they are refused.
+``queue``: the requests waiting in the queue (every lane), in the order they are popped,
+decoded with SCHEDULER_SERIALIZER: ``{"url", "method", "priority", "meta", ...}``; an
+entry that does not decode is written as ``{"key", "error"}``. Requests leased by
+workers are not in the queue, and not written. To stdout, or to ``-o FILE``; the count
+goes to stderr, with a progress bar on a terminal.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any, TextIO
+
+from redis.client import NEVER_DECODE
+
+from scrapy_redis.bloom_dupefilter import BloomDupeFilter
+from scrapy_redis.commands.context import CommandError, jsonable
+from scrapy_redis.commands.verbs._common import add_spider_arguments
+from scrapy_redis.dupefilter import RFPDupeFilter
+from scrapy_redis.keys import priority_list_key
+from scrapy_redis.lean_dupefilter import LeanDupeFilter
+from scrapy_redis.queue import FifoQueue, LifoQueue, PriorityQueue
+
+if TYPE_CHECKING:
+    import argparse
+
+    from scrapy_redis.commands.context import Context
+    from scrapy_redis.commands.crawl import Crawl
+
+#: Entries read per command.
+CHUNK = 1000
+#: The fields written first, in this order, for a request.
+FIRST_FIELDS = ("url", "method", "priority", "meta")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_spider_arguments(parser)
+    parser.add_argument("what", choices=("items", "fingerprints", "queue"))
+    parser.add_argument("-o", "--output", metavar="FILE", help="write to FILE (default: stdout)")
+
+
+def run(args: argparse.Namespace, context: Context) -> int:
+    crawl = context.crawl(args.spider, args.spider_args)
+    lines, total = _source(crawl, args.what)
+    progress = context.progress(f"export {args.what}", total)
+    count = 0
+    stream: TextIO
+    with _open(args.output, context) as stream:
+        for line in lines:
+            stream.write(line + "\n")
+            count += 1
+            progress.advance()
+    progress.finish()
+    where = args.output or "stdout"
+    noun = "queued requests" if args.what == "queue" else args.what
+    context.warn(f"Exported {count} {noun} of {crawl.name} to {where}.")
+    return 0
+
+
+def _open(path: str | None, context: Context) -> Any:
+    if path is None:
+        from contextlib import nullcontext
+
+        return nullcontext(context.stdout)
+    return open(path, "w", encoding="utf-8")  # closed by the caller's with block
+
+
+def _source(crawl: Crawl, what: str) -> tuple[Iterator[str], int | None]:
+    """The lines to write, and how many (None: unknown)."""
+    if what == "items":
+        return item_lines(crawl), int(crawl.server.llen(crawl.items_key))
+    if what == "fingerprints":
+        if not crawl.filters:
+            raise CommandError(f"The spider {crawl.name!r} does not use the Redis scheduler.")
+        for dupefilter in crawl.filters:
+            _check_listable(dupefilter)
+        total = sum(int(crawl.server.scard(f.key)) for f in crawl.filters)
+        return fingerprint_lines(crawl), total
+    if not crawl.lanes:
+        raise CommandError(f"The spider {crawl.name!r} does not use the Redis scheduler.")
+    return request_lines(crawl), sum(len(lane) for lane in crawl.lanes)
+
+
+def item_lines(crawl: Crawl) -> Iterator[str]:
+    """The items, oldest first, as stored (on one line each)."""
+    for raw in _list_range(crawl.server, crawl.items_key):
+        text = raw.decode("utf-8", "backslashreplace")
+        yield _one_line(text)
+
+
+def _one_line(text: str) -> str:
+    if "\n" not in text:
+        return text
+    try:
+        return json.dumps(json.loads(text), ensure_ascii=False)
+    except ValueError:
+        return json.dumps(text, ensure_ascii=False)
+
+
+def _check_listable(dupefilter: Any) -> None:
+    if isinstance(dupefilter, (LeanDupeFilter, BloomDupeFilter)):
+        raise CommandError(
+            f"The {type(dupefilter).__name__} cannot list its fingerprints: the lean filter "
+            "keeps a part of each fingerprint's bits, the Bloom filter only bits shared by "
+            "many. Only RFPDupeFilter (a set of fingerprints) can be exported."
+        )
+    if not isinstance(dupefilter, RFPDupeFilter):
+        raise CommandError(
+            f"The duplicate filter {type(dupefilter).__name__} (DUPEFILTER_CLASS) is not one "
+            "of scrapy_redis.dupefilter: its fingerprints cannot be listed."
+        )
+
+
+def fingerprint_lines(crawl: Crawl) -> Iterator[str]:
+    for dupefilter in crawl.filters:
+        for member in crawl.server.sscan_iter(dupefilter.key, count=CHUNK):
+            text = member.decode("ascii", "replace") if isinstance(member, bytes) else member
+            yield json.dumps({"fingerprint": text})
+
+
+def request_lines(crawl: Crawl) -> Iterator[str]:
+    """The queued requests of every lane, in pop order, as JSON."""
+    for lane in crawl.lanes:
+        for key, data in _entries(crawl.server, lane):
+            yield json.dumps(jsonable(_request(lane, key, data)), ensure_ascii=False)
+
+
+def _entries(server: Any, queue: Any) -> Iterator[tuple[str, bytes]]:
+    """``(key, entry)`` of ``queue`` in the order its entries are popped."""
+    if isinstance(queue, PriorityQueue):
+        for member in server.zrange(queue.key, 0, -1):
+            priority = member.decode() if isinstance(member, bytes) else str(member)
+            if priority.lstrip("-").isdigit():  # (an entry of the original: skipped)
+                key = priority_list_key(queue.key, int(priority), queue.on_cluster)
+                yield from ((key, data) for data in _list_range(server, key))
+    elif isinstance(queue, LifoQueue):  # LPUSH, LPOP: from the head
+        yield from ((queue.key, data) for data in _list_range(server, queue.key))
+    elif isinstance(queue, FifoQueue):  # LPUSH, RPOP: from the tail
+        yield from ((queue.key, data) for data in _list_range(server, queue.key, reverse=True))
+    else:
+        raise CommandError(
+            f"Cannot read a {type(queue).__name__} (SCHEDULER_QUEUE_CLASS): export knows "
+            "the queues of scrapy_redis.queue."
+        )
+
+
+def _list_range(server: Any, key: str, reverse: bool = False) -> Iterator[bytes]:
+    """The list ``key`` from its head (``reverse``: from its tail), CHUNK at a time."""
+    start = 0
+    while True:
+        if reverse:
+            chunk = _lrange(server, key, -start - CHUNK, -start - 1)[::-1]
+        else:
+            chunk = _lrange(server, key, start, start + CHUNK - 1)
+        yield from chunk
+        if len(chunk) < CHUNK:
+            return
+        start += CHUNK
+
+
+def _lrange(server: Any, key: str, start: int, stop: int) -> list[bytes]:
+    reply: list[bytes] = server.execute_command("LRANGE", key, start, stop, **{NEVER_DECODE: True})
+    return reply
+
+
+def _request(queue: Any, key: str, data: bytes) -> dict[str, Any]:
+    try:
+        fields: dict[str, Any] = queue.serializer.loads(data)
+    except Exception as exc:  # untrusted data: written as an error line, not a crash
+        return {"key": key, "error": f"cannot be decoded with SCHEDULER_SERIALIZER: {exc}"}
+    first = {name: fields[name] for name in FIRST_FIELDS if name in fields}
+    return {**first, **{name: v for name, v in fields.items() if name not in first}}

@@ -1,0 +1,175 @@
+"""Delete a spider's queue, fingerprints, items, start messages, or all of its data.
+
+Say what: ``--queue`` (the requests, in every lane, and their leases), ``--fingerprints``
+(the duplicate filter: its set, or the lean filter's buckets and the Bloom filter's
+blocks, found with SCAN on every master of a cluster), ``--items`` (RedisPipeline's
+list), ``--start`` (the start keys and their leases), ``--all`` (those, the entries set
+aside as invalid, the dead letters, the worker registry, the stats and each worker's).
+Keys are deleted with UNLINK (the server frees the memory in the background), 500 per
+command, with a progress bar on a terminal. It asks first unless ``--yes``; and it
+refuses while workers of the crawl are alive (their next push would mix with a crawl
+half deleted) unless ``--force``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from scrapy_redis import defaults
+from scrapy_redis.bloom_dupefilter import BloomDupeFilter
+from scrapy_redis.commands.context import CommandError
+from scrapy_redis.commands.verbs._common import add_spider_arguments, alive_workers
+from scrapy_redis.keys import (
+    bloom_blocks_key,
+    dead_letters_key,
+    deliveries_key,
+    derived_pattern,
+    format_key,
+    invalid_entries_key,
+    lanes_key,
+    lean_meta_key,
+    lease_deadlines_key,
+    leases_key,
+    stats_workers_key,
+    worker_stats_key,
+    workers_key,
+)
+from scrapy_redis.lean_dupefilter import LeanDupeFilter
+from scrapy_redis.utils import bytes_to_str
+
+if TYPE_CHECKING:
+    import argparse
+
+    from scrapy_redis.commands.context import Context
+    from scrapy_redis.commands.crawl import Crawl
+
+#: Keys per UNLINK.
+BATCH = 500
+PARTS = ("queue", "fingerprints", "items", "start")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_spider_arguments(parser)
+    for part in PARTS:
+        parser.add_argument(f"--{part}", action="store_true", help=f"delete the {part}")
+    parser.add_argument("--all", action="store_true", help="delete all of the spider's data")
+    parser.add_argument("-y", "--yes", action="store_true", help="do not ask")
+    parser.add_argument("--force", action="store_true", help="even while workers are alive")
+
+
+def run(args: argparse.Namespace, context: Context) -> int:
+    parts = [part for part in PARTS if args.all or getattr(args, part)]
+    if not parts:
+        raise CommandError("Say what to purge: --queue, --fingerprints, --items, --start or --all.")
+    crawl = context.crawl(args.spider, args.spider_args)
+    alive = alive_workers(context, crawl)
+    if alive and not args.force:
+        context.warn(
+            f"Refused: {len(alive)} workers of {crawl.name} are alive ({', '.join(alive[:3])}"
+            f"{'...' if len(alive) > 3 else ''}). Stop them first, or add --force."
+        )
+        return 1
+    what = ", ".join(parts) + (" and the rest" if args.all else "")
+    if not context.confirm(f"Delete the {what} of {crawl.name} in {_where(crawl)}?", args.yes):
+        context.warn("Nothing deleted.")
+        return 1
+    progress = context.progress(f"purge {crawl.name}, keys")
+    deleted = 0
+    for key_batch in _batches(_keys(crawl, parts, args.all)):
+        deleted += int(crawl.server.unlink(*key_batch))
+        progress.advance(len(key_batch))
+    progress.finish()
+    if args.json:
+        context.json(
+            {"spider": crawl.name, "purged": parts, "all": args.all, "keys_deleted": deleted}
+        )
+    else:
+        context.write(f"Deleted {deleted} keys of {crawl.name} ({what}).")
+    return 0
+
+
+def _where(crawl: Crawl) -> str:
+    from scrapy_redis.connection import describe_server
+
+    return describe_server(crawl.server)
+
+
+def _batches(keys: Iterator[str]) -> Iterator[list[str]]:
+    batch: list[str] = []
+    for key in keys:
+        batch.append(key)
+        if len(batch) >= BATCH:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def _keys(crawl: Crawl, parts: list[str], everything: bool) -> Iterator[str]:
+    if "queue" in parts:
+        yield from queue_keys(crawl)
+    if "fingerprints" in parts:
+        yield from filter_keys(crawl)
+    if "items" in parts:
+        yield crawl.items_key
+    if "start" in parts:
+        yield from start_keys(crawl)
+    if everything:
+        yield from other_keys(crawl)
+
+
+def queue_keys(crawl: Crawl) -> Iterator[str]:
+    """The requests of every lane and their leases (as the scheduler's flush)."""
+    for lane in crawl.lanes:
+        yield from lane.flush_keys()
+        base = lane.key
+        yield from (leases_key(base, crawl.cluster), lease_deadlines_key(base, crawl.cluster))
+        yield deliveries_key(base, crawl.cluster)
+    if crawl.lanes:  # how many lanes a split crawl has
+        yield lanes_key(crawl.queue_key, crawl.cluster)
+
+
+def filter_keys(crawl: Crawl) -> Iterator[str]:
+    """Every key of the duplicate filters: the lean and Bloom filters' by SCAN."""
+    for dupefilter in crawl.filters:
+        key: str = dupefilter.key
+        yield key
+        if isinstance(dupefilter, LeanDupeFilter):
+            yield lean_meta_key(key, crawl.cluster)
+            yield from _scan(crawl.server, derived_pattern(key, "lean:", crawl.cluster))
+        if isinstance(dupefilter, BloomDupeFilter):
+            yield bloom_blocks_key(key, crawl.cluster)
+            yield from _scan(crawl.server, derived_pattern(key, "bloom:", crawl.cluster))
+
+
+def start_keys(crawl: Crawl) -> Iterator[str]:
+    """The start keys, and the leases of their messages (kept under the first one)."""
+    yield from crawl.start_keys
+    if crawl.start_keys:
+        base = crawl.start_keys[0]
+        yield from (leases_key(base, crawl.cluster), lease_deadlines_key(base, crawl.cluster))
+        yield deliveries_key(base, crawl.cluster)
+
+
+def other_keys(crawl: Crawl) -> Iterator[str]:
+    """What only ``--all`` deletes: set-aside entries, dead letters, registry, stats."""
+    for lane in crawl.lanes:
+        yield invalid_entries_key(lane.key, crawl.cluster)
+        yield dead_letters_key(lane.key, crawl.cluster)
+    if crawl.start_keys:
+        yield dead_letters_key(crawl.start_keys[0], crawl.cluster)
+    if crawl.lanes:
+        yield workers_key(crawl.queue_key, crawl.cluster)
+    stats = format_key(crawl.settings.get("STATS_KEY") or defaults.STATS_KEY, crawl.name)
+    yield stats
+    index = stats_workers_key(stats, crawl.cluster)  # the workers with stats of their own
+    for worker in crawl.server.zrange(index, 0, -1):
+        yield worker_stats_key(stats, bytes_to_str(worker), crawl.cluster)
+    yield index
+
+
+def _scan(server: Any, pattern: str) -> Iterator[str]:
+    """The keys matching ``pattern`` (on a cluster: on every master)."""
+    for key in server.scan_iter(match=pattern, count=1000):
+        yield bytes_to_str(key)

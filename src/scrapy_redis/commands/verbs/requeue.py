@@ -1,0 +1,170 @@
+"""Put entries set aside, or held by dead workers, back in a spider's queue.
+
+``--invalid``: the queue entries set aside as undecodable (``<queue>:invalid``) that
+decode now (after SCHEDULER_SERIALIZER or the spider was fixed), each in one script
+call with its removal from the list (``lua/invalid_requeue.lua``); those that still do
+not decode stay, and the first reason is printed. ``--expired``: the requests and start
+messages leased by workers whose lease expired, recovered as a worker recovers them
+(``lua/lease_expired.lua`` and ``lua/lease_requeue.lua``: a delivery is counted, and a
+request delivered SCHEDULER_MAX_DELIVERIES times goes to the dead letters). ``--dead``:
+the dead letters of the queue and of the start key, oldest first
+(``lua/dead_requeue.lua``). Without any of them: ``--invalid --expired``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from redis.client import NEVER_DECODE
+
+from scrapy_redis import defaults
+from scrapy_redis.commands.context import CommandError
+from scrapy_redis.commands.verbs._common import add_spider_arguments
+from scrapy_redis.deadletters import requeue_dead_letters
+from scrapy_redis.exceptions import UndecodableRequestError
+from scrapy_redis.keys import invalid_entries_key, priority_list_key
+from scrapy_redis.leases import LeaseBook, Recovery
+from scrapy_redis.queue import Entry, FifoQueue, LifoQueue, PriorityQueue
+from scrapy_redis.scripts import script
+from scrapy_redis.workers import new_worker_id
+
+if TYPE_CHECKING:
+    import argparse
+
+    from scrapy_redis.commands.context import Context
+    from scrapy_redis.commands.crawl import Crawl
+
+#: Invalid entries read and put back per script call.
+BATCH = 500
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_spider_arguments(parser)
+    parser.add_argument("--invalid", action="store_true", help="entries set aside as invalid")
+    parser.add_argument("--expired", action="store_true", help="leases of dead workers")
+    parser.add_argument("--dead", action="store_true", help="dead letters")
+
+
+def run(args: argparse.Namespace, context: Context) -> int:
+    crawl = context.crawl(args.spider, args.spider_args)
+    if not crawl.lanes and not crawl.start_keys:
+        raise CommandError(f"The spider {crawl.name!r} uses no queue and no start key in Redis.")
+    chosen = args.invalid or args.expired or args.dead
+    report: dict[str, Any] = {"spider": crawl.name}
+    if args.invalid or not chosen:
+        report["invalid"] = _invalid(crawl)
+    if args.expired or not chosen:
+        report["expired"] = _expired(crawl)
+    if args.dead:
+        report["dead"] = _dead(crawl)
+    if args.json:
+        context.json(report)
+    else:
+        _print(context, report)
+    return 1 if report.get("invalid", {}).get("still_invalid") else 0
+
+
+def _invalid(crawl: Crawl) -> dict[str, Any]:
+    requeued = kept = 0
+    error: str | None = None
+    for lane in crawl.lanes:
+        moved, left, reason = requeue_invalid(crawl, lane)
+        requeued, kept, error = requeued + moved, kept + left, error or reason
+    return {"requeued": requeued, "still_invalid": kept, "reason": error}
+
+
+def requeue_invalid(crawl: Crawl, queue: Any) -> tuple[int, int, str | None]:
+    """Put back the invalid entries of ``queue`` that decode now: how many went back,
+    how many stay, and why the first of those does not decode."""
+    op = _put_back_op(queue)
+    key = invalid_entries_key(queue.key, crawl.cluster)
+    offset = moved = kept = 0
+    reason: str | None = None
+    while True:
+        raws = crawl.server.execute_command(
+            "LRANGE", key, offset, offset + BATCH - 1, **{NEVER_DECODE: True}
+        )
+        if not raws:
+            return moved, kept, reason
+        keys: list[str] = [key, queue.key]
+        args: list[Any] = [op]
+        for data in raws:
+            try:
+                priority = queue.decode(Entry(data)).priority
+            except UndecodableRequestError as exc:
+                kept, reason = kept + 1, reason or str(exc)
+                continue
+            if op == "prio":
+                keys.append(priority_list_key(queue.key, priority, crawl.cluster))
+            args += [len(keys), priority, data]
+        done = int(script("invalid_requeue")(crawl.server, keys, args)) if len(args) > 1 else 0
+        moved += done
+        offset += len(raws) - done  # those left in place come first
+
+
+def _put_back_op(queue: Any) -> str:
+    """How ``queue``'s entries go back at the end popped next (see ``put_back()`` in
+    lua/_leases.lua)."""
+    if isinstance(queue, PriorityQueue):
+        return "prio"
+    if isinstance(queue, LifoQueue):
+        return "lpush"
+    if isinstance(queue, FifoQueue):
+        return "rpush"
+    raise CommandError(
+        f"Cannot put entries back in a {type(queue).__name__} (SCHEDULER_QUEUE_CLASS): "
+        "requeue knows the queues of scrapy_redis.queue."
+    )
+
+
+def _expired(crawl: Crawl) -> dict[str, int]:
+    total = Recovery(0, 0)
+    for base in [lane.key for lane in crawl.lanes] + crawl.start_keys[:1]:
+        recovered = recover_expired(crawl, base)
+        total = Recovery(
+            total.requeued + recovered.requeued, total.dead_lettered + recovered.dead_lettered
+        )
+    return {"requeued": total.requeued, "dead_lettered": total.dead_lettered}
+
+
+def recover_expired(crawl: Crawl, base_key: str) -> Recovery:
+    """Recover every expired lease of ``base_key`` (a queue, or the first start key) as a
+    worker's heartbeat does, pass after pass (a pass recovers up to 500)."""
+    settings = crawl.settings
+    book = LeaseBook(
+        crawl.server,
+        base_key,
+        new_worker_id(),
+        settings.getfloat("SCHEDULER_WORKER_TIMEOUT", defaults.SCHEDULER_WORKER_TIMEOUT),
+        settings.getint("SCHEDULER_MAX_DELIVERIES", defaults.SCHEDULER_MAX_DELIVERIES),
+    )
+    requeued = dead = 0
+    while True:
+        recovery = book.recover_expired()
+        if recovery == (0, 0):
+            return Recovery(requeued, dead)
+        requeued, dead = requeued + recovery.requeued, dead + recovery.dead_lettered
+
+
+def _dead(crawl: Crawl) -> dict[str, int]:
+    bases = [lane.key for lane in crawl.lanes] + crawl.start_keys[:1]
+    return {"requeued": sum(requeue_dead_letters(crawl.server, base) for base in bases)}
+
+
+def _print(context: Context, report: dict[str, Any]) -> None:
+    if "invalid" in report:
+        invalid = report["invalid"]
+        context.write(f"Invalid entries put back in the queue: {invalid['requeued']}")
+        if invalid["still_invalid"]:
+            context.warn(
+                f"Still invalid, left in place: {invalid['still_invalid']} (first reason: "
+                f"{invalid['reason']})"
+            )
+    if "expired" in report:
+        expired = report["expired"]
+        context.write(
+            f"Expired leases: {expired['requeued']} entries put back, "
+            f"{expired['dead_lettered']} moved to the dead letters"
+        )
+    if "dead" in report:
+        context.write(f"Dead letters put back: {report['dead']['requeued']}")

@@ -1,0 +1,87 @@
+"""``scrapy redis status``, ``watch`` and ``push`` against a real crawl: a ``scrapy crawl``
+worker of example-project's ``myspider_redis`` crawls the demo site while the commands
+run in the same project (see tests/test_e2e.py for the workers and the site)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from test_e2e import DOMAIN, EXAMPLE, DemoSite, start_worker, wait_all, wait_for_requests
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
+
+
+def scrapy_redis(redis_url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``scrapy redis ARGS`` in example-project."""
+    return subprocess.run(
+        [sys.executable, "-m", "scrapy", "redis", *args],
+        cwd=EXAMPLE,
+        env={**os.environ, "REDIS_URL": redis_url},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def status_of(redis_url: str) -> dict:
+    result = scrapy_redis(redis_url, "status", "myspider_redis", "--json")
+    assert result.returncode == 0, result.stderr
+    (status,) = json.loads(result.stdout)["spiders"]
+    return status
+
+
+def test_status_and_watch_during_and_after_a_crawl(server, redis_url, tmp_path):
+    with DemoSite(pages=150) as site:
+        settings = {
+            "MAX_IDLE_TIME_BEFORE_CLOSE": 2,
+            "DOWNLOAD_DELAY": 0.02,
+            "STATS_CLASS": "scrapy_redis.stats.RedisStatsCollector",
+        }
+        worker = start_worker("myspider_redis", redis_url, tmp_path / "w.log", settings, DOMAIN)
+        pushed = scrapy_redis(redis_url, "push", "myspider_redis", site.url)
+        assert pushed.returncode == 0, pushed.stderr
+        wait_for_requests(site, 40, worker)
+
+        during = status_of(redis_url)
+        for _ in range(10):  # its rates are in its stats hash from its second stats write
+            if any(w["pages_per_second"] for w in during["workers"]):
+                break
+            during = status_of(redis_url)
+        text = scrapy_redis(redis_url, "status", "myspider_redis").stdout
+        watched = scrapy_redis(
+            redis_url, "watch", "myspider_redis", "--count", "2", "--interval", "0.1", "--json"
+        )
+        wait_all([worker])
+        after = status_of(redis_url)
+        pages = sum(site.snapshot().values())
+        items, fingerprints = (
+            server.llen("myspider_redis:items"),
+            server.scard("myspider_redis:dupefilter"),
+        )
+        purged = scrapy_redis(redis_url, "purge", "myspider_redis", "--all", "--yes")
+
+    (alive,) = [w for w in during["workers"] if w["alive"]]
+    assert 0 <= alive["heartbeat_age"] < 15
+    assert alive["pages_per_second"] > 0  # from its own stats hash
+    assert "pages/s" in text
+    assert during["queued"] + during["leased"] > 0
+    assert during["leased"] == alive["leased"]
+    assert during["fingerprints"] > 40
+    assert during["start_keys"] == ["myspider:start_urls"]
+    assert during["diagnosis"] is None
+    assert f"{alive['id']}  alive  heartbeat" in text
+    assert "myspider_redis (PriorityQueue myspider_redis:requests)" in text
+    lines = [json.loads(line) for line in watched.stdout.splitlines()]
+    assert len(lines) == 2 and lines[0]["spiders"][0]["spider"] == "myspider_redis"
+    assert after["workers_alive"] == 0
+    assert (after["queued"], after["leased"], after["start_pending"]) == (0, 0, 0)
+    assert after["items"] == items > 0
+    assert after["fingerprints"] == fingerprints > 100
+    assert pages > 100
+    assert purged.returncode == 0, purged.stderr
+    assert server.keys() == []
