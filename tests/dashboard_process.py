@@ -1,5 +1,5 @@
-"""A real dashboard (``python -m scrapy_redis.dashboard``) run in example-project, and
-HTTP requests to it with the standard library."""
+"""A real dashboard (``scrapy redis dashboard``, or ``python -m scrapy_redis.dashboard``)
+run in example-project, and HTTP requests to it with the standard library."""
 
 from __future__ import annotations
 
@@ -20,11 +20,24 @@ EXAMPLE = Path(__file__).resolve().parents[1] / "example-project"
 LISTENING = re.compile(r"Dashboard: (http://\S+/)")
 
 
-class DashboardProcess:
-    """``python -m scrapy_redis.dashboard --port 0 *args`` against ``redis_url``."""
+#: How users start it: the ``scrapy redis`` verb, or the module.
+VERB = ["-m", "scrapy", "redis", "dashboard"]
+MODULE = ["-m", "scrapy_redis.dashboard"]
 
-    def __init__(self, redis_url: str, *args: str, env: dict[str, str] | None = None) -> None:
-        self.command = [sys.executable, "-m", "scrapy_redis.dashboard", "--port", "0", *args]
+
+class DashboardProcess:
+    """``scrapy redis dashboard --port 0 *args`` (``entry``: MODULE for ``python -m
+    scrapy_redis.dashboard``) against ``redis_url``; ``--port 0`` unless a port is given."""
+
+    def __init__(
+        self,
+        redis_url: str,
+        *args: str,
+        env: dict[str, str] | None = None,
+        entry: list[str] = VERB,
+    ) -> None:
+        port = [] if any("PORT" in arg.upper() for arg in args) else ["--port", "0"]
+        self.command = [sys.executable, *entry, *port, *args]
         self.env = {**os.environ, "REDIS_URL": redis_url, **(env or {})}
         self.lines: queue.Queue[str] = queue.Queue()
         self.output: list[str] = []

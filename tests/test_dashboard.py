@@ -13,8 +13,9 @@ import pytest
 from scrapy import Request
 from scrapy.settings import Settings
 
-from dashboard_process import EXAMPLE, DashboardProcess, csrf_token, http
+from dashboard_process import EXAMPLE, MODULE, DashboardProcess, csrf_token, http
 from helpers import DemoSpider, leased_entries
+from redis_server import free_port
 from scrapy_redis.dashboard import metrics
 from scrapy_redis.dashboard.actions import purge_queue, push_start_messages, requeue_expired
 from scrapy_redis.dashboard.security import TOKEN_ENV
@@ -131,7 +132,9 @@ def local_dashboard(redis_server):
 
 @pytest.fixture(scope="module")
 def token_dashboard(redis_server):
-    dashboard = DashboardProcess(redis_server.url, "--host", "0.0.0.0", "--token", "s3cret")
+    dashboard = DashboardProcess(
+        redis_server.url, "--host", "0.0.0.0", "--token", "s3cret", entry=MODULE
+    )
     yield dashboard.start()
     dashboard.stop()
 
@@ -230,6 +233,16 @@ def test_bad_action_requests_say_what_is_wrong(local_dashboard, server):
 
 def without_token() -> dict[str, str]:
     return {name: value for name, value in os.environ.items() if name != TOKEN_ENV}
+
+
+def test_the_port_and_address_come_from_the_projects_settings(redis_url):
+    port = free_port()
+    dashboard = DashboardProcess(redis_url, "-s", f"DASHBOARD_PORT={port}").start()
+    try:
+        assert dashboard.url == f"http://127.0.0.1:{port}/"
+        assert http(f"{dashboard.url}api/status").status == 200
+    finally:
+        dashboard.stop()
 
 
 def test_listening_beyond_loopback_needs_a_token(redis_url):

@@ -14,14 +14,14 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-#: Address the dashboard listens on (``python -m scrapy_redis.dashboard --host``): loopback
-#: only, unless a token is given.
+#: DASHBOARD_HOST: address ``scrapy redis dashboard`` listens on: loopback only, unless a
+#: token is given.
 DASHBOARD_HOST = "127.0.0.1"
 
-#: Seconds between two refreshes of the dashboard's page (``--interval``).
+#: DASHBOARD_INTERVAL: seconds between two refreshes of the dashboard's page.
 DASHBOARD_INTERVAL = 2.0
 
-#: Port the dashboard listens on (``--port``; 0: a free port).
+#: DASHBOARD_PORT: port the dashboard listens on (0: a free port).
 DASHBOARD_PORT = 6793
 
 #: Standalone dupefilter key, used when RFPDupeFilter runs under Scrapy's own scheduler.

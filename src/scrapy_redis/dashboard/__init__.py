@@ -1,7 +1,7 @@
 """A live web dashboard of the crawls in Redis, with a Prometheus ``/metrics`` endpoint.
 
-Start it with ``python -m scrapy_redis.dashboard`` in a Scrapy project's directory, or
-call :func:`serve` and run the reactor. See ``docs/dashboard.rst``.
+Start it with ``scrapy redis dashboard`` (or ``python -m scrapy_redis.dashboard``) in a
+Scrapy project's directory, or call :func:`serve` and run the reactor. See ``docs/dashboard.rst``.
 """
 
 from __future__ import annotations

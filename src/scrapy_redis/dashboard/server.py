@@ -56,37 +56,56 @@ def url_of(host: str, port: int) -> str:
     return f"http://[{shown}]:{port}/" if ":" in shown else f"http://{shown}:{port}/"
 
 
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The dashboard's options; those not given come from the project's DASHBOARD_HOST,
+    DASHBOARD_PORT and DASHBOARD_INTERVAL settings (see :func:`options`)."""
+    parser.add_argument("--host", help="address to listen on (DASHBOARD_HOST: 127.0.0.1)")
+    parser.add_argument("--port", type=int, help="0: a free one (DASHBOARD_PORT: 6793)")
+    parser.add_argument("--token", help=f"required off loopback (or set {TOKEN_ENV})")
+    parser.add_argument("--interval", type=float, help="page refresh (DASHBOARD_INTERVAL: 2 s)")
+
+
+def options(settings: BaseSettings, args: argparse.Namespace) -> tuple[str, int, float]:
+    """Host, port and interval: the options given, else the settings, else the defaults."""
+    host = args.host or settings.get("DASHBOARD_HOST") or defaults.DASHBOARD_HOST
+    port = settings.getint("DASHBOARD_PORT", defaults.DASHBOARD_PORT)
+    interval = settings.getfloat("DASHBOARD_INTERVAL", defaults.DASHBOARD_INTERVAL)
+    return (
+        host,
+        port if args.port is None else args.port,
+        interval if args.interval is None else args.interval,
+    )
+
+
+def run(settings: BaseSettings, args: argparse.Namespace, announce: Any = print) -> int:
+    """Serve as ``args`` say until the reactor stops; ``announce`` gets the line naming
+    the address. 2 after a configuration error (printed on stderr)."""
+    from twisted.internet import reactor as installed
+
+    reactor: Any = installed
+    host, port, interval = options(settings, args)
+    try:
+        listening: Any = serve(settings, host, port, args.token, reactor, interval)
+    except ConfigurationError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    announce(f"Dashboard: {url_of(host, listening.getHost().port)}")
+    reactor.run()
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m scrapy_redis.dashboard``: as ``scrapy redis dashboard``."""
+    from scrapy.utils.project import get_project_settings
+
+    settings = get_project_settings()
     parser = argparse.ArgumentParser(
         prog="python -m scrapy_redis.dashboard",
         description="Serve a live dashboard of the project's crawls in Redis "
         "(run it in the Scrapy project's directory).",
     )
-    parser.add_argument("--host", default=defaults.DASHBOARD_HOST, help="address to listen on")
-    parser.add_argument("--port", type=int, default=defaults.DASHBOARD_PORT, help="0: a free one")
-    parser.add_argument("--token", help=f"required off loopback (or set {TOKEN_ENV})")
-    parser.add_argument(
-        "--interval", type=float, default=defaults.DASHBOARD_INTERVAL, help="page refresh (s)"
-    )
-    return parser.parse_args(argv)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    from scrapy.utils.project import get_project_settings
-    from twisted.internet import reactor as installed
-
-    reactor: Any = installed
-    args = parse_args(argv)
+    add_arguments(parser)
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s: %(message)s"
     )
-    try:
-        listening: Any = serve(
-            get_project_settings(), args.host, args.port, args.token, reactor, args.interval
-        )
-    except ConfigurationError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    print(f"Dashboard: {url_of(args.host, listening.getHost().port)}", flush=True)
-    reactor.run()
-    return 0
+    return run(settings, parser.parse_args(argv), lambda line: print(line, flush=True))
