@@ -12,12 +12,14 @@ import socket
 from collections.abc import Sequence
 from typing import Any
 
+from scrapy_redis import defaults
 from scrapy_redis.connection import is_cluster
 from scrapy_redis.deadletters import requeue_dead_letters
 from scrapy_redis.exceptions import InvalidStartMessageError
 from scrapy_redis.keys import priority_list_key
 from scrapy_redis.leases import LeaseBook, Recovery
 from scrapy_redis.messages import parse_message
+from scrapy_redis.operations import push_messages, recover_expired
 
 #: The lease-owner id the dashboard recovers leases under (it never holds any).
 DASHBOARD_WORKER = f"dashboard:{socket.gethostname()}:{os.getpid()}"
@@ -37,28 +39,25 @@ def check_messages(messages: Sequence[str]) -> list[str]:
 
 
 def push_start_messages(server: Any, key: str, messages: Sequence[str], mode: str = "list") -> int:
-    """Push ``messages`` to the start key ``key`` kept as ``mode`` ("list", "set" or
-    "zset", see REDIS_START_URLS_AS_SET / _AS_ZSET), in one command; how many were added
-    (a set or sorted set does not add a message twice)."""
-    checked = check_messages(messages)
-    if mode == "set":
-        return int(server.sadd(key, *checked))
-    if mode == "zset":
-        return int(server.zadd(key, dict.fromkeys(checked, 0)))
-    server.rpush(key, *checked)
-    return len(checked)
+    """Push ``messages``, checked, to the start key ``key`` kept as ``mode`` ("list",
+    "set" or "zset", see REDIS_START_URLS_AS_SET / _AS_ZSET); how many were added (a set
+    or sorted set does not add a message twice)."""
+    return push_messages(server, key, mode, check_messages(messages))
 
 
 def requeue_expired(
-    server: Any, base_keys: Sequence[str], max_deliveries: int, dead_letters: bool = False
+    server: Any,
+    base_keys: Sequence[str],
+    max_deliveries: int,
+    dead_letters: bool = False,
+    worker_timeout: float = defaults.SCHEDULER_WORKER_TIMEOUT,
 ) -> Recovery:
     """Put back the entries of expired leases (workers gone) of the queue or start keys
     ``base_keys`` now, as a live worker would do within SCHEDULER_WORKER_TIMEOUT; with
     ``dead_letters`` also the dead letters of those keys."""
     requeued = dead = 0
     for base_key in base_keys:
-        book = LeaseBook(server, base_key, DASHBOARD_WORKER, 1, max_deliveries)
-        recovery = book.recover_expired()
+        recovery = recover_expired(server, base_key, worker_timeout, max_deliveries)
         requeued += recovery.requeued
         dead += recovery.dead_lettered
         if dead_letters:

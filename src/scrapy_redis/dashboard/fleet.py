@@ -92,8 +92,9 @@ class Fleet:
             "SCHEDULER_MAX_DELIVERIES", defaults.SCHEDULER_MAX_DELIVERIES
         )
         bases = [*keys.queue_keys, *keys.start_keys[:1]]  # start leases are under the first
+        timeout = settings.getfloat("SCHEDULER_WORKER_TIMEOUT", defaults.SCHEDULER_WORKER_TIMEOUT)
         recovery = actions.requeue_expired(
-            self.server, bases, max_deliveries, bool(body.get("dead_letters"))
+            self.server, bases, max_deliveries, bool(body.get("dead_letters")), timeout
         )
         return {"spider": spider, **recovery._asdict()}
 

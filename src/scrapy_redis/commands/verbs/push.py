@@ -19,15 +19,13 @@ from scrapy_redis.commands.context import CommandError
 from scrapy_redis.commands.verbs._common import add_spider_arguments
 from scrapy_redis.logsafe import shorten
 from scrapy_redis.messages import as_requests
+from scrapy_redis.operations import push_messages
 
 if TYPE_CHECKING:
     import argparse
 
     from scrapy_redis.commands.context import Context
     from scrapy_redis.commands.crawl import Crawl
-
-#: Messages sent by one command.
-BATCH = 1000
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -91,19 +89,8 @@ def refusal(crawl: Crawl, message: str) -> str | None:
 
 
 def push(crawl: Crawl, key: str, messages: list[str], score: float) -> int:
-    """Push ``messages`` to ``key``, in batches of one command each; how many were added
-    (a set or a sorted set adds a message it holds already once)."""
-    server, added = crawl.server, 0
-    for start in range(0, len(messages), BATCH):
-        batch = messages[start : start + BATCH]
-        if crawl.start_mode == "set":
-            added += int(server.sadd(key, *batch))
-        elif crawl.start_mode == "zset":
-            added += int(server.zadd(key, dict.fromkeys(batch, score)))
-        else:
-            server.rpush(key, *batch)
-            added += len(batch)
-    return added
+    """Push ``messages`` to ``key`` as the spider reads it; how many were added."""
+    return push_messages(crawl.server, key, crawl.start_mode, messages, score)
 
 
 def _report(

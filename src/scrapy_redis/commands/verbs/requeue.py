@@ -17,16 +17,15 @@ from typing import TYPE_CHECKING, Any
 
 from redis.client import NEVER_DECODE
 
-from scrapy_redis import defaults
+from scrapy_redis import defaults, operations
 from scrapy_redis.commands.context import CommandError
 from scrapy_redis.commands.verbs._common import add_spider_arguments
 from scrapy_redis.deadletters import requeue_dead_letters
 from scrapy_redis.exceptions import UndecodableRequestError
 from scrapy_redis.keys import invalid_entries_key, priority_list_key
-from scrapy_redis.leases import LeaseBook, Recovery
+from scrapy_redis.leases import Recovery
 from scrapy_redis.queue import Entry, FifoQueue, LifoQueue, PriorityQueue
 from scrapy_redis.scripts import script
-from scrapy_redis.workers import new_worker_id
 
 if TYPE_CHECKING:
     import argparse
@@ -128,22 +127,14 @@ def _expired(crawl: Crawl) -> dict[str, int]:
 
 
 def recover_expired(crawl: Crawl, base_key: str) -> Recovery:
-    """Recover every expired lease of ``base_key`` (a queue, or the first start key) as a
-    worker's heartbeat does, pass after pass (a pass recovers up to 500)."""
+    """Recover every expired lease of ``base_key`` (a queue, or the first start key)."""
     settings = crawl.settings
-    book = LeaseBook(
+    return operations.recover_expired(
         crawl.server,
         base_key,
-        new_worker_id(),
         settings.getfloat("SCHEDULER_WORKER_TIMEOUT", defaults.SCHEDULER_WORKER_TIMEOUT),
         settings.getint("SCHEDULER_MAX_DELIVERIES", defaults.SCHEDULER_MAX_DELIVERIES),
     )
-    requeued = dead = 0
-    while True:
-        recovery = book.recover_expired()
-        if recovery == (0, 0):
-            return Recovery(requeued, dead)
-        requeued, dead = requeued + recovery.requeued, dead + recovery.dead_lettered
 
 
 def _dead(crawl: Crawl) -> dict[str, int]:
