@@ -33,6 +33,9 @@ setup(
         "test": [
             "pytest>=8",
             "pytest-timeout>=2",
+            # scripts/test.sh runs the suite in 2 processes (-n 2): most of its time is
+            # spent waiting on crawls, servers and timeouts, not on the CPU.
+            "pytest-xdist>=3",
             "sphinx>=7.4",
             # The dashboard's browser test drives Debian's chromium through chromedriver
             # (scripts/test.sh installs both; Selenium Manager downloads nothing).

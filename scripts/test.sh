@@ -29,5 +29,7 @@ fi
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null
 .venv/bin/python -m pip install -q -e ".[test]"
 
-# pytest exits 5 when no test ran: with `set -e` that fails the run, as it should.
-exec .venv/bin/python -m pytest "$@"
+# Two test processes (pytest-xdist; PYTEST_WORKERS=0 runs them in this one): each starts
+# its own servers on free ports. pytest exits 5 when no test ran: with `set -e` that
+# fails the run, as it should.
+exec .venv/bin/python -m pytest -n "${PYTEST_WORKERS:-2}" "$@"
