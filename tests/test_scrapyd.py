@@ -208,8 +208,7 @@ def deploy(tmp_path: Path, instances: list[Scrapyd]) -> str:
 
 def registered_workers(server: Any, spider: str) -> set[str]:
     """The ids of the workers registered with ``spider``'s queue (the hash ``<queue
-    key>:workers``). The test's one question of who crawls: ``scrapy redis status``
-    will answer it."""
+    key>:workers``), read directly: polled while the crawls start."""
     queue_key = format_key(defaults.SCHEDULER_QUEUE_KEY, spider)
     return {worker.decode() for worker in server.hkeys(workers_key(queue_key))}
 
@@ -231,6 +230,18 @@ def wait_for_workers(server: Any, instances: list[Scrapyd]) -> set[str]:
             report = "\n".join(each.describe() for each in instances)
             pytest.fail(f"workers {workers}, running jobs {pids}, ended {ended}\n{report}")
         time.sleep(0.05)
+
+
+def status(project: Path, redis_url: str) -> dict[str, Any]:
+    """What ``scrapy redis status SPIDER --json`` says, run in the deployed project."""
+    result = subprocess.run(
+        [str(BIN / "scrapy"), "redis", "status", SPIDER, "--json"],
+        cwd=project, capture_output=True, text=True, timeout=60,
+        env={**os.environ, "REDIS_URL": redis_url},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    (crawl,) = json.loads(result.stdout)["spiders"]
+    return crawl
 
 
 def wait_finished(instance: Scrapyd, job: str) -> None:
@@ -266,7 +277,12 @@ def test_deployed_with_scrapyd_to_two_hosts(scrapyds, server, redis_url, tmp_pat
         host1.name: host1.post("schedule.json", schedule_fields(None))["jobid"],
         host2.name: host2.post("schedule.json", schedule_fields(redis_url))["jobid"],
     }
-    assert len(wait_for_workers(server, scrapyds)) == 2
+    workers = wait_for_workers(server, scrapyds)
+    assert len(workers) == 2
+    # what an operator sees: both workers, alive, one per scrapyd
+    shown = status(tmp_path / "example-project", redis_url)
+    assert {w["id"] for w in shown["workers"] if w["alive"]} == workers
+    assert shown["workers_alive"] == 2
 
     with DemoSite(pages=PAGES) as site:
         server.lpush(START_KEY, site.url)
