@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -85,3 +86,41 @@ def test_status_and_watch_during_and_after_a_crawl(server, redis_url, tmp_path):
     assert pages > 100
     assert purged.returncode == 0, purged.stderr
     assert server.keys() == []
+
+
+def test_a_killed_workers_requests_requeued_exported_and_crawled(server, redis_url, tmp_path):
+    """A worker killed mid-crawl: ``status`` says why nothing moves, ``requeue --expired``
+    puts back what it held, ``export queue`` lists it, a new worker crawls it, and
+    ``export items`` writes every item stored."""
+    settings = {
+        "SCHEDULER_PERSIST": True,
+        "SCHEDULER_WORKER_TIMEOUT": 2,
+        "MAX_IDLE_TIME_BEFORE_CLOSE": 2,
+        "DOWNLOAD_DELAY": 0.05,
+    }
+    with DemoSite(pages=150) as site:
+        killed = start_worker("myspider_redis", redis_url, tmp_path / "k.log", settings, DOMAIN)
+        assert scrapy_redis(redis_url, "push", "myspider_redis", site.url).returncode == 0
+        wait_for_requests(site, 20, killed)
+        killed.process.kill()
+        killed.process.wait(10)
+        time.sleep(2.5)  # its registry entry and its leases expire (SCHEDULER_WORKER_TIMEOUT)
+        before = status_of(redis_url)
+        requeued = scrapy_redis(redis_url, "requeue", "myspider_redis", "--expired", "--json")
+        after = status_of(redis_url)
+        exported = scrapy_redis(redis_url, "export", "myspider_redis", "queue")
+        finisher = start_worker("myspider_redis", redis_url, tmp_path / "f.log", settings, DOMAIN)
+        wait_all([finisher])
+        items = scrapy_redis(redis_url, "export", "myspider_redis", "items")
+
+    assert before["workers_alive"] == 0 and before["leased"] > 0 and before["expired_leases"]
+    assert "no worker is alive" in before["diagnosis"]
+    assert requeued.returncode == 0, requeued.stderr
+    assert json.loads(requeued.stdout)["expired"]["requeued"] == before["leased"]
+    assert (after["leased"], after["queued"]) == (0, before["queued"] + before["leased"])
+    requests = [json.loads(line) for line in exported.stdout.splitlines()]
+    assert len(requests) == after["queued"]
+    assert all(request["url"].startswith(site.url) for request in requests)
+    lines = items.stdout.splitlines()
+    assert items.returncode == 0 and len(lines) == server.llen("myspider_redis:items") > 100
+    assert all(json.loads(line)["url"] for line in lines)
