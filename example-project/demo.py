@@ -175,9 +175,9 @@ def stop_workers(workers: list[Worker]) -> None:
 _STAT = re.compile(r"^ ?[{ ]'([^']+)': (\d+|'[^']*'),?", re.MULTILINE)
 
 
-#: The header of a stats dump: Scrapy's, or RedisStatsCollector's two (this worker's
-#: own stats, then the fleet's: "... of this worker (<id>):", "... of the fleet (<key>):").
-_DUMP = re.compile(r"Dumping Scrapy stats(?: of (this worker|the fleet) [^\n]*)?:\n")
+#: The header of a stats dump: Scrapy's (this worker's stats, also RedisStatsCollector's
+#: first), or RedisStatsCollector's second, the fleet's: "Dumping the fleet's stats (...):".
+_DUMP = re.compile(r"Dumping (?:Scrapy stats|(the fleet)'s stats \([^\n]*\)):\n")
 
 
 def parse_stats(log: str, whose: str = "this worker") -> dict[str, Any]:

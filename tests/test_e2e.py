@@ -236,8 +236,10 @@ def test_each_worker_has_its_own_stats_beside_the_fleets(site, server, redis_url
     own = [worker.stats["response_received_count"] for worker in workers]
     assert sum(own) == fleet["response_received_count"] >= PAGES
     for worker, count in zip(workers, own, strict=True):
-        [worker_id] = re.findall(r"Dumping Scrapy stats of this worker \((.+)\):", worker.log)
-        assert "Dumping Scrapy stats of the fleet (myspider_redis:stats):" in worker.log
+        [worker_id] = re.findall(
+            r"Dumping the fleet's stats \(myspider_redis:stats; this worker: (.+)\):", worker.log
+        )
+        assert "Dumping Scrapy stats:\n" in worker.log  # Scrapy's header: this worker's
         stored = server.hgetall(f"myspider_redis:stats:worker:{worker_id}")
         assert int(stored[b"response_received_count"]) == count
         assert server.hexists("myspider_redis:requests:workers", worker_id) is False  # left
@@ -246,7 +248,7 @@ def test_each_worker_has_its_own_stats_beside_the_fleets(site, server, redis_url
     last = max(parse_stats(w.log, "the fleet")["response_received_count"] for w in workers)
     assert last == fleet["response_received_count"]
     assert {member.decode() for member in server.zrange("myspider_redis:stats:workers", 0, -1)} == {
-        re.findall(r"of this worker \((.+)\):", worker.log)[0] for worker in workers
+        re.findall(r"; this worker: (.+)\):", worker.log)[0] for worker in workers
     }
 
 

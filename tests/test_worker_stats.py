@@ -126,12 +126,10 @@ def test_the_dump_names_this_worker_and_the_fleet(settings_dict, server, caplog)
     with caplog.at_level(logging.INFO):
         first.close_spider(reason="finished")
     own, fleet = [r.getMessage() for r in caplog.records if "Dumping" in r.getMessage()]
-    assert own == (
-        f"Dumping Scrapy stats of this worker ({first.worker_id}):\n"
-        "{'response_received_count': 2}"
-    )
-    assert (
-        fleet == "Dumping Scrapy stats of the fleet (demo:stats):\n{'response_received_count': 5}"
+    assert own == "Dumping Scrapy stats:\n{'response_received_count': 2}"  # Scrapy's header
+    assert fleet == (
+        f"Dumping the fleet's stats (demo:stats; this worker: {first.worker_id}):\n"
+        "{'response_received_count': 5}"
     )
 
 
@@ -199,3 +197,21 @@ def test_logstats_logs_this_worker_and_the_fleet(settings_dict, server, caplog):
     assert first.get_worker_value("responses_per_minute") == 15
     assert first.get_worker_value("items_per_minute") == 10
     assert not extension.task.running
+
+
+def test_no_timer_writes_after_close(settings_dict, server):
+    """The last write at close may schedule a refresh of the rates: it is cancelled, so
+    a process that runs other crawls after this one does not write the deleted keys
+    again."""
+    clock = task.Clock()
+    stats = worker(settings_dict, clock, STATS_FLUSH_INTERVAL=1)
+    stats.open_spider()
+    for _ in range(5):  # a rate above 0
+        stats.inc_value("response_received_count", 3)
+        clock.advance(1)
+    stats.set_value("finish_reason", "finished")  # as CoreStats does on spider_closed
+    stats.close_spider(reason="finished")  # no scheduler, no persist: deletes its keys
+    assert server.keys("*") == []
+    assert clock.getDelayedCalls() == []
+    clock.advance(120)
+    assert server.keys("*") == []

@@ -301,10 +301,12 @@ class RedisStatsCollector(StatsCollector):
         self._own.start()  # this worker's rates are measured from now
 
     def close_spider(self, spider: Spider | None = None, reason: str | None = None) -> None:
+        self._replay(force=True)
+        # after the last write, which may have scheduled a refresh of the rates: no timer
+        # may write again once closed (a process running other crawls goes on)
         for call in (self._flush_call, self._refresh_call):
             if call is not None and call.active():
                 call.cancel()
-        self._replay(force=True)
         if self._unwritten():
             logger.error(
                 "Redis is unreachable: updates of %(count)d stats are lost",
@@ -319,14 +321,20 @@ class RedisStatsCollector(StatsCollector):
             self.clear_stats()
 
     def _dump_stats(self, spider: Spider | None) -> None:
+        """This worker's stats under Scrapy's own header (``Dumping Scrapy stats:``, which
+        log parsers such as scrapyd's LogParser look for: a job's stats), then the fleet's."""
         logger.info(
-            "Dumping Scrapy stats of this worker (%(worker)s):\n%(stats)s",
-            {"worker": self.worker_id, "stats": pprint.pformat(_bounded(self.get_worker_stats()))},
+            "Dumping Scrapy stats:\n%(stats)s",
+            {"stats": pprint.pformat(_bounded(self.get_worker_stats()))},
             extra={"spider": spider},
         )
         logger.info(
-            "Dumping Scrapy stats of the fleet (%(key)s):\n%(stats)s",
-            {"key": self._get_key(), "stats": pprint.pformat(_bounded(self._stats))},
+            "Dumping the fleet's stats (%(key)s; this worker: %(worker)s):\n%(stats)s",
+            {
+                "key": self._get_key(),
+                "worker": self.worker_id,
+                "stats": pprint.pformat(_bounded(self._stats)),
+            },
             extra={"spider": spider},
         )
 
