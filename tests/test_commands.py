@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import redis
 from scrapy import Request
 
 from scrapy_redis.serializers import msgpack_serializer
@@ -302,6 +303,27 @@ def test_status_of_every_spider_and_of_an_unknown_one(project, schedulers, setti
     unknown = project.run("status", "nope")
     assert unknown.returncode == 2
     assert "No spider named 'nope' in this project; spiders: demo" in unknown.stderr
+
+
+def test_status_reads_a_spider_from_the_redis_its_own_settings_name(project, redis_url):
+    """A spider whose custom_settings name another Redis (here database 1) is read there."""
+    other_db = redis_url.rsplit("/", 1)[0] + "/1"
+    (project.path / "proj" / "spiders" / "elsewhere.py").write_text(
+        "from scrapy_redis.spiders import RedisSpider\n\n\n"
+        "class Elsewhere(RedisSpider):\n"
+        "    name = 'elsewhere'\n"
+        f"    custom_settings = {{'REDIS_URL': {other_db!r}}}\n"
+    )
+    client = redis.Redis.from_url(other_db)
+    try:
+        client.rpush("elsewhere:start_urls", "http://a.test/1", "http://a.test/2")
+        status = project.json("status", "elsewhere")
+    finally:
+        client.flushdb()
+        client.close()
+    (shown,) = status["spiders"]
+    assert shown["start_pending"] == 2
+    assert "no worker is alive" in shown["diagnosis"]
 
 
 # -- on a Redis Cluster -----------------------------------------------------------------

@@ -191,3 +191,22 @@ def test_project_spiders(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     spiders = project_spiders(Settings({"SPIDER_MODULES": ["proj.spiders"]}))
     assert [cls.name for cls in spiders] == ["a", "b"]
+
+
+def test_numbers_json_has_not_are_text(settings_dict, server, schedulers):
+    """Stats hashes are written by anyone: a NaN or an infinity must not make the JSON
+    of status (``--json``, the dashboard's /api/status) invalid."""
+    worker = schedulers(settings_dict)
+    own = worker_stats_key("demo:stats", worker.worker_id)
+    server.hset(own, mapping={"worker/pages_per_second": "nan", "x": "inf"})
+    server.hset("demo:stats", mapping={"y": "-inf", "z": "nan"})
+
+    data = status_of(server, settings_dict).to_json()
+
+    def refuse(constant):
+        raise ValueError(constant)
+
+    json.loads(json.dumps(data), parse_constant=refuse)  # strict JSON
+    assert data["stats"]["y"] == "-inf" and data["stats"]["z"] == "nan"
+    (shown,) = data["workers"]
+    assert shown["pages_per_second"] is None and shown["stats"]["x"] == "inf"

@@ -90,7 +90,7 @@ def get_redis_from_settings(settings: BaseSettings) -> redis.Redis[Any]:
     The first call for a settings object builds the client; later calls with the
     same object return it, unless its Redis settings changed in between.
     """
-    signature = _redis_settings_signature(settings)
+    signature = redis_settings_signature(settings)
     with _clients_lock:
         cached = _clients.get(id(settings))
         if cached is not None and cached[0]() is settings and cached[1] == signature:
@@ -106,7 +106,7 @@ def get_redis_from_settings(settings: BaseSettings) -> redis.Redis[Any]:
     return client
 
 
-def _redis_settings_signature(settings: BaseSettings) -> str:
+def redis_settings_signature(settings: BaseSettings) -> str:
     """The settings a client is built from, as text (objects by identity)."""
     params = sorted(settings.getdict("REDIS_PARAMS").items(), key=str)
     sentinel_params = sorted(settings.getdict("REDIS_SENTINEL_PARAMS").items(), key=str)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from scrapy.utils.misc import load_object
 
 from scrapy_redis import defaults
-from scrapy_redis.connection import is_cluster
+from scrapy_redis.connection import from_settings, is_cluster, redis_settings_signature
 from scrapy_redis.exceptions import ConfigurationError
 from scrapy_redis.keys import (
     crawl_filter_key,
@@ -61,6 +61,27 @@ def spider_settings(settings: BaseSettings, spidercls: type) -> BaseSettings:
     if update is not None:
         update(merged)
     return merged
+
+
+class SpiderServers:
+    """The Redis client of each spider: ``default`` (the project's), unless the spider's
+    ``custom_settings`` name another server (REDIS_URL, REDIS_PARAMS...): then a client
+    of its own, one per distinct server settings."""
+
+    def __init__(self, settings: BaseSettings, default: Any) -> None:
+        self.settings = settings
+        self.default = default
+        self._project = redis_settings_signature(settings)
+        self._clients: dict[str, Any] = {}
+
+    def of(self, spidercls: type) -> Any:
+        settings = spider_settings(self.settings, spidercls)
+        signature = redis_settings_signature(settings)
+        if signature == self._project:
+            return self.default
+        if signature not in self._clients:
+            self._clients[signature] = from_settings(settings)
+        return self._clients[signature]
 
 
 def crawl_keys(server: Any, settings: BaseSettings, spidercls: type) -> CrawlKeys:

@@ -10,6 +10,7 @@ fleet's and each worker's), and says in one line why workers idle while work exi
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -262,8 +263,12 @@ def _read_worker_stats(server: Any, keys: CrawlKeys, status: CrawlStatus) -> Non
 
 
 def _rate(stats: dict[str, Any], name: str) -> float | None:
+    """A rate from a worker's stats hash (anyone may write there: a value that is not a
+    finite number is no rate)."""
     value = stats.get(name)
-    return float(value) if isinstance(value, (int, float)) else None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
 
 
 def _worker(status: CrawlStatus, worker_id: str) -> WorkerStatus:
@@ -278,7 +283,12 @@ def _worker(status: CrawlStatus, worker_id: str) -> WorkerStatus:
 
 
 def _jsonable(stats: dict[str, Any]) -> dict[str, Any]:
-    return {
-        name: value if isinstance(value, (int, float, str, bool, type(None))) else str(value)
-        for name, value in stats.items()
-    }
+    """Stats as JSON values: datetimes and the like as text, and so are the floats JSON
+    has no number for (``nan``, ``inf``: read from Redis, where anyone may write)."""
+    return {name: _json_value(value) for name, value in stats.items()}
+
+
+def _json_value(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return value if isinstance(value, (int, float, str, bool, type(None))) else str(value)

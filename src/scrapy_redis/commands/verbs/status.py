@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from scrapy_redis.crawl_keys import SpiderServers
 from scrapy_redis.status import crawl_status
 
 if TYPE_CHECKING:
@@ -37,9 +38,10 @@ def run(args: argparse.Namespace, context: Context) -> int:
 
 def read_statuses(context: Context, spider: str | None) -> list[CrawlStatus]:
     """The status of ``spider``, or of every spider of the project."""
-    server = context.server()
+    servers = SpiderServers(context.settings, context.server())
     names = [spider] if spider is not None else context.spider_names()
-    return [crawl_status(server, context.settings, context.spider_class(name)) for name in names]
+    classes = [context.spider_class(name) for name in names]
+    return [crawl_status(servers.of(cls), context.settings, cls) for cls in classes]
 
 
 def render(status: CrawlStatus) -> list[str]:
