@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import time
+from datetime import datetime, timezone
 
 import pytest
 from scrapy import Request
@@ -210,3 +211,23 @@ def test_numbers_json_has_not_are_text(settings_dict, server, schedulers):
     assert data["stats"]["y"] == "-inf" and data["stats"]["z"] == "nan"
     (shown,) = data["workers"]
     assert shown["pages_per_second"] is None and shown["stats"]["x"] == "inf"
+
+
+def test_an_idle_worker_is_named_once_its_rate_covers_a_minute(settings_dict, server, schedulers):
+    """A live worker holding no lease while requests wait, whose own stats say it fetched
+    nothing: named once it has run for a whole rate window (a worker that just started
+    has a rate of 0 too)."""
+    worker = schedulers({**settings_dict, "SCHEDULER_PREFETCH": 1})
+    enqueue(worker, [("http://example.com/a", 0)])
+    now = crawl_status(server, Settings(settings_dict), DemoSpider).read_at
+    own = worker_stats_key("demo:stats", worker.worker_id)
+    started = datetime.fromtimestamp(now - 30, tz=timezone.utc)
+    server.hset(own, mapping={"worker/pages_per_second": 0, "start_time": encode_value(started)})
+    assert status_of(server, settings_dict).diagnosis is None  # 30 s: it may be starting
+    started = datetime.fromtimestamp(now - 90, tz=timezone.utc)
+    server.hset(own, "start_time", encode_value(started))
+    assert status_of(server, settings_dict).diagnosis == (
+        f"1 requests wait, but {worker.worker_id} fetched nothing for a minute and holds no "
+        "lease: check its log (downloader delays, DOWNLOAD_SLOTS, an engine waiting on its "
+        "start requests)"
+    )

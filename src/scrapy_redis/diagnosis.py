@@ -10,7 +10,11 @@ first that matches is the diagnosis.
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import datetime
 from typing import TYPE_CHECKING
+
+from scrapy_redis.keys import invalid_entries_key
+from scrapy_redis.stats_worker import RATE_WINDOW
 
 if TYPE_CHECKING:
     from scrapy_redis.crawl_keys import CrawlKeys
@@ -38,7 +42,7 @@ def _wrong_queue_type(status: CrawlStatus, keys: CrawlKeys) -> str | None:
     if expected is None or found in ("none", expected):
         return None
     return (
-        f"{status.queue_key} holds a {found}, but SCHEDULER_QUEUE_CLASS = "
+        f"{keys.queue_keys[0]} holds a {found}, but SCHEDULER_QUEUE_CLASS = "
         f"{status.queue_class} keeps a {expected}: workers refuse it (another spider's key, "
         "or an old crawl's with another queue class?)"
     )
@@ -101,25 +105,39 @@ def _start_unread(status: CrawlStatus, keys: CrawlKeys) -> str | None:
 def _invalid_entries(status: CrawlStatus, keys: CrawlKeys) -> str | None:
     if not status.invalid or status.queued:
         return None
+    where = invalid_entries_key(keys.queue_keys[0], keys.cluster)
+    if keys.lanes > 1:
+        where = f"{where} and the other lanes' lists"
     return (
-        f"{status.invalid} queue entries were set aside as undecodable "
-        f"({status.queue_key}:invalid; check SCHEDULER_SERIALIZER): once fixed, "
-        f"`scrapy redis requeue {status.spider} --invalid` puts them back"
+        f"{status.invalid} queue entries were set aside as undecodable ({where}; check "
+        f"SCHEDULER_SERIALIZER): once fixed, `scrapy redis requeue {status.spider} "
+        "--invalid` puts them back"
     )
 
 
 def _idle_with_work(status: CrawlStatus, keys: CrawlKeys) -> str | None:
-    # Only workers whose own stats say they fetched nothing (a worker that has not
-    # written its rate yet, or keeps no per-worker stats, may be busy).
-    idle = [w for w in _idle_workers(status) if w.pages_per_second == 0]
+    # Only workers whose own stats say they fetched nothing for a whole rate window (a
+    # worker that has not written its rate yet, keeps no per-worker stats, or started
+    # less than a minute ago, may be busy).
+    idle = [
+        w
+        for w in _idle_workers(status)
+        if w.pages_per_second == 0 and _running_for(w, status.read_at) > RATE_WINDOW
+    ]
     if not status.queued or not idle:
         return None
     names = ", ".join(worker.id for worker in idle)
     return (
-        f"{status.queued} requests wait but {names} fetched nothing lately and hold no "
-        "lease: check its log (downloader delays, DOWNLOAD_SLOTS, an engine waiting on "
-        "its start requests)"
+        f"{status.queued} requests wait, but {names} fetched nothing for a minute and "
+        "holds no lease: check its log (downloader delays, DOWNLOAD_SLOTS, an engine "
+        "waiting on its start requests)"
     )
+
+
+def _running_for(worker: WorkerStatus, now: float) -> float:
+    """Seconds since the worker's spider opened (its ``start_time`` stat); 0 if unknown."""
+    started = worker.stats.get("start_time")
+    return now - started.timestamp() if isinstance(started, datetime) else 0.0
 
 
 def _idle_workers(status: CrawlStatus) -> list[WorkerStatus]:

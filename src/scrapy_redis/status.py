@@ -94,6 +94,8 @@ class CrawlStatus:
     #: The fleet's stats (STATS_KEY).
     stats: dict[str, Any] = field(default_factory=dict)
     diagnosis: str | None = None
+    #: When it was read: the Redis server's clock, POSIX seconds.
+    read_at: float = 0.0
 
     @property
     def workers_alive(self) -> int:
@@ -130,6 +132,7 @@ def crawl_status(
     keys = crawl_keys(server, settings, spidercls)
     now = _server_time(server) if now is None else now
     status = CrawlStatus(keys.spider, keys.queue_key, keys.queue_class_name, lanes=keys.lanes)
+    status.read_at = now
     _read_registry(server, keys, status, now)
     _read_queue(server, keys, status, now)
     _read_start_keys(server, keys, status)
