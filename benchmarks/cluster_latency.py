@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,7 @@ class Proxies:
     def __init__(self, ports: dict[int, int], workdir: Path) -> None:
         self.ports, self.workdir = ports, workdir  # node port -> proxy port
         self.procs: list[subprocess.Popen[str]] = []
+        self.by_command: Counter[str] = Counter()
 
     def start(self, delay_ms: float) -> None:
         for node, port in self.ports.items():
@@ -53,7 +55,8 @@ class Proxies:
             self.procs.append(proc)
 
     def stop(self) -> int:
-        """Stop them; the round trips they counted."""
+        """Stop them; the round trips they counted (their commands, by name, are added to
+        :attr:`by_command`)."""
         trips = 0
         for proc in self.procs:
             proc.send_signal(signal.SIGTERM)
@@ -61,7 +64,9 @@ class Proxies:
         for port in self.ports.values():
             stats = self.workdir / f"proxy-{port}.json"
             if stats.exists():
-                trips += json.loads(stats.read_text())["round_trips"]
+                counted = json.loads(stats.read_text())
+                trips += counted["round_trips"]
+                self.by_command.update(counted["by_command"])
                 stats.unlink()
         self.procs = []
         return trips
@@ -84,6 +89,9 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--shards", type=int, nargs="+", default=[16, 1])
     parser.add_argument("--delay-ms", type=float, default=0.5, help="each way")
+    parser.add_argument(
+        "--by-command", action="store_true", help="also print each crawl's commands per page"
+    )
     args = parser.parse_args()
     proxy_ports = [free_port() for _ in range(6)]
     nodes = RedisClusterNodes(announced=proxy_ports)
@@ -102,6 +110,7 @@ def main() -> None:
                 for shards in args.shards:
                     for delay in (0.0, args.delay_ms):
                         nodes.flush()
+                        proxies.by_command.clear()
                         proxies.start(delay)
                         time.sleep(0.2)
                         rate = crawl(url, site, shards, Path(tmp))
@@ -111,6 +120,13 @@ def main() -> None:
                         print(json.dumps({"shards": shards, "delay_ms": 2 * delay,
                                           "pages_per_s": round(rate), "round_trips_per_page":
                                           round(per_page, 2)}), flush=True)  # fmt: skip
+                        if args.by_command:
+                            pages = max(1, site.hits())
+                            commands = {
+                                name: round(count / pages, 3)
+                                for name, count in proxies.by_command.most_common(12)
+                            }
+                            print(json.dumps({"commands_per_page": commands}), flush=True)
         finally:
             proxies.stop()
             site.stop()
