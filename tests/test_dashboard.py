@@ -26,6 +26,8 @@ from scrapy_redis.status import crawl_status
 pytestmark = pytest.mark.timeout(120)
 
 START_KEY = "myspider:start_urls"  # myspider_redis's, in example-project
+#: The token of the dashboards bound beyond loopback (at least MIN_TOKEN_LENGTH long).
+TOKEN = "correct-horse-battery-staple"
 SAMPLE = re.compile(r'^[a-z_]+\{(?:[a-z]+="(?:[^"\\]|\\.)*",?)+\} -?[0-9.e+-]+$')
 
 
@@ -112,8 +114,11 @@ def test_metrics_are_the_status_numbers_in_prometheus_text_format(
     alive = sum(1 for worker in status["workers"] if worker["alive"])
     assert alive >= 1
     assert f'scrapy_redis_workers_alive{{spider="demo"}} {alive}' in samples
-    if status["items"] is None:  # no RedisPipeline list: unknown, not 0
-        assert not any(line.startswith("scrapy_redis_items{") for line in samples)
+    assert status["items"] is None  # no RedisPipeline list: unknown, so left out, not 0
+    assert not any(line.startswith("scrapy_redis_items{") for line in samples)
+    server.rpush("demo:items", "{}", "{}", "{}")
+    with_items = crawl_status(server, Settings(settings_dict), DemoSpider).to_json()
+    assert 'scrapy_redis_items{spider="demo"} 3' in metrics.render([with_items]).splitlines()
 
 
 def test_metrics_escape_label_values():
@@ -133,7 +138,7 @@ def local_dashboard(redis_server):
 @pytest.fixture(scope="module")
 def token_dashboard(redis_server):
     dashboard = DashboardProcess(
-        redis_server.url, "--host", "0.0.0.0", "--token", "s3cret", entry=MODULE
+        redis_server.url, "--host", "0.0.0.0", "--token", TOKEN, entry=MODULE
     )
     yield dashboard.start()
     dashboard.stop()
@@ -264,7 +269,7 @@ def test_with_a_token_every_request_needs_it(token_dashboard, server):
     to_login = http(url)
     assert (to_login.status, to_login.headers["Location"]) == (302, "/login")
     assert http(url + "api/status", headers={"Authorization": "Bearer wrong"}).status == 401
-    bearer = {"Authorization": "Bearer s3cret"}
+    bearer = {"Authorization": f"Bearer {TOKEN}"}
     assert http(url + "api/status", headers=bearer).status == 200
     assert http(url + "metrics", headers=bearer).text.startswith("# HELP")
 
@@ -273,10 +278,10 @@ def test_the_login_form_sets_a_session_cookie_and_actions_still_need_csrf(token_
     url = token_dashboard.url
     form = {"Content-Type": "application/x-www-form-urlencoded"}
     assert http(url + "login", "POST", b"token=wrong", form).status == 401
-    login = http(url + "login", "POST", b"token=s3cret", form)
+    login = http(url + "login", "POST", f"token={TOKEN}".encode(), form)
     assert login.status == 302
     session = login.cookies["scrapy_redis_dashboard"]
-    assert "s3cret" not in session
+    assert TOKEN not in session
     assert "HttpOnly" in login.headers["Set-Cookie"]
     assert "SameSite=Strict" in login.headers["Set-Cookie"]
     cookie = {"Cookie": f"scrapy_redis_dashboard={session}"}
@@ -285,7 +290,7 @@ def test_the_login_form_sets_a_session_cookie_and_actions_still_need_csrf(token_
     body = {"spider": "myspider_redis", "messages": ["http://b.test/"]}
     push = url + "api/actions/push"
     assert http(push, "POST", body, cookie).status == 403
-    anonymous_token = csrf_token(http(url, headers={"Authorization": "Bearer s3cret"}).text)
+    anonymous_token = csrf_token(http(url, headers={"Authorization": f"Bearer {TOKEN}"}).text)
     assert http(push, "POST", body, {**cookie, "X-CSRF-Token": anonymous_token}).status == 403
     reply = http(push, "POST", body, {**cookie, "X-CSRF-Token": csrf_token(page.text)})
     assert reply.status == 200, reply.text
@@ -296,6 +301,6 @@ def test_with_a_token_scripts_act_with_the_bearer_token_alone(token_dashboard, s
     body = {"spider": "myspider_redis", "messages": ["http://c.test/"]}
     push = token_dashboard.url + "api/actions/push"
     assert http(push, "POST", body, {"Authorization": "Bearer nope"}).status == 401
-    reply = http(push, "POST", body, {"Authorization": "Bearer s3cret"})
+    reply = http(push, "POST", body, {"Authorization": f"Bearer {TOKEN}"})
     assert reply.status == 200, reply.text
     assert server.lrange(START_KEY, 0, -1) == [b"http://c.test/"]

@@ -3,15 +3,20 @@
 * Bound to a loopback address (the default), the dashboard needs no token, but
   every request must name that address in its ``Host`` header (a web page on
   another site cannot reach it through DNS rebinding).
-* Bound elsewhere it refuses to start without a token (``--token`` or the
-  environment variable :data:`TOKEN_ENV`); with a token every request needs
-  it: as ``Authorization: Bearer <token>`` (scripts, Prometheus) or as the
-  session cookie the login form sets.
-* A POST (an action) from a browser needs the CSRF token of the page (the
-  ``X-CSRF-Token`` header, a synchronizer token derived from a per-process
-  secret and the session), and its ``Origin``, when sent, must be the
-  dashboard's own. A request authenticated by the bearer token needs neither
-  (a browser never adds that header on its own).
+* Bound elsewhere it refuses to start without a token of at least
+  :data:`MIN_TOKEN_LENGTH` characters (``--token`` or the environment variable
+  :data:`TOKEN_ENV`); with a token every request needs it: as ``Authorization:
+  Bearer <token>`` (scripts, Prometheus) or as the session cookie the login form
+  sets. Wrong tokens from one address make it wait (see
+  :mod:`scrapy_redis.dashboard.throttle`).
+* A POST (an action, a login) from a browser must come from the dashboard's own
+  page: its ``Origin``, when sent, must name the host (and port) of the ``Host``
+  header, whatever its scheme (behind a TLS reverse proxy the browser says
+  ``https`` while the dashboard itself is reached over ``http``). An action also
+  needs the CSRF token of the page (the ``X-CSRF-Token`` header, a synchronizer
+  token derived from a per-process secret and the session), which another site
+  cannot read. A request authenticated by the bearer token needs neither (a
+  browser never adds that header on its own).
 """
 
 from __future__ import annotations
@@ -21,7 +26,9 @@ import hmac
 import ipaddress
 import os
 from typing import Any
+from urllib.parse import urlsplit
 
+from scrapy_redis.dashboard.throttle import Throttle
 from scrapy_redis.exceptions import ConfigurationError
 
 #: A ``twisted.web.server.Request``: much of it is untyped, which strict mypy refuses.
@@ -33,8 +40,12 @@ TOKEN_ENV = "SCRAPY_REDIS_DASHBOARD_TOKEN"
 COOKIE = "scrapy_redis_dashboard"
 #: The header carrying the page's CSRF token on POST requests.
 CSRF_HEADER = "X-CSRF-Token"
+#: The fewest characters a token may have when the dashboard listens beyond loopback.
+MIN_TOKEN_LENGTH = 16
 
 _LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1", "[::1]")
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+_MAKE_TOKEN = 'python -c "import secrets; print(secrets.token_urlsafe(32))"'
 
 
 def is_loopback(host: str) -> bool:
@@ -48,15 +59,22 @@ def is_loopback(host: str) -> bool:
 
 
 def check_binding(host: str, token: str | None) -> None:
-    """Refuse to listen on a non-loopback ``host`` without a token."""
-    if token or is_loopback(host):
+    """Refuse to listen on a non-loopback ``host`` without a token, or with a short one."""
+    if is_loopback(host):
         return
-    raise ConfigurationError(
-        f"The dashboard refuses to listen on {host!r} without a token: anyone who can reach "
-        f"it could purge the crawl. Pass --token TOKEN (or set the environment variable "
-        f"{TOKEN_ENV}), or listen on 127.0.0.1 (--host 127.0.0.1) and reach it through an "
-        "SSH tunnel."
-    )
+    if not token:
+        raise ConfigurationError(
+            f"The dashboard refuses to listen on {host!r} without a token: anyone who can "
+            f"reach it could purge the crawl. Pass --token TOKEN (or set the environment "
+            f"variable {TOKEN_ENV}), or listen on 127.0.0.1 (--host 127.0.0.1) and reach it "
+            "through an SSH tunnel."
+        )
+    if len(token) < MIN_TOKEN_LENGTH:
+        raise ConfigurationError(
+            f"The dashboard refuses to listen on {host!r} with a token of {len(token)} "
+            f"characters: beyond loopback the token (--token, or the environment variable "
+            f"{TOKEN_ENV}) needs at least {MIN_TOKEN_LENGTH}. Make one with {_MAKE_TOKEN}."
+        )
 
 
 def _digest(secret: bytes, message: str) -> str:
@@ -68,12 +86,33 @@ def _header(request: Request, name: str) -> str:
     return value if isinstance(value, str) else ""
 
 
+def _client(request: Request) -> str:
+    """The address the request came from (a reverse proxy's, behind one)."""
+    address = request.getClientAddress()
+    return str(getattr(address, "host", address))
+
+
+def _authority(scheme: str, netloc: str) -> tuple[str, int | None] | None:
+    """``netloc``'s host and port (None: the default port of ``scheme``); None if invalid."""
+    try:
+        parts = urlsplit(f"{scheme}://{netloc}")
+        port = parts.port
+    except ValueError:
+        return None
+    if not parts.hostname:
+        return None
+    return parts.hostname, None if port == _DEFAULT_PORTS[scheme] else port
+
+
 class Guard:
     """The rules above, for one dashboard process (``secret`` is per process)."""
 
-    def __init__(self, token: str | None, secret: bytes | None = None) -> None:
+    def __init__(
+        self, token: str | None, secret: bytes | None = None, throttle: Throttle | None = None
+    ) -> None:
         self.token = token or None
         self.secret = secret or os.urandom(32)
+        self.throttle = throttle or Throttle()
 
     def session(self) -> str:
         """The session cookie's value (it is not the token itself)."""
@@ -82,15 +121,37 @@ class Guard:
     def token_matches(self, given: str) -> bool:
         return self.token is not None and hmac.compare_digest(given.encode(), self.token.encode())
 
+    def attempt(self, request: Request, given: str) -> bool:
+        """Whether ``given`` is the token; a wrong one counts against the client's address."""
+        matches = self.token_matches(given)
+        if matches:
+            self.throttle.succeeded(_client(request))
+        else:
+            self.throttle.failed(_client(request))
+        return matches
+
+    def retry_after(self, request: Request) -> int:
+        """Seconds before the client may try a token again (0: now)."""
+        return self.throttle.retry_after(_client(request))
+
+    def bearer_given(self, request: Request) -> str | None:
+        """The token of an ``Authorization: Bearer`` header (None: no such header)."""
+        scheme, _, given = _header(request, "Authorization").partition(" ")
+        return given.strip() if scheme.lower() == "bearer" else None
+
     def bearer(self, request: Request) -> bool:
         """Whether ``request`` carries ``Authorization: Bearer <the token>``."""
-        scheme, _, given = _header(request, "Authorization").partition(" ")
-        return scheme.lower() == "bearer" and self.token_matches(given.strip())
+        given = self.bearer_given(request)
+        return given is not None and self.token_matches(given)
 
     def authenticated(self, request: Request) -> bool:
-        """Whether ``request`` may see the dashboard (always, without a token)."""
-        if self.token is None or self.bearer(request):
+        """Whether ``request`` may see the dashboard (always, without a token). A bearer
+        token, when sent, decides (and counts as an attempt); else the session cookie."""
+        if self.token is None:
             return True
+        given = self.bearer_given(request)
+        if given is not None:
+            return self.attempt(request, given)
         cookie = request.getCookie(COOKIE.encode())
         return cookie is not None and hmac.compare_digest(cookie, self.session().encode())
 
@@ -107,19 +168,36 @@ class Guard:
         cookie = request.getCookie(COOKIE.encode()) or b""
         return _digest(self.secret, f"csrf:{cookie.decode(errors='replace')}")
 
-    def may_act(self, request: Request) -> bool:
-        """Whether a POST ``request`` may change the crawl (see the module's doc)."""
+    def action_refusal(self, request: Request) -> str | None:
+        """Why a POST ``request`` may not change the crawl (None: it may; see the
+        module's doc)."""
         if self.token is not None and self.bearer(request):
-            return True
-        if not self.same_origin(request):
-            return False
+            return None
+        refusal = self.origin_refusal(request)
+        if refusal is not None:
+            return refusal
         given = _header(request, CSRF_HEADER)
-        return bool(given) and hmac.compare_digest(given, self.csrf_token(request))
+        if given and hmac.compare_digest(given, self.csrf_token(request)):
+            return None
+        return f"missing or wrong {CSRF_HEADER} header: reload the page"
 
-    def same_origin(self, request: Request) -> bool:
-        """Whether the ``Origin`` header, when sent, is this dashboard (same Host)."""
+    def origin_refusal(self, request: Request) -> str | None:
+        """Why the ``Origin`` header is not this dashboard (None: it is, or none was
+        sent). Its host and port must be the ``Host`` header's; the scheme may differ (a
+        TLS reverse proxy)."""
         origin = _header(request, "Origin")
         if not origin:
-            return True
-        scheme = "https" if request.isSecure() else "http"
-        return origin == f"{scheme}://{_header(request, 'Host')}"
+            return None
+        scheme, _, netloc = origin.partition("://")
+        host = _header(request, "Host")
+        expected = _authority(scheme, host) if scheme in _DEFAULT_PORTS else None
+        if expected is not None and _authority(scheme, netloc) == expected:
+            return None
+        return (
+            f"cross-origin request refused: Origin {origin!r} is not this dashboard's Host "
+            f"{host!r} (behind a reverse proxy, have it forward the browser's Host header)"
+        )
+
+    def secure_origin(self, request: Request) -> bool:
+        """Whether the browser is on HTTPS (directly, or through a TLS reverse proxy)."""
+        return bool(request.isSecure()) or _header(request, "Origin").startswith("https://")

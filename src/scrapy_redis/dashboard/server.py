@@ -35,8 +35,9 @@ def serve(
 ) -> IListeningPort:
     """Listen on ``host``:``port`` (0: a free port) for the dashboard of the crawls of
     the project ``settings`` describe; the caller runs ``reactor``. ``token`` (default:
-    the environment variable SCRAPY_REDIS_DASHBOARD_TOKEN) is required to listen on
-    anything but a loopback address. Returns the listening port (``.getHost().port``)."""
+    the environment variable SCRAPY_REDIS_DASHBOARD_TOKEN) is required, with at least 16
+    characters, to listen on anything but a loopback address. Returns the listening
+    port (``.getHost().port``)."""
     token = token or os.environ.get(TOKEN_ENV) or None
     check_binding(host, token)
     if interval <= 0:
@@ -61,7 +62,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     DASHBOARD_PORT and DASHBOARD_INTERVAL settings (see :func:`options`)."""
     parser.add_argument("--host", help="address to listen on (DASHBOARD_HOST: 127.0.0.1)")
     parser.add_argument("--port", type=int, help="0: a free one (DASHBOARD_PORT: 6793)")
-    parser.add_argument("--token", help=f"required off loopback (or set {TOKEN_ENV})")
+    parser.add_argument("--token", help=f"required off loopback, 16+ chars (or set {TOKEN_ENV})")
     parser.add_argument("--interval", type=float, help="page refresh (DASHBOARD_INTERVAL: 2 s)")
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+from html import escape
 from importlib.resources import files
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
@@ -28,7 +29,7 @@ from twisted.web.server import NOT_DONE_YET
 
 from scrapy_redis.dashboard import metrics
 from scrapy_redis.dashboard.fleet import ActionError
-from scrapy_redis.dashboard.security import COOKIE, CSRF_HEADER
+from scrapy_redis.dashboard.security import COOKIE
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -73,6 +74,11 @@ def _json(request: Request, code: int, data: Any) -> bytes:
     return _send(request, code, json.dumps(data), "application/json")
 
 
+def _login_page(error: str) -> str:
+    """The login form, saying ``error``."""
+    return asset("login.html").replace("<!--error-->", f"<p class=error>{escape(error)}</p>")
+
+
 def _not_allowed(request: Request, path: str, method: str) -> bytes:
     request.setHeader("Allow", method)
     return _json(request, 405, {"error": f"{request.method.decode()} {path}: use {method}"})
@@ -93,6 +99,9 @@ class Dashboard(Resource):
         path = (request.path or b"/").decode(errors="replace")
         if not self.guard.host_allowed(request):
             return _json(request, 403, {"error": "Host header is not a loopback address"})
+        wait = self.guard.retry_after(request) if self._tries_token(request, path) else 0
+        if wait:
+            return self._too_many(request, path, wait)
         if path == "/login":
             return self._login(request)
         if path in _STATIC and request.method in (b"GET", b"HEAD"):  # the package's own code
@@ -128,6 +137,20 @@ class Dashboard(Resource):
             page = page.replace(f"{{{{{name}}}}}", value)
         return page
 
+    def _tries_token(self, request: Request, path: str) -> bool:
+        """Whether ``request`` sends a token: a login, or a bearer token."""
+        if self.guard.token is None:
+            return False
+        login = path == "/login" and request.method == b"POST"
+        return login or self.guard.bearer_given(request) is not None
+
+    def _too_many(self, request: Request, path: str, wait: int) -> bytes:
+        request.setHeader("Retry-After", str(wait))
+        error = f"Too many wrong tokens from your address: try again in {wait} s."
+        if path == "/login":
+            return _send(request, 429, _login_page(error), "text/html; charset=utf-8")
+        return _json(request, 429, {"error": error})
+
     def _unauthenticated(self, request: Request, path: str) -> bytes:
         if request.method == b"GET" and path == "/":
             request.redirect(b"/login")
@@ -141,11 +164,13 @@ class Dashboard(Resource):
             return b""
         if request.method != b"POST":
             return _send(request, 200, asset("login.html"), "text/html; charset=utf-8")
+        refusal = self.guard.origin_refusal(request)
+        if refusal is not None:
+            return _send(request, 403, _login_page(refusal), "text/html; charset=utf-8")
         given = (request.args or {}).get(b"token", [b""])[0].decode(errors="replace")
-        if not self.guard.same_origin(request) or not self.guard.token_matches(given):
-            page = asset("login.html").replace("<!--error-->", "<p class=error>Wrong token.</p>")
-            return _send(request, 401, page, "text/html; charset=utf-8")
-        secure = "; Secure" if request.isSecure() else ""
+        if not self.guard.attempt(request, given):
+            return _send(request, 401, _login_page("Wrong token."), "text/html; charset=utf-8")
+        secure = "; Secure" if self.guard.secure_origin(request) else ""
         request.setHeader(
             "Set-Cookie",
             f"{COOKIE}={quote(self.guard.session())}; Path=/; HttpOnly; SameSite=Strict{secure}",
@@ -154,8 +179,9 @@ class Dashboard(Resource):
         return b""
 
     def _action(self, request: Request, action: str) -> bytes | int:
-        if not self.guard.may_act(request):
-            return _json(request, 403, {"error": f"missing or wrong {CSRF_HEADER}, or Origin"})
+        refusal = self.guard.action_refusal(request)
+        if refusal is not None:
+            return _json(request, 403, {"error": refusal})
         try:
             body = json.loads(request.content.read() if request.content else b"")
         except ValueError:

@@ -1,9 +1,9 @@
 """Serve a live dashboard of the project's crawls, and Prometheus /metrics.
 
 Listens on 127.0.0.1:6793 unless DASHBOARD_HOST / DASHBOARD_PORT (or --host / --port)
-say otherwise; anything but a loopback address needs a token (--token, or the
-environment variable SCRAPY_REDIS_DASHBOARD_TOKEN). Runs until interrupted. See the
-docs' "Dashboard" page for its security model and its actions.
+say otherwise; anything but a loopback address needs a token of 16 characters or more
+(--token, or the environment variable SCRAPY_REDIS_DASHBOARD_TOKEN). Runs until
+interrupted. See the docs' "Dashboard" page for its security model and its actions.
 """
 
 from __future__ import annotations
