@@ -249,6 +249,32 @@ def test_requeue_invalid_puts_back_what_decodes_now(project, schedulers, setting
     assert server.zscore("demo:requests", "7") == -7
 
 
+def test_requeue_invalid_from_a_long_list_keeps_what_stays_in_order(
+    project, schedulers, settings_dict, server
+):
+    """Each batch is one script call checking positions, then one LREM (not one per entry)."""
+    leave(schedule(schedulers, settings_dict, []))
+    entries = [
+        msgpack_serializer.dumps({"url": f"http://a.test/{n}", "priority": n % 2, "meta": {}})
+        for n in range(1500)
+    ]
+    garbage = [b"\x00garbage %d" % n for n in range(3000)]
+    mixed = [
+        item for pair in zip(garbage[::2], garbage[1::2], entries, strict=True) for item in pair
+    ]
+    mixed.append(entries[0])  # the same entry twice: both go back
+    server.rpush("demo:requests:invalid", *mixed)
+    result = project.run("requeue", "demo", "--invalid", "--json")
+    assert result.returncode == 1, result.stderr  # some stay invalid
+    report = json.loads(result.stdout)["invalid"]
+    assert (report["requeued"], report["still_invalid"]) == (1501, 3000)
+    assert server.lrange("demo:requests:invalid", 0, -1) == garbage
+    back = server.lrange("demo:requests:prio:0", 0, -1) + server.lrange(
+        "demo:requests:prio:1", 0, -1
+    )
+    assert sorted(back) == sorted([*entries, entries[0]])
+
+
 def test_requeue_expired_recovers_a_dead_workers_leases(project, schedulers, settings_dict, server):
     settings = {**settings_dict, "SCHEDULER_WORKER_TIMEOUT": 1}
     scheduler = schedule(schedulers, settings, [Request(f"http://a.test/{n}") for n in range(4)])
