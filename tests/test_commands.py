@@ -250,6 +250,32 @@ def test_requeue_invalid_puts_back_what_decodes_now(project, schedulers, setting
     assert server.zscore("demo:requests", "7") == -7
 
 
+def test_requeue_invalid_from_a_long_list_keeps_what_stays_in_order(
+    project, schedulers, settings_dict, server
+):
+    """Each batch is one script call checking positions, then one LREM (not one per entry)."""
+    leave(schedule(schedulers, settings_dict, []))
+    entries = [
+        msgpack_serializer.dumps({"url": f"http://a.test/{n}", "priority": n % 2, "meta": {}})
+        for n in range(1500)
+    ]
+    garbage = [b"\x00garbage %d" % n for n in range(3000)]
+    mixed = [
+        item for pair in zip(garbage[::2], garbage[1::2], entries, strict=True) for item in pair
+    ]
+    mixed.append(entries[0])  # the same entry twice: both go back
+    server.rpush("demo:requests:invalid", *mixed)
+    result = project.run("requeue", "demo", "--invalid", "--json")
+    assert result.returncode == 1, result.stderr  # some stay invalid
+    report = json.loads(result.stdout)["invalid"]
+    assert (report["requeued"], report["still_invalid"]) == (1501, 3000)
+    assert server.lrange("demo:requests:invalid", 0, -1) == garbage
+    back = server.lrange("demo:requests:prio:0", 0, -1) + server.lrange(
+        "demo:requests:prio:1", 0, -1
+    )
+    assert sorted(back) == sorted([*entries, entries[0]])
+
+
 def test_requeue_expired_recovers_a_dead_workers_leases(project, schedulers, settings_dict, server):
     settings = {**settings_dict, "SCHEDULER_WORKER_TIMEOUT": 1}
     scheduler = schedule(schedulers, settings, [Request(f"http://a.test/{n}") for n in range(4)])
@@ -288,6 +314,67 @@ def test_purge_refuses_while_workers_are_alive_then_deletes(
     result = project.run("purge", "demo", "--all", "--yes")
     assert result.returncode == 0, result.stderr
     assert server.keys() == []
+
+
+def test_purge_queue_keeps_the_lane_count_while_the_fingerprints_stay(
+    project, schedulers, settings_dict, server
+):
+    settings = {**settings_dict, "SCHEDULER_SHARDS": 2}
+    leave(schedule(schedulers, settings, [Request(f"http://a.test/{n}") for n in range(6)]))
+    assert server.get("demo:requests:lanes") == b"2"
+    assert project.run("purge", "demo", "--queue", "--yes").returncode == 0
+    assert server.get("demo:requests:lanes") == b"2"  # the filters are still in 2 lanes
+    (status,) = project.json("status", "demo")["spiders"]
+    assert (status["lanes"], status["queued"], status["fingerprints"]) == (2, 0, 6)
+    both = project.run("purge", "demo", "--queue", "--fingerprints", "--yes")
+    assert both.returncode == 0, both.stderr
+    assert not server.exists("demo:requests:lanes")
+    assert server.keys("*dupefilter*") == []
+
+
+def test_purge_queue_deletes_priority_lists_no_index_names(
+    project, schedulers, settings_dict, server
+):
+    """A list left by a purge racing a push: a later push of its priority would revive it."""
+    leave(schedule(schedulers, settings_dict, [Request("http://a.test/", priority=1)]))
+    server.rpush("demo:requests:prio:9", b"stale")
+    result = project.json("purge", "demo", "--queue", "--yes")
+    assert result["keys_deleted"] == 3  # the index, the list of priority 1, the stale list
+    assert server.keys("demo:requests*") == []
+    assert server.exists("demo:dupefilter")
+
+
+def test_purge_checks_for_live_workers_again_once_answered(
+    project, schedulers, settings_dict, server
+):
+    """A worker started while the question waits for an answer: its crawl is kept."""
+    import pty
+    import select
+
+    leave(schedule(schedulers, settings_dict, [Request("http://a.test/")]))
+    controller, terminal = pty.openpty()
+    env = {**os.environ, "REDIS_URL": project.redis_url}
+    env.pop("SCRAPY_SETTINGS_MODULE", None)
+    command = [sys.executable, "-m", "scrapy", "redis", "purge", "demo", "--queue"]
+    with subprocess.Popen(
+        command, cwd=project.path, env=env, stdin=terminal, stderr=subprocess.PIPE, text=True
+    ) as process:
+        try:
+            asked = ""
+            while "[y/N]" not in asked:
+                assert select.select([process.stderr], [], [], 30)[0], asked
+                asked += os.read(process.stderr.fileno(), 4096).decode()
+            worker = schedule(schedulers, settings_dict, [])  # joins the crawl meanwhile
+            os.write(controller, b"y\n")
+            assert process.wait(timeout=30) == 1
+            told = process.stderr.read()
+        finally:
+            os.close(controller)
+            os.close(terminal)
+            if process.poll() is None:
+                process.kill()
+    assert f"Refused: 1 workers of demo are alive ({worker.worker_id})" in told
+    assert server.llen("demo:requests:prio:0") == 1
 
 
 # -- status -----------------------------------------------------------------------------

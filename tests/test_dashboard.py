@@ -84,7 +84,7 @@ def test_purge_deletes_queued_and_leased_requests_and_keeps_the_filter(
     assert scheduler.next_request() is not None  # one leased, with what it prefetched
     status = crawl_status(server, Settings(settings_dict), DemoSpider)
     assert status.queued + status.leased == 3
-    purge_queue(server, status.queue_key, sorted(status.queued_by_priority or {}))
+    purge_queue(server, status.queue_key)
     after = crawl_status(server, Settings(settings_dict), DemoSpider)
     assert (after.queued, after.leased) == (0, 0)
     assert server.keys("demo:requests*") == [b"demo:requests:workers"]  # the registry stays
@@ -195,6 +195,30 @@ def test_purge_needs_the_spiders_name_as_confirmation(local_dashboard, server):
     assert done.status == 200, done.text
     assert not server.exists("myspider_redis:requests")
     assert server.exists("myspider_redis:stats")
+
+
+def test_purge_over_http_is_refused_while_workers_are_alive_unless_forced(
+    local_dashboard, server, settings_dict, schedulers
+):
+    """A worker of myspider_redis's queue is alive (registered, heartbeat renewed)."""
+    worker = schedulers({**settings_dict, "SCHEDULER_QUEUE_KEY": "myspider_redis:requests"})
+    for n in range(3):
+        worker.enqueue_request(Request(f"http://example.com/{n}"))
+    assert worker.send_enqueued()
+    headers = {"X-CSRF-Token": csrf_token(http(local_dashboard.url).text)}
+    url = local_dashboard.url + "api/actions/purge"
+    body = {"spider": "myspider_redis", "confirm": "myspider_redis"}
+    refused = http(url, "POST", body, headers)
+    assert refused.status == 400, refused.text
+    error = refused.json()["error"]
+    assert f"1 workers of myspider_redis are alive ({worker.worker_id})" in error
+    assert '"force": true' in error
+    assert server.exists("myspider_redis:requests")
+    assert http(url, "POST", {**body, "force": "yes"}, headers).status == 400  # true only
+    forced = http(url, "POST", {**body, "force": True}, headers)
+    assert forced.status == 200, forced.text
+    assert forced.json() == {"spider": "myspider_redis", "purged": 3}
+    assert server.keys("myspider_redis:requests*") == [b"myspider_redis:requests:workers"]
 
 
 def test_requeue_over_http_puts_back_what_a_dead_worker_held(

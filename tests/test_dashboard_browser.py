@@ -198,8 +198,14 @@ def test_purging_from_the_page_asks_first(server, redis_url, settings_dict, sche
         browser.get(dashboard.url)
         wait(browser, lambda: shown(browser, "queued") == "3", lambda: "3 queued")
         button = f'[data-spider="{SPIDER}"] form.purge button'
+        # The scheduler is a live worker: the button and the question say so (the
+        # server refuses a purge while workers are alive unless forced).
+        assert browser.find_element(By.CSS_SELECTOR, button).text == (
+            "Purge the queue (1 worker(s) alive)…"
+        )
         browser.find_element(By.CSS_SELECTOR, button).click()
         WebDriverWait(browser, 5).until(expected_conditions.alert_is_present())
+        assert "1 worker(s) of it are alive" in browser.switch_to.alert.text
         browser.switch_to.alert.dismiss()
         time.sleep(0.5)
         assert server.exists("myspider_redis:requests")  # not purged: the user said no

@@ -1,17 +1,32 @@
 """What the fleet tools change in Redis, for ``scrapy redis`` and the dashboard alike:
-push start messages, recover what dead workers held. Each change is one Redis command
-or one of the package's Lua scripts; none needs a running crawl."""
+push start messages, recover what dead workers held, purge a queue. Each change is one
+Redis command or one of the package's Lua scripts; none needs a running crawl."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
+from scrapy_redis.connection import is_cluster
+from scrapy_redis.exceptions import ScrapyRedisError
+from scrapy_redis.keys import (
+    deliveries_key,
+    derived_pattern,
+    lease_deadlines_key,
+    leases_key,
+    priority_list_key,
+)
 from scrapy_redis.leases import LeaseBook, Recovery
+from scrapy_redis.queue_priority import priority_of_member
+from scrapy_redis.scripts import script
+from scrapy_redis.utils import bytes_to_str
 from scrapy_redis.workers import new_worker_id
 
 #: Start messages sent by one command.
 PUSH_BATCH = 1000
+#: Calls of ``lua/queue_purge.lua`` per queue: each one learns the priorities pushed
+#: since the one before, so only workers adding new priorities all the time exhaust them.
+PURGE_ATTEMPTS = 10
 
 
 def push_messages(
@@ -49,3 +64,55 @@ def recover_expired(
         if recovery == (0, 0):
             return Recovery(requeued, dead)
         requeued, dead = requeued + recovery.requeued, dead + recovery.dead_lettered
+
+
+def queue_lease_keys(queue_key: str, cluster: bool) -> list[str]:
+    """The keys of the leases of the queue (or lane) ``queue_key``, deleted with it: the
+    leases, their deadlines, the delivery counts (dead letters and the entries set aside
+    as invalid are kept)."""
+    return [
+        leases_key(queue_key, cluster),
+        lease_deadlines_key(queue_key, cluster),
+        deliveries_key(queue_key, cluster),
+    ]
+
+
+def purge_queue(
+    server: Any, queue_key: str, other_keys: Sequence[str] = (), orphans: bool = True
+) -> int:
+    """Delete the queue (or one lane) ``queue_key``: its requests (a PriorityQueue's index
+    and every list it names), their leases and ``other_keys`` (in the queue's slot), in
+    one call of ``lua/queue_purge.lua``. A worker pushing a new priority meanwhile makes
+    the script refuse and name it; it is called again with it (at most
+    :data:`PURGE_ATTEMPTS` times). With ``orphans``, priority lists no index names (left by
+    a purge of an older version racing a push) are found with SCAN and deleted too. How
+    many keys were deleted."""
+    cluster = is_cluster(server)
+    extra = [*queue_lease_keys(queue_key, cluster), *other_keys]
+    if orphans:
+        extra += scan_keys(server, derived_pattern(queue_key, "prio:", cluster))
+    members: list[bytes] = []
+    for _ in range(PURGE_ATTEMPTS):
+        lists = [_list_of(queue_key, member, cluster) for member in members]
+        reply = script("queue_purge")(server, [queue_key, *lists, *extra], members)
+        if int(reply[0]) == 1:
+            return int(reply[1])
+        members += reply[1:]
+    raise ScrapyRedisError(
+        f"Could not purge {queue_key!r}: workers pushed new priorities during "
+        f"{PURGE_ATTEMPTS} attempts. Stop the crawl's workers, then purge again."
+    )
+
+
+def _list_of(queue_key: str, member: bytes, cluster: bool) -> str:
+    """The list of the priority the index member ``member`` names."""
+    priority = priority_of_member(member)
+    if priority is None:  # the script names integers only
+        raise ScrapyRedisError(f"{queue_key!r} names no priority {member!r}")
+    return priority_list_key(queue_key, priority, cluster)
+
+
+def scan_keys(server: Any, pattern: str) -> Iterator[str]:
+    """The keys matching ``pattern`` (on a Redis Cluster: on every master), with SCAN."""
+    for key in server.scan_iter(match=pattern, count=1000):
+        yield bytes_to_str(key)

@@ -23,8 +23,10 @@ from typing import TYPE_CHECKING, Any
 
 from twisted.internet import task
 
-from scrapy_redis.connection import one_slot
+from scrapy_redis.connection import is_cluster, one_slot
+from scrapy_redis.keys import workers_key
 from scrapy_redis.scripts import script
+from scrapy_redis.utils import bytes_to_str
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -49,6 +51,36 @@ def crawler_worker_id(crawler: Crawler) -> str:
     if worker_id is None:
         worker_id = _CRAWLER_IDS[crawler] = new_worker_id()
     return worker_id
+
+
+def alive_workers(server: Any, queue_key: str) -> list[str]:
+    """The ids of the workers of the queue ``queue_key`` whose registry entry has not
+    expired (its deadline, ms on the Redis server's clock, is in the future), sorted. A
+    field starting with ``~`` is a claim (see ``lua/workers.lua``), not a worker."""
+    registry = server.hgetall(workers_key(queue_key, is_cluster(server)))
+    now = server_time_ms(server)
+    alive = []
+    for raw_id, raw_deadline in registry.items():
+        worker_id = bytes_to_str(raw_id)
+        if not worker_id.startswith("~") and _deadline(raw_deadline) > now:
+            alive.append(worker_id)
+    return sorted(alive)
+
+
+def _deadline(raw: bytes | str) -> int:
+    try:
+        return int(raw)
+    except ValueError:
+        return 0  # not written by workers.lua, which drops it on its next call
+
+
+def server_time_ms(server: Any) -> int:
+    """The Redis server's clock, in ms (the registry's deadlines are on it)."""
+    reply = server.time()
+    if isinstance(reply, dict):  # a cluster client: one reply per node
+        reply = next(iter(reply.values()))
+    seconds, micros = reply
+    return int(seconds) * 1000 + int(micros) // 1000
 
 
 @dataclass(frozen=True, slots=True)

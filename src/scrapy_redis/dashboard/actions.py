@@ -1,28 +1,25 @@
 """What the dashboard's buttons do in Redis: push start messages, requeue, purge.
 
-Plain functions of a Redis client and key names, free of web concerns, so that
-the ``scrapy redis`` commands can share them. Each change is one Redis command
-or one of the package's Lua scripts.
+Plain functions of a Redis client and key names, free of web concerns, that scripts
+may call too. The changes themselves are made by :mod:`scrapy_redis.operations`, which
+the ``scrapy redis`` commands use as well: the push of start messages, the recovery of
+expired leases, the purge of a queue (each one Redis command or one of the package's
+Lua scripts). What is the dashboard's own: the check of the messages pushed (a URL, or
+a JSON object with a ``url``; ``scrapy redis push`` runs the spider's
+``make_request_from_data()`` instead), and the sums over several keys.
 """
 
 from __future__ import annotations
 
-import os
-import socket
 from collections.abc import Sequence
 from typing import Any
 
-from scrapy_redis import defaults
-from scrapy_redis.connection import is_cluster
+from scrapy_redis import defaults, operations
 from scrapy_redis.deadletters import requeue_dead_letters
 from scrapy_redis.exceptions import InvalidStartMessageError
-from scrapy_redis.keys import priority_list_key
-from scrapy_redis.leases import LeaseBook, Recovery
+from scrapy_redis.leases import Recovery
 from scrapy_redis.messages import parse_message
 from scrapy_redis.operations import push_messages, recover_expired
-
-#: The lease-owner id the dashboard recovers leases under (it never holds any).
-DASHBOARD_WORKER = f"dashboard:{socket.gethostname()}:{os.getpid()}"
 
 
 def check_messages(messages: Sequence[str]) -> list[str]:
@@ -65,16 +62,8 @@ def requeue_expired(
     return Recovery(requeued, dead)
 
 
-def queue_keys(server: Any, queue_key: str, priorities: Sequence[int] = ()) -> list[str]:
-    """The keys holding the requests of the queue ``queue_key`` and its leases: the
-    queue, the lists of ``priorities`` (a PriorityQueue), the lease keys."""
-    cluster = is_cluster(server)
-    lists = [priority_list_key(queue_key, priority, cluster) for priority in priorities]
-    return [queue_key, *lists, *LeaseBook(server, queue_key, DASHBOARD_WORKER, 1).flush_keys]
-
-
-def purge_queue(server: Any, queue_key: str, priorities: Sequence[int] = ()) -> int:
-    """Delete the requests of the queue ``queue_key`` (and of its ``priorities``' lists),
-    leased or not, in one UNLINK; the filter, start messages, items, stats and dead
-    letters are kept. How many keys were deleted."""
-    return int(server.unlink(*queue_keys(server, queue_key, priorities)))
+def purge_queue(server: Any, queue_key: str) -> int:
+    """Delete the requests of the queue (or lane) ``queue_key``, leased or not, in one
+    atomic script call (see :func:`scrapy_redis.operations.purge_queue`); the filter,
+    start messages, items, stats and dead letters are kept. How many keys were deleted."""
+    return operations.purge_queue(server, queue_key)

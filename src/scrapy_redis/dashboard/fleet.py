@@ -13,8 +13,8 @@ from scrapy_redis import defaults
 from scrapy_redis.crawl_keys import crawl_keys, spider_settings
 from scrapy_redis.dashboard import actions
 from scrapy_redis.exceptions import InvalidStartMessageError
-from scrapy_redis.queue_lengths import queue_lengths
 from scrapy_redis.status import crawl_status, project_spiders
+from scrapy_redis.workers import alive_workers
 
 if TYPE_CHECKING:
     from scrapy import Spider
@@ -100,12 +100,19 @@ class Fleet:
 
     def purge(self, spider: str, body: dict[str, Any]) -> dict[str, Any]:
         """Delete the spider's queued and leased requests (every lane); ``body["confirm"]``
-        must be the spider's name."""
+        must be the spider's name. Refused while workers of the crawl are alive (what they
+        push next would mix with a crawl half deleted) unless ``body["force"]`` is true."""
         if body.get("confirm") != spider:
             raise ActionError(f"purging deletes the queue: confirm with the name {spider!r}")
         keys = self.keys(spider)
+        alive = alive_workers(self.server, keys.queue_key)
+        if alive and body.get("force") is not True:
+            raise ActionError(
+                f"{len(alive)} workers of {spider} are alive ({', '.join(alive[:3])}"
+                f"{'...' if len(alive) > 3 else ''}): stop them first, or purge with "
+                '"force": true'
+            )
         before = self.status(spider)
-        for queue_key in keys.queue_keys:  # a lane's keys share its slot: one UNLINK each
-            _, priorities = queue_lengths(self.server, queue_key, keys.cluster)
-            actions.purge_queue(self.server, queue_key, sorted(priorities or {}))
+        for queue_key in keys.queue_keys:  # lanes are in different slots: a call each
+            actions.purge_queue(self.server, queue_key)
         return {"spider": spider, "purged": before.queued + before.leased}

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from scrapy_redis.status import crawl_status
+from scrapy_redis import workers
 
 if TYPE_CHECKING:
     import argparse
 
-    from scrapy_redis.commands.context import Context
     from scrapy_redis.commands.crawl import Crawl
 
 
@@ -27,7 +26,6 @@ def add_spider_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def alive_workers(context: Context, crawl: Crawl) -> list[str]:
+def alive_workers(crawl: Crawl) -> list[str]:
     """The workers of the crawl whose registry entry has not expired."""
-    status = crawl_status(crawl.server, context.settings, type(crawl.spider))
-    return [worker.id for worker in status.workers if worker.alive]
+    return workers.alive_workers(crawl.server, crawl.queue_key)

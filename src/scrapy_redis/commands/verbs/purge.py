@@ -1,20 +1,24 @@
 """Delete a spider's queue, fingerprints, items, start messages, or all of its data.
 
-Say what: ``--queue`` (the requests, in every lane, and their leases), ``--fingerprints``
+Say what: ``--queue`` (the requests, in every lane, and their leases: one atomic
+``lua/queue_purge.lua`` call per lane, so that a push meanwhile cannot leave a priority's
+list behind; and the priority lists no index names, found with SCAN), ``--fingerprints``
 (the duplicate filter: its set, or the lean filter's buckets and the Bloom filter's
 blocks, found with SCAN on every master of a cluster), ``--items`` (RedisPipeline's
 list), ``--start`` (the start keys and their leases), ``--all`` (those, the entries set
 aside as invalid, the dead letters, the worker registry, the stats and each worker's).
-Keys are deleted with UNLINK (the server frees the memory in the background), 500 per
-command, with a progress bar on a terminal. It asks first unless ``--yes``; and it
-refuses while workers of the crawl are alive (their next push would mix with a crawl
-half deleted) unless ``--force``.
+The recorded lane count goes with the queue and the fingerprints together only (the
+filters are split into lanes too). Other keys are deleted with UNLINK (the server frees
+the memory in the background), 500 per command, with a progress bar on a terminal. It
+asks first unless ``--yes``; and it refuses while workers of the crawl are alive (their
+next push would mix with a crawl half deleted) unless ``--force``, before asking and
+again after the answer.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 from scrapy_redis import defaults
 from scrapy_redis.bloom_dupefilter import BloomDupeFilter
@@ -36,6 +40,7 @@ from scrapy_redis.keys import (
     workers_key,
 )
 from scrapy_redis.lean_dupefilter import LeanDupeFilter
+from scrapy_redis.operations import purge_queue, scan_keys
 from scrapy_redis.utils import bytes_to_str
 
 if TYPE_CHECKING:
@@ -63,19 +68,18 @@ def run(args: argparse.Namespace, context: Context) -> int:
     if not parts:
         raise CommandError("Say what to purge: --queue, --fingerprints, --items, --start or --all.")
     crawl = context.crawl(args.spider, args.spider_args)
-    alive = alive_workers(context, crawl)
-    if alive and not args.force:
-        context.warn(
-            f"Refused: {len(alive)} workers of {crawl.name} are alive ({', '.join(alive[:3])}"
-            f"{'...' if len(alive) > 3 else ''}). Stop them first, or add --force."
-        )
+    if not args.force and _refused(context, crawl):
         return 1
     what = ", ".join(parts) + (" and the rest" if args.all else "")
     if not context.confirm(f"Delete the {what} of {crawl.name} in {_where(crawl)}?", args.yes):
         context.warn("Nothing deleted.")
         return 1
+    if not args.force and _refused(context, crawl):  # one started while we asked
+        return 1
     progress = context.progress(f"purge {crawl.name}, keys")
     deleted = 0
+    if "queue" in parts:
+        deleted += purge_lanes(crawl, progress.advance)
     for key_batch in _batches(_keys(crawl, parts, args.all)):
         deleted += int(crawl.server.unlink(*key_batch))
         progress.advance(len(key_batch))
@@ -87,6 +91,17 @@ def run(args: argparse.Namespace, context: Context) -> int:
     else:
         context.write(f"Deleted {deleted} keys of {crawl.name} ({what}).")
     return 0
+
+
+def _refused(context: Context, crawl: Crawl) -> bool:
+    """Whether workers of the crawl are alive (said, with what to do)."""
+    alive = alive_workers(crawl)
+    if alive:
+        context.warn(
+            f"Refused: {len(alive)} workers of {crawl.name} are alive ({', '.join(alive[:3])}"
+            f"{'...' if len(alive) > 3 else ''}). Stop them first, or add --force."
+        )
+    return bool(alive)
 
 
 def _where(crawl: Crawl) -> str:
@@ -107,8 +122,10 @@ def _batches(keys: Iterator[str]) -> Iterator[list[str]]:
 
 
 def _keys(crawl: Crawl, parts: list[str], everything: bool) -> Iterator[str]:
-    if "queue" in parts:
-        yield from queue_keys(crawl)
+    """The keys deleted with UNLINK (the queue's lanes are purged by :func:`purge_lanes`)."""
+    if "queue" in parts and "fingerprints" in parts and crawl.lanes:
+        # How many lanes the data is split into: it goes with both the queue and the filters.
+        yield lanes_key(crawl.queue_key, crawl.cluster)
     if "fingerprints" in parts:
         yield from filter_keys(crawl)
     if "items" in parts:
@@ -119,15 +136,17 @@ def _keys(crawl: Crawl, parts: list[str], everything: bool) -> Iterator[str]:
         yield from other_keys(crawl)
 
 
-def queue_keys(crawl: Crawl) -> Iterator[str]:
-    """The requests of every lane and their leases (as the scheduler's flush)."""
+def purge_lanes(crawl: Crawl, advance: Callable[[int], object]) -> int:
+    """Delete the requests of every lane and their leases, one atomic script call per lane
+    (see :func:`scrapy_redis.operations.purge_queue`; lanes are in different Redis
+    Cluster slots), with the priority lists no index names; ``advance(keys deleted)``
+    after each. How many keys were deleted."""
+    deleted = 0
     for lane in crawl.lanes:
-        yield from lane.flush_keys()
-        base = lane.key
-        yield from (leases_key(base, crawl.cluster), lease_deadlines_key(base, crawl.cluster))
-        yield deliveries_key(base, crawl.cluster)
-    if crawl.lanes:  # how many lanes a split crawl has
-        yield lanes_key(crawl.queue_key, crawl.cluster)
+        keys = purge_queue(crawl.server, lane.key)
+        advance(keys)
+        deleted += keys
+    return deleted
 
 
 def filter_keys(crawl: Crawl) -> Iterator[str]:
@@ -137,10 +156,10 @@ def filter_keys(crawl: Crawl) -> Iterator[str]:
         yield key
         if isinstance(dupefilter, LeanDupeFilter):
             yield lean_meta_key(key, crawl.cluster)
-            yield from _scan(crawl.server, derived_pattern(key, "lean:", crawl.cluster))
+            yield from scan_keys(crawl.server, derived_pattern(key, "lean:", crawl.cluster))
         if isinstance(dupefilter, BloomDupeFilter):
             yield bloom_blocks_key(key, crawl.cluster)
-            yield from _scan(crawl.server, derived_pattern(key, "bloom:", crawl.cluster))
+            yield from scan_keys(crawl.server, derived_pattern(key, "bloom:", crawl.cluster))
 
 
 def start_keys(crawl: Crawl) -> Iterator[str]:
@@ -167,9 +186,3 @@ def other_keys(crawl: Crawl) -> Iterator[str]:
     for worker in crawl.server.zrange(index, 0, -1):
         yield worker_stats_key(stats, bytes_to_str(worker), crawl.cluster)
     yield index
-
-
-def _scan(server: Any, pattern: str) -> Iterator[str]:
-    """The keys matching ``pattern`` (on a cluster: on every master)."""
-    for key in server.scan_iter(match=pattern, count=1000):
-        yield bytes_to_str(key)

@@ -1,8 +1,9 @@
 """Put entries set aside, or held by dead workers, back in a spider's queue.
 
 ``--invalid``: the queue entries set aside as undecodable (``<queue>:invalid``) that
-decode now (after SCHEDULER_SERIALIZER or the spider was fixed), each in one script
-call with its removal from the list (``lua/invalid_requeue.lua``); those that still do
+decode now (after SCHEDULER_SERIALIZER or the spider was fixed), 500 per script call
+with their removal from the list (``lua/invalid_requeue.lua``: each one checked at the
+position it was read from, then all removed by one LREM); those that still do
 not decode stay, and the first reason is printed. ``--expired``: the requests and start
 messages leased by workers whose lease expired, recovered as a worker recovers them
 (``lua/lease_expired.lua`` and ``lua/lease_requeue.lua``: a delivery is counted, and a
@@ -13,6 +14,7 @@ the dead letters of the queue and of the start key, oldest first
 
 from __future__ import annotations
 
+import uuid
 from typing import TYPE_CHECKING, Any
 
 from redis.client import NEVER_DECODE
@@ -86,8 +88,8 @@ def requeue_invalid(crawl: Crawl, queue: Any) -> tuple[int, int, str | None]:
         if not raws:
             return moved, kept, reason
         keys: list[str] = [key, queue.key]
-        args: list[Any] = [op]
-        for data in raws:
+        args: list[Any] = [op, f"scrapy-redis:requeued:{uuid.uuid4().hex}"]  # a tombstone
+        for position, data in enumerate(raws, offset):
             try:
                 priority = queue.decode(Entry(data)).priority
             except UndecodableRequestError as exc:
@@ -95,8 +97,8 @@ def requeue_invalid(crawl: Crawl, queue: Any) -> tuple[int, int, str | None]:
                 continue
             if op == "prio":
                 keys.append(priority_list_key(queue.key, priority, crawl.cluster))
-            args += [len(keys), priority, data]
-        done = int(script("invalid_requeue")(crawl.server, keys, args)) if len(args) > 1 else 0
+            args += [position, len(keys), priority, data]
+        done = int(script("invalid_requeue")(crawl.server, keys, args)) if len(args) > 2 else 0
         moved += done
         offset += len(raws) - done  # those left in place come first
 

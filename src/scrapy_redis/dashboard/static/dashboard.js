@@ -34,7 +34,7 @@ function sectionFor(spider) {
     section.dataset.spider = spider;
     section.querySelector(".name").textContent = spider;
     wireActions(section, spider);
-    crawl = { section, history: [] };
+    crawl = { section, history: [], alive: 0 };
     crawls.set(spider, crawl);
   }
   return crawl;
@@ -104,7 +104,10 @@ function render(status, time) {
   }
   setField(section, "pages", stat(status, "response_received_count"));
   setField(section, "items_scraped", stat(status, "item_scraped_count"));
-  setField(section, "workers_alive", status.workers.filter((worker) => worker.alive).length);
+  crawl.alive = status.workers.filter((worker) => worker.alive).length;
+  setField(section, "workers_alive", crawl.alive);
+  section.querySelector("form.purge button").textContent = crawl.alive
+    ? `Purge the queue (${crawl.alive} worker(s) alive)…` : "Purge the queue…";
   fillWorkers(section, status.workers);
   fillKeys(section, status.start_keys);
   const now = time;
@@ -195,7 +198,8 @@ async function refresh() {
   }
 }
 
-async function act(section, action, body) {
+// Post an action; its result, or null (the error is shown, and given to `failed`).
+async function act(section, action, body, failed = () => {}) {
   const result = section.querySelector(".action-result");
   result.classList.remove("failed");
   result.textContent = `${action}…`;
@@ -213,6 +217,7 @@ async function act(section, action, body) {
   } catch (error) {
     result.classList.add("failed");
     result.textContent = `${action} failed: ${error.message}`;
+    failed(error.message);
     return null;
   }
 }
@@ -236,9 +241,26 @@ function wireActions(section, spider) {
   });
   section.querySelector("form.purge").addEventListener("submit", (event) => {
     event.preventDefault();
-    const question = `Delete every queued and leased request of ${spider}? This cannot be undone.`;
-    if (window.confirm(question)) act(section, "purge", { spider, confirm: spider });
+    purge(section, spider);
   });
+}
+
+// The server refuses to purge while workers of the crawl are alive, unless forced: the
+// question says how many the page saw, and forces the purge if the user accepts it.
+async function purge(section, spider) {
+  const alive = crawls.get(spider).alive;
+  const workers = alive ? ` ${alive} worker(s) of it are alive: what they push next mixes`
+    + " with a crawl half deleted (stop them first)." : "";
+  const question = `Delete every queued and leased request of ${spider}?${workers} This cannot be undone.`;
+  if (!window.confirm(question)) return;
+  let refusal = "";
+  const body = { spider, confirm: spider, force: alive > 0 };
+  if (await act(section, "purge", body, (message) => { refusal = message; })) return;
+  // A worker started since the page last looked: the server said so. Ask again.
+  if (!body.force && refusal.includes('"force": true')
+    && window.confirm(`${refusal}\n\nPurge anyway, while they run?`)) {
+    act(section, "purge", { ...body, force: true });
+  }
 }
 
 refresh();
