@@ -10,6 +10,7 @@ import sys
 import time
 
 import pytest
+import redis
 from scrapy import Request
 from scrapy.settings import Settings
 
@@ -18,9 +19,11 @@ from helpers import DemoSpider, leased_entries
 from redis_server import free_port
 from scrapy_redis.dashboard import metrics
 from scrapy_redis.dashboard.actions import purge_queue, push_start_messages, requeue_expired
+from scrapy_redis.dashboard.fleet import Fleet
 from scrapy_redis.dashboard.security import TOKEN_ENV
 from scrapy_redis.exceptions import InvalidStartMessageError
 from scrapy_redis.leases import Recovery
+from scrapy_redis.spiders import RedisSpider
 from scrapy_redis.status import crawl_status
 
 pytestmark = pytest.mark.timeout(120)
@@ -328,3 +331,23 @@ def test_with_a_token_scripts_act_with_the_bearer_token_alone(token_dashboard, s
     reply = http(push, "POST", body, {"Authorization": f"Bearer {TOKEN}"})
     assert reply.status == 200, reply.text
     assert server.lrange(START_KEY, 0, -1) == [b"http://c.test/"]
+
+
+def test_a_spider_is_read_and_changed_in_the_redis_its_own_settings_name(redis_url, server):
+    """A spider whose custom_settings name another Redis (here database 1): the page's
+    numbers and its push are that Redis's."""
+    other_db = redis_url.rsplit("/", 1)[0] + "/1"
+
+    class Elsewhere(RedisSpider):
+        name = "elsewhere"
+        custom_settings = {"REDIS_URL": other_db}
+
+    fleet = Fleet(server, Settings({"REDIS_URL": redis_url}), spiders=[Elsewhere])
+    other = redis.Redis.from_url(other_db)
+    try:
+        fleet.push("elsewhere", {"messages": ["http://a.test/1", "http://a.test/2"]})
+        assert other.llen("elsewhere:start_urls") == 2 and server.keys() == []
+        assert fleet.status("elsewhere").start_pending == 2
+    finally:
+        other.flushdb()
+        other.close()

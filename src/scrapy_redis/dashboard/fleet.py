@@ -10,7 +10,7 @@ import time
 from typing import TYPE_CHECKING, Any, cast
 
 from scrapy_redis import defaults
-from scrapy_redis.crawl_keys import crawl_keys, spider_settings
+from scrapy_redis.crawl_keys import SpiderServers, crawl_keys, spider_settings
 from scrapy_redis.dashboard import actions
 from scrapy_redis.exceptions import InvalidStartMessageError
 from scrapy_redis.status import crawl_status, project_spiders
@@ -38,6 +38,8 @@ class Fleet:
         self.settings = settings
         found = spiders or cast("list[type[Spider]]", project_spiders(settings))
         self.spiders = {cls.name: cls for cls in found}
+        #: Each spider's client: ``server``, or one of the Redis its own settings name.
+        self.servers = SpiderServers(settings, server)
 
     def statuses(self) -> dict[str, Any]:
         """What ``/api/status`` answers: the server's time and each crawl's status."""
@@ -45,7 +47,11 @@ class Fleet:
         return {"time": time.time(), "crawls": crawls}
 
     def status(self, spider: str) -> CrawlStatus:
-        return crawl_status(self.server, self.settings, self._spidercls(spider))
+        return crawl_status(self.server_of(spider), self.settings, self._spidercls(spider))
+
+    def server_of(self, spider: str) -> Any:
+        """The Redis client of ``spider``'s crawl (see :class:`SpiderServers`)."""
+        return self.servers.of(self._spidercls(spider))
 
     def _spidercls(self, spider: str) -> type[Spider]:
         try:
@@ -54,7 +60,7 @@ class Fleet:
             raise ActionError(f"no spider {spider!r} in this project") from None
 
     def keys(self, spider: str) -> CrawlKeys:
-        return crawl_keys(self.server, self.settings, self._spidercls(spider))
+        return crawl_keys(self.server_of(spider), self.settings, self._spidercls(spider))
 
     def act(self, action: str, body: dict[str, Any]) -> dict[str, Any]:
         """Run ``action`` ("push", "requeue" or "purge") as ``body`` asks; its result."""
@@ -79,7 +85,9 @@ class Fleet:
         if not isinstance(messages, list) or not all(isinstance(m, str) for m in messages):
             raise ActionError("'messages' must be a list of strings")
         try:
-            pushed = actions.push_start_messages(self.server, key, messages, keys.start_mode)
+            pushed = actions.push_start_messages(
+                self.server_of(spider), key, messages, keys.start_mode
+            )
         except InvalidStartMessageError as exc:
             raise ActionError(f"invalid start message: {exc}") from exc
         return {"spider": spider, "key": key, "pushed": pushed}
@@ -94,7 +102,7 @@ class Fleet:
         bases = [*keys.queue_keys, *keys.start_keys[:1]]  # start leases are under the first
         timeout = settings.getfloat("SCHEDULER_WORKER_TIMEOUT", defaults.SCHEDULER_WORKER_TIMEOUT)
         recovery = actions.requeue_expired(
-            self.server, bases, max_deliveries, bool(body.get("dead_letters")), timeout
+            self.server_of(spider), bases, max_deliveries, bool(body.get("dead_letters")), timeout
         )
         return {"spider": spider, **recovery._asdict()}
 
@@ -105,7 +113,8 @@ class Fleet:
         if body.get("confirm") != spider:
             raise ActionError(f"purging deletes the queue: confirm with the name {spider!r}")
         keys = self.keys(spider)
-        alive = alive_workers(self.server, keys.queue_key)
+        server = self.server_of(spider)
+        alive = alive_workers(server, keys.queue_key)
         if alive and body.get("force") is not True:
             raise ActionError(
                 f"{len(alive)} workers of {spider} are alive ({', '.join(alive[:3])}"
@@ -114,5 +123,5 @@ class Fleet:
             )
         before = self.status(spider)
         for queue_key in keys.queue_keys:  # lanes are in different slots: a call each
-            actions.purge_queue(self.server, queue_key)
+            actions.purge_queue(server, queue_key)
         return {"spider": spider, "purged": before.queued + before.leased}
