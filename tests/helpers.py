@@ -188,3 +188,16 @@ def use_every_component(settings: dict[str, Any], server: Any) -> None:
     assert server.llen("demo:items") == 1
     assert server.scard("demo:dupefilter") == 1
     assert int(server.hget("demo:stats", "pages")) == 2
+
+
+def dying_worker(schedulers: Any, settings: dict[str, Any], count: int = 3) -> Any:
+    """A worker (``schedulers`` fixture) that enqueued ``count`` requests and leased them
+    all with one pop: then it dies (it is never closed; give it a short
+    SCHEDULER_WORKER_TIMEOUT in ``settings`` for its leases to expire)."""
+    from scrapy import Request
+
+    dead = schedulers(settings)
+    for n in range(count):
+        dead.enqueue_request(Request(f"http://example.com/{n}"))
+    assert dead.next_request() is not None
+    return dead

@@ -15,7 +15,7 @@ from scrapy import Request
 from scrapy.settings import Settings
 
 from dashboard_process import EXAMPLE, MODULE, DashboardProcess, csrf_token, http
-from helpers import DemoSpider, leased_entries
+from helpers import DemoSpider, dying_worker, leased_entries
 from redis_server import free_port
 from scrapy_redis.dashboard import metrics
 from scrapy_redis.dashboard.actions import purge_queue, push_start_messages, requeue_expired
@@ -66,11 +66,7 @@ def test_push_refuses_nothing_to_push(server):
 def test_requeue_puts_back_what_a_dead_worker_held_once_its_lease_expired(
     settings_dict, server, schedulers
 ):
-    settings = {**settings_dict, "SCHEDULER_WORKER_TIMEOUT": 0.3}
-    dead = schedulers(settings)
-    for n in range(3):
-        dead.enqueue_request(Request(f"http://example.com/{n}"))
-    assert dead.next_request() is not None  # leases the three: then it dies
+    dead = dying_worker(schedulers, {**settings_dict, "SCHEDULER_WORKER_TIMEOUT": 0.3})
     assert requeue_expired(server, ["demo:requests"], 3) == Recovery(0, 0)  # not expired yet
     time.sleep(0.35)
     assert requeue_expired(server, ["demo:requests"], 3) == Recovery(3, 0)

@@ -17,7 +17,7 @@ from scrapy.utils.misc import build_from_crawler
 from scrapy.utils.test import get_crawler
 from twisted.internet.task import Clock
 
-from helpers import DemoSpider, leased_entries, open_scheduler
+from helpers import DemoSpider, dying_worker, leased_entries, open_scheduler
 from redis_server import RedisServer
 from scrapy_redis.deadletters import dead_letters, requeue_dead_letters
 from scrapy_redis.exceptions import ConfigurationError, WrongKeyTypeError
@@ -29,10 +29,7 @@ def test_flush_deletes_leases_so_a_dead_workers_requests_never_come_back(
     settings_dict, server, schedulers
 ):
     settings = {**settings_dict, "SCHEDULER_WORKER_TIMEOUT": 0.3}
-    dead = schedulers(settings)
-    for n in range(3):
-        dead.enqueue_request(Request(f"http://example.com/{n}"))
-    assert dead.next_request() is not None  # leases the three: then it dies
+    dying_worker(schedulers, settings)
     assert leased_entries(server) == 3
     schedulers(settings).flush()
     assert server.keys("demo:requests*") == [b"demo:requests:workers"]  # they still run
