@@ -387,6 +387,8 @@ What next
   - More workers, a bigger site: bash example-project/demo.sh --workers 4 --pages 10000
   - The same crawl by hand, one worker per terminal (or per machine), and the other
     example spiders: example-project/README.rst, "Step by step"
+  - Look at a running crawl: scrapy redis status (or watch, or dashboard) in
+    example-project, with REDIS_URL set: docs/commands.rst, docs/dashboard.rst
   - Distribute your own project: the settings and the spider in README.rst, then
     docs/quickstart.rst; every setting: docs/settings.rst"""
 

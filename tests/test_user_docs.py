@@ -131,4 +131,4 @@ def test_the_demo_script_uses_a_virtualenv_and_tells_what_happened(server, redis
     assert explained, out
     items = int(re.search(r"items +(\d+) in mycrawler_redis:items", out).group(1))
     assert items == int(explained.group(1)) + int(explained.group(2)) > 200
-    assert out.rstrip().splitlines()[-6] == "What next"
+    assert out.rstrip().splitlines()[-8] == "What next"
