@@ -113,14 +113,15 @@ class CrawlStatus:
         return data
 
 
+def spider_loader(settings: BaseSettings) -> Any:
+    """The project's spider loader (SPIDER_LOADER_CLASS), built as Scrapy builds it
+    (``scrapy.spiderloader.get_spider_loader()``, which Scrapy 2.13 does not have)."""
+    return load_object(settings["SPIDER_LOADER_CLASS"]).from_settings(settings.frozencopy())
+
+
 def project_spiders(settings: BaseSettings) -> list[type]:
     """The spider classes of the project of ``settings``, by name."""
-    try:
-        from scrapy.spiderloader import get_spider_loader
-    except ImportError:  # pragma: no cover - Scrapy < 2.13 is not supported anyway
-        loader = load_object(settings["SPIDER_LOADER_CLASS"]).from_settings(settings.frozencopy())
-    else:
-        loader = get_spider_loader(settings)
+    loader = spider_loader(settings)
     return [loader.load(name) for name in sorted(loader.list())]
 
 

@@ -7,11 +7,10 @@ import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TextIO
 
-from scrapy.spiderloader import get_spider_loader
-
 from scrapy_redis import connection
 from scrapy_redis.commands.crawl import Crawl, open_crawl
 from scrapy_redis.commands.progress import Progress
+from scrapy_redis.status import spider_loader
 
 if TYPE_CHECKING:
     from scrapy import Spider
@@ -42,17 +41,18 @@ class Context:
 
     def spider_names(self) -> list[str]:
         """The project's spiders (SPIDER_MODULES)."""
-        return sorted(get_spider_loader(self.settings).list())
+        return sorted(spider_loader(self.settings).list())
 
     def spider_class(self, name: str) -> type[Spider]:
         """The spider class called ``name``; CommandError naming the known ones."""
         try:
-            return get_spider_loader(self.settings).load(name)
+            spidercls: type[Spider] = spider_loader(self.settings).load(name)
         except KeyError:
             known = ", ".join(self.spider_names()) or "none (check SPIDER_MODULES)"
             raise CommandError(
                 f"No spider named {name!r} in this project; spiders: {known}"
             ) from None
+        return spidercls
 
     def crawl(self, name: str, spider_args: list[str] | None = None) -> Crawl:
         """The crawl of the spider ``name`` (its queue, filters, start keys...)."""
