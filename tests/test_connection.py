@@ -24,7 +24,13 @@ def test_from_settings_alias():
 def test_defaults():
     params = connection.redis_params_from_settings(Settings())
     retry = params.pop("retry")
-    assert params == {"socket_timeout": 10, "socket_connect_timeout": 5, "encoding": "utf-8"}
+    assert params == {
+        "socket_timeout": 10,
+        "socket_connect_timeout": 5,
+        # redis-py 5.0 retries only the errors listed (later versions these anyway)
+        "retry_on_error": [redis.ConnectionError, redis.TimeoutError],
+        "encoding": "utf-8",
+    }
     assert retry.get_retries() == 1  # fail fast on the reactor thread; we back off ourselves
 
 

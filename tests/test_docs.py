@@ -74,6 +74,10 @@ def python_text(value: Any) -> str:
         return "{" + ", ".join(pairs) + "}"
     if isinstance(value, Retry):  # its repr() is "<redis.retry.Retry object at 0x...>"
         return retry_text(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(python_text(v) for v in value) + "]"
+    if isinstance(value, type):  # an exception class, as imported from redis
+        return value.__name__
     return repr(value).replace("'", '"')
 
 

@@ -54,10 +54,12 @@ REDIS_OUTAGE_TIMEOUT = 300
 #: REDIS_PARAMS: keyword arguments of the Redis client, merged under the user's. Calls run on
 #: Twisted's reactor thread, so a dead server must fail fast: one immediate retry (a dropped
 #: connection is reopened), short timeouts; scrapy-redis backs off and retries itself.
+#: ``retry_on_error`` names the errors retried: redis-py 5.0 retries only those listed.
 REDIS_PARAMS: dict[str, Any] = {
     "socket_timeout": 10,
     "socket_connect_timeout": 5,
     "retry": Retry(NoBackoff(), 1),
+    "retry_on_error": [redis.ConnectionError, redis.TimeoutError],
     "encoding": REDIS_ENCODING,
 }
 
