@@ -24,12 +24,12 @@ from scrapy_redis.keys import (
     lease_deadlines_key,
     leases_key,
     worker_stats_key,
-    workers_key,
 )
 from scrapy_redis.queue_lengths import queue_lengths
 from scrapy_redis.records import unpack_record
 from scrapy_redis.stats_values import decode_value
 from scrapy_redis.utils import bytes_to_str
+from scrapy_redis.workers import registered, server_time_ms
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
@@ -131,7 +131,7 @@ def crawl_status(
     """What Redis holds of the crawl of ``spidercls`` under the project's ``settings``
     (and the spider's own ``custom_settings``). ``now``: the server's clock (seconds)."""
     keys = crawl_keys(server, settings, spidercls)
-    now = _server_time(server) if now is None else now
+    now = server_time_ms(server) / 1000 if now is None else now
     status = CrawlStatus(keys.spider, keys.queue_key, keys.queue_class_name, lanes=keys.lanes)
     status.read_at = now
     _read_registry(server, keys, status, now)
@@ -144,15 +144,6 @@ def crawl_status(
     status.start_invalid = int(status.stats.get("redis/start_messages/invalid", 0) or 0)
     status.diagnosis = diagnose(status, keys)
     return status
-
-
-def _server_time(server: Any) -> float:
-    """The Redis server's clock (the registry's and the leases' deadlines are on it)."""
-    reply = server.time()
-    if isinstance(reply, dict):  # a cluster client: one reply per node
-        reply = next(iter(reply.values()))
-    seconds, micros = reply
-    return int(seconds) + int(micros) / 1e6
 
 
 def _read_queue(server: Any, keys: CrawlKeys, status: CrawlStatus, now: float) -> None:
@@ -244,13 +235,9 @@ def _decoded_hash(server: Any, key: str) -> dict[str, Any]:
 
 def _read_registry(server: Any, keys: CrawlKeys, status: CrawlStatus, now: float) -> None:
     """The workers in the registry, with their heartbeat (deadline - timeout)."""
-    registry = server.hgetall(workers_key(keys.queue_key, keys.cluster))
     timeout = keys.worker_timeout
-    for raw_id, raw_deadline in registry.items():
-        worker_id = bytes_to_str(raw_id)
-        if worker_id.startswith("~"):  # a claim (see lua/workers.lua), not a worker
-            continue
-        deadline = int(raw_deadline) / 1000
+    for worker_id, deadline_ms in registered(server, keys.queue_key).items():
+        deadline = deadline_ms / 1000
         worker = _worker(status, worker_id)
         worker.alive = deadline > now
         worker.heartbeat_age = max(0.0, round(now - (deadline - timeout), 3))

@@ -55,16 +55,18 @@ def crawler_worker_id(crawler: Crawler) -> str:
 
 def alive_workers(server: Any, queue_key: str) -> list[str]:
     """The ids of the workers of the queue ``queue_key`` whose registry entry has not
-    expired (its deadline, ms on the Redis server's clock, is in the future), sorted. A
-    field starting with ``~`` is a claim (see ``lua/workers.lua``), not a worker."""
-    registry = server.hgetall(workers_key(queue_key, is_cluster(server)))
+    expired (its deadline, ms on the Redis server's clock, is in the future), sorted."""
     now = server_time_ms(server)
-    alive = []
-    for raw_id, raw_deadline in registry.items():
-        worker_id = bytes_to_str(raw_id)
-        if not worker_id.startswith("~") and _deadline(raw_deadline) > now:
-            alive.append(worker_id)
-    return sorted(alive)
+    return sorted(worker for worker, due in registered(server, queue_key).items() if due > now)
+
+
+def registered(server: Any, queue_key: str) -> dict[str, int]:
+    """The registry of the queue ``queue_key``: each worker id and its deadline (ms on the
+    Redis server's clock; 0 if unreadable). A field starting with ``~`` is a claim (see
+    ``lua/workers.lua``), not a worker: left out."""
+    registry = server.hgetall(workers_key(queue_key, is_cluster(server)))
+    deadlines = {bytes_to_str(raw_id): _deadline(raw) for raw_id, raw in registry.items()}
+    return {worker: due for worker, due in deadlines.items() if not worker.startswith("~")}
 
 
 def _deadline(raw: bytes | str) -> int:
