@@ -15,15 +15,16 @@ from scrapy_redis.utils import bytes_to_str
 Priorities = dict[int, int]
 
 
-def queue_lengths(server: Any, queue_key: str, cluster: bool) -> tuple[int, Priorities | None]:
-    """The requests waiting in ``queue_key``, and per priority for a priority queue."""
+def queue_lengths(server: Any, queue_key: str, cluster: bool) -> tuple[str, int, Priorities | None]:
+    """The Redis type of ``queue_key`` ("none" when absent), the requests waiting in it,
+    and per priority for a priority queue."""
     kind = bytes_to_str(server.type(queue_key))
     if kind == "list":
-        return int(server.llen(queue_key)), None
+        return kind, int(server.llen(queue_key)), None
     if kind != "zset":
-        return 0, None
+        return kind, 0, None
     priorities = _priority_lengths(server, queue_key, cluster)
-    return sum(priorities.values()), priorities
+    return kind, sum(priorities.values()), priorities
 
 
 def _priority_lengths(server: Any, queue_key: str, cluster: bool) -> Priorities:

@@ -148,9 +148,10 @@ def crawl_status(
 
 def _read_queue(server: Any, keys: CrawlKeys, status: CrawlStatus, now: float) -> None:
     by_priority: dict[int, int] = {}
-    status.queue_redis_type = bytes_to_str(server.type(keys.queue_keys[0]))
-    for queue_key in keys.queue_keys:
-        total, priorities = queue_lengths(server, queue_key, keys.cluster)
+    for lane, queue_key in enumerate(keys.queue_keys):
+        kind, total, priorities = queue_lengths(server, queue_key, keys.cluster)
+        if lane == 0:  # (the lanes are of one class: the first tells)
+            status.queue_redis_type = kind
         status.queued += total
         for priority, count in (priorities or {}).items():
             by_priority[priority] = by_priority.get(priority, 0) + count
