@@ -18,11 +18,12 @@ from dashboard_process import EXAMPLE, MODULE, DashboardProcess, csrf_token, htt
 from helpers import DemoSpider, dying_worker, leased_entries
 from redis_server import free_port
 from scrapy_redis.dashboard import metrics
-from scrapy_redis.dashboard.actions import purge_queue, push_start_messages, requeue_expired
+from scrapy_redis.dashboard.actions import push_start_messages, requeue_expired
 from scrapy_redis.dashboard.fleet import Fleet
 from scrapy_redis.dashboard.security import TOKEN_ENV
 from scrapy_redis.exceptions import InvalidStartMessageError
 from scrapy_redis.leases import Recovery
+from scrapy_redis.operations import purge_queue
 from scrapy_redis.spiders import RedisSpider
 from scrapy_redis.status import crawl_status
 

@@ -21,6 +21,7 @@ from scrapy_redis.diagnosis import diagnose
 from scrapy_redis.keys import (
     dead_letters_key,
     invalid_entries_key,
+    lean_meta_key,
     lease_deadlines_key,
     leases_key,
     worker_stats_key,
@@ -213,8 +214,6 @@ def _fingerprints(server: Any, keys: CrawlKeys) -> int | None:
 def _filter_size(server: Any, key: str, cluster: bool) -> int | None:
     """The size of the duplicate filter ``key``: a set (SADD filter), a RedisBloom
     filter, or the hash of a Bloom or lean filter's count; None if none of these."""
-    from scrapy_redis.keys import lean_meta_key
-
     kind = bytes_to_str(server.type(key))
     if kind == "set":
         return int(server.scard(key))

@@ -1,4 +1,5 @@
-"""What the dashboard's buttons do in Redis: push start messages, requeue, purge.
+"""What the dashboard's push and requeue buttons do in Redis (its purge button calls
+:func:`scrapy_redis.operations.purge_queue` as it is).
 
 Plain functions of a Redis client and key names, free of web concerns, that scripts
 may call too. The changes themselves are made by :mod:`scrapy_redis.operations`, which
@@ -14,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from scrapy_redis import defaults, operations
+from scrapy_redis import defaults
 from scrapy_redis.deadletters import requeue_dead_letters
 from scrapy_redis.exceptions import InvalidStartMessageError
 from scrapy_redis.leases import Recovery
@@ -60,10 +61,3 @@ def requeue_expired(
         if dead_letters:
             requeued += requeue_dead_letters(server, base_key)
     return Recovery(requeued, dead)
-
-
-def purge_queue(server: Any, queue_key: str) -> int:
-    """Delete the requests of the queue (or lane) ``queue_key``, leased or not, in one
-    atomic script call (see :func:`scrapy_redis.operations.purge_queue`); the filter,
-    start messages, items, stats and dead letters are kept. How many keys were deleted."""
-    return operations.purge_queue(server, queue_key)

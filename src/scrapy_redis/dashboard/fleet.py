@@ -13,6 +13,7 @@ from scrapy_redis import defaults
 from scrapy_redis.crawl_keys import SpiderServers, crawl_keys, spider_settings
 from scrapy_redis.dashboard import actions
 from scrapy_redis.exceptions import InvalidStartMessageError
+from scrapy_redis.operations import purge_queue
 from scrapy_redis.status import crawl_status, project_spiders
 from scrapy_redis.workers import alive_workers
 
@@ -123,5 +124,5 @@ class Fleet:
             )
         before = self.status(spider)
         for queue_key in keys.queue_keys:  # lanes are in different slots: a call each
-            actions.purge_queue(server, queue_key)
+            purge_queue(server, queue_key)
         return {"spider": spider, "purged": before.queued + before.leased}
