@@ -120,6 +120,17 @@ class Recovery(NamedTuple):
     dead_lettered: int
 
 
+def lease_flush_keys(base_key: str, cluster: bool) -> list[str]:
+    """The lease keys of the queue (or lane, or start key) ``base_key`` deleted with it:
+    the leases, their deadlines, the delivery counts (the dead letters are kept, as the
+    entries set aside as invalid are). A :class:`LeaseBook`'s ``flush_keys``."""
+    return [
+        leases_key(base_key, cluster),
+        lease_deadlines_key(base_key, cluster),
+        deliveries_key(base_key, cluster),
+    ]
+
+
 def _seq(lease_id: str) -> int:
     return int(lease_id.rsplit(":", 1)[1])
 
@@ -153,7 +164,7 @@ class LeaseBook:
 
     @property
     def flush_keys(self) -> list[str]:
-        """The keys deleted with the queue (the dead letters are kept, as invalid entries)."""
+        """The keys deleted with the queue (see :func:`lease_flush_keys`)."""
         return [*self.keys, self.deliveries_key]
 
     @property

@@ -10,13 +10,10 @@ from typing import Any
 from scrapy_redis.connection import is_cluster
 from scrapy_redis.exceptions import ScrapyRedisError
 from scrapy_redis.keys import (
-    deliveries_key,
     derived_pattern,
-    lease_deadlines_key,
-    leases_key,
     priority_list_key,
 )
-from scrapy_redis.leases import LeaseBook, Recovery
+from scrapy_redis.leases import LeaseBook, Recovery, lease_flush_keys
 from scrapy_redis.queue_priority import priority_of_member
 from scrapy_redis.scripts import script
 from scrapy_redis.utils import bytes_to_str
@@ -66,17 +63,6 @@ def recover_expired(
         requeued, dead = requeued + recovery.requeued, dead + recovery.dead_lettered
 
 
-def queue_lease_keys(queue_key: str, cluster: bool) -> list[str]:
-    """The keys of the leases of the queue (or lane) ``queue_key``, deleted with it: the
-    leases, their deadlines, the delivery counts (dead letters and the entries set aside
-    as invalid are kept)."""
-    return [
-        leases_key(queue_key, cluster),
-        lease_deadlines_key(queue_key, cluster),
-        deliveries_key(queue_key, cluster),
-    ]
-
-
 def purge_queue(
     server: Any, queue_key: str, other_keys: Sequence[str] = (), orphans: bool = True
 ) -> int:
@@ -88,7 +74,7 @@ def purge_queue(
     a purge of an older version racing a push) are found with SCAN and deleted too. How
     many keys were deleted."""
     cluster = is_cluster(server)
-    extra = [*queue_lease_keys(queue_key, cluster), *other_keys]
+    extra = [*lease_flush_keys(queue_key, cluster), *other_keys]
     if orphans:
         extra += scan_keys(server, derived_pattern(queue_key, "prio:", cluster))
     members: list[bytes] = []

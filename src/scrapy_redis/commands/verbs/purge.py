@@ -27,19 +27,17 @@ from scrapy_redis.commands.verbs._common import add_spider_arguments, alive_work
 from scrapy_redis.keys import (
     bloom_blocks_key,
     dead_letters_key,
-    deliveries_key,
     derived_pattern,
     format_key,
     invalid_entries_key,
     lanes_key,
     lean_meta_key,
-    lease_deadlines_key,
-    leases_key,
     stats_workers_key,
     worker_stats_key,
     workers_key,
 )
 from scrapy_redis.lean_dupefilter import LeanDupeFilter
+from scrapy_redis.leases import lease_flush_keys
 from scrapy_redis.operations import purge_queue, scan_keys
 from scrapy_redis.utils import bytes_to_str
 
@@ -166,9 +164,7 @@ def start_keys(crawl: Crawl) -> Iterator[str]:
     """The start keys, and the leases of their messages (kept under the first one)."""
     yield from crawl.start_keys
     if crawl.start_keys:
-        base = crawl.start_keys[0]
-        yield from (leases_key(base, crawl.cluster), lease_deadlines_key(base, crawl.cluster))
-        yield deliveries_key(base, crawl.cluster)
+        yield from lease_flush_keys(crawl.start_keys[0], crawl.cluster)
 
 
 def other_keys(crawl: Crawl) -> Iterator[str]:
