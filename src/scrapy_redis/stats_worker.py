@@ -11,6 +11,7 @@ and this worker's recent rates (:class:`RateWindow`).
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from scrapy_redis import defaults
@@ -140,14 +141,19 @@ def worker_ttl(settings: BaseSettings) -> float:
 
 
 def unlink_stats(server: Any, stats_key: str, worker_id: str) -> None:
-    """Delete the fleet's stats hash ``stats_key``, the hashes of the workers listed in
-    ``<stats key>:workers`` (and of ``worker_id``), and that list. All are in one Redis
-    Cluster slot: one UNLINK per 500 keys."""
-    cluster = is_cluster(server)
-    index = stats_workers_key(stats_key, cluster)
-    workers = {bytes_to_str(member) for member in server.zrange(index, 0, -1)}
-    workers.add(worker_id)
-    keys = [stats_key, index]
-    keys += [worker_stats_key(stats_key, worker, cluster) for worker in sorted(workers)]
+    """Delete the :func:`stats_keys` of ``stats_key`` (and ``worker_id``'s hash). All are
+    in one Redis Cluster slot: one UNLINK per 500 keys."""
+    keys = stats_keys(server, stats_key, [worker_id])
     for start in range(0, len(keys), 500):
         server.unlink(*keys[start : start + 500])
+
+
+def stats_keys(server: Any, stats_key: str, workers: Iterable[str] = ()) -> list[str]:
+    """The keys of the stats ``stats_key``: the fleet's hash, the hashes of the workers
+    listed in ``<stats key>:workers`` (and of ``workers``), and that list, last (deleted
+    in that order, no hash is left unlisted should the deletion stop half-way)."""
+    cluster = is_cluster(server)
+    index = stats_workers_key(stats_key, cluster)
+    listed = {bytes_to_str(member) for member in server.zrange(index, 0, -1)}
+    hashes = [worker_stats_key(stats_key, w, cluster) for w in sorted(listed.union(workers))]
+    return [stats_key, *hashes, index]

@@ -32,14 +32,12 @@ from scrapy_redis.keys import (
     invalid_entries_key,
     lanes_key,
     lean_meta_key,
-    stats_workers_key,
-    worker_stats_key,
     workers_key,
 )
 from scrapy_redis.lean_dupefilter import LeanDupeFilter
 from scrapy_redis.leases import lease_flush_keys
 from scrapy_redis.operations import purge_queue, scan_keys
-from scrapy_redis.utils import bytes_to_str
+from scrapy_redis.stats_worker import stats_keys
 
 if TYPE_CHECKING:
     import argparse
@@ -177,8 +175,4 @@ def other_keys(crawl: Crawl) -> Iterator[str]:
     if crawl.lanes:
         yield workers_key(crawl.queue_key, crawl.cluster)
     stats = format_key(crawl.settings.get("STATS_KEY") or defaults.STATS_KEY, crawl.name)
-    yield stats
-    index = stats_workers_key(stats, crawl.cluster)  # the workers with stats of their own
-    for worker in crawl.server.zrange(index, 0, -1):
-        yield worker_stats_key(stats, bytes_to_str(worker), crawl.cluster)
-    yield index
+    yield from stats_keys(crawl.server, stats)  # the fleet's and each worker's
