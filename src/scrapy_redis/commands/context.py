@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from scrapy_redis import connection
 from scrapy_redis.commands.crawl import Crawl, open_crawl
 from scrapy_redis.commands.progress import Progress
+from scrapy_redis.crawl_keys import SpiderServers
 from scrapy_redis.status import spider_loader
 
 if TYPE_CHECKING:
@@ -30,6 +31,14 @@ class Context:
     stderr: TextIO = field(default_factory=lambda: sys.stderr)
     stdin: TextIO = field(default_factory=lambda: sys.stdin)
     _server: Any = None
+    _servers: SpiderServers | None = None
+
+    def spider_servers(self) -> SpiderServers:
+        """Each spider's Redis client (the project's, or its own ``custom_settings``'),
+        made once: ``watch`` asks every second."""
+        if self._servers is None:
+            self._servers = SpiderServers(self.settings, self.server())
+        return self._servers
 
     def server(self) -> Any:
         """The Redis client of the project's settings (REDIS_URL...), checked reachable."""

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from scrapy_redis.crawl_keys import SpiderServers
 from scrapy_redis.status import crawl_status
 
 if TYPE_CHECKING:
@@ -38,7 +37,7 @@ def run(args: argparse.Namespace, context: Context) -> int:
 
 def read_statuses(context: Context, spider: str | None) -> list[CrawlStatus]:
     """The status of ``spider``, or of every spider of the project."""
-    servers = SpiderServers(context.settings, context.server())
+    servers = context.spider_servers()
     names = [spider] if spider is not None else context.spider_names()
     classes = [context.spider_class(name) for name in names]
     return [crawl_status(servers.of(cls), context.settings, cls) for cls in classes]
