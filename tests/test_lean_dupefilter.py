@@ -145,7 +145,7 @@ def test_concurrent_workers_each_request_new_exactly_once(server, redis_url):
 
 def test_seen_members_names_each_bucket_once(settings_dict, server):
     df, _ = _lean(settings_dict)
-    fingerprints = _fingerprints(2000)
+    fingerprints = [*_fingerprints(2000), "a fingerprint of one's own"]  # hashed first
     seen = df.seen_members(fingerprints)
     assert seen.base == "demo:dupefilter"
     assert len(seen.keys) == len(set(seen.keys))

@@ -14,6 +14,7 @@ The scheduler's filter is put in its queue's slot the same way
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 
 from redis.crc import key_slot
 
@@ -207,6 +208,15 @@ def lean_bucket_key(filter_key: str, bucket: int, bucket_bits: int, cluster: boo
     bits) can later name a Redis Cluster shard and its hash tag without renaming the
     rest (a new layout version)."""
     return derived(filter_key, f"lean:{bucket:0{(bucket_bits + 3) // 4}x}", cluster)
+
+
+def lean_bucket_keys(
+    filter_key: str, buckets: Iterable[int], bucket_bits: int, cluster: bool = False
+) -> list[str]:
+    """:func:`lean_bucket_key` of each of ``buckets`` (the prefix formatted once: the
+    scheduler names the buckets of every batch)."""
+    prefix, width = derived(filter_key, "lean:", cluster), (bucket_bits + 3) // 4
+    return [f"{prefix}{bucket:0{width}x}" for bucket in buckets]
 
 
 def bloom_blocks_key(filter_key: str, cluster: bool = False) -> str:

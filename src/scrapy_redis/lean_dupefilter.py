@@ -198,16 +198,12 @@ class LeanDupeFilter(RFPDupeFilter):
         Reads the layout once, if not read yet, and the fill every
         :attr:`fill_check_every` batches (the warning past capacity)."""
         layout = self.layout
-        keys: list[str] = []
-        index_of: dict[int, int] = {}
-        members: list[tuple[int, str | int]] = []
-        for fingerprint in fingerprints:
-            bucket, member = layout.locate(fingerprint)
-            index = index_of.get(bucket)
-            if index is None:
-                index = index_of[bucket] = len(keys)
-                keys.append(layout.bucket_key(self.bucket_base, bucket))
-            members.append((index, member))
+        index_of: dict[int, int] = {}  # the batch's buckets, in order of first use
+        members: list[tuple[int, str | int]] = [
+            (index_of.setdefault(bucket, len(index_of)), member)
+            for bucket, member in layout.locate_many(fingerprints)
+        ]
+        keys = layout.keys_of(self.bucket_base, index_of)
         self._batches += 1
         if self._batches % self.fill_check_every == 1:
             self._watch_fill(layout, self.count(), 0)

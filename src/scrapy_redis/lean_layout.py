@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from scrapy_redis.keys import lean_bucket_key
+from scrapy_redis.keys import lean_bucket_key, lean_bucket_keys
 
 #: The layout format; stored in the filter's meta hash (a change of format is a new number).
 LAYOUT_VERSION = 1
@@ -68,9 +68,23 @@ class LeanLayout:
         member = ((top >> (32 - self.bucket_bits)) & 0xFFFFFFFF) - _INT32_OFFSET
         return bucket, member
 
+    def locate_many(self, fingerprints: Iterable[str]) -> list[tuple[int, int]]:
+        """:meth:`locate` of each of ``fingerprints`` (the scheduler's batches)."""
+        bucket_shift, member_shift = 64 - self.bucket_bits, 32 - self.bucket_bits
+        located = []
+        for fingerprint in fingerprints:
+            top = top64(fingerprint)
+            member = ((top >> member_shift) & 0xFFFFFFFF) - _INT32_OFFSET
+            located.append((top >> bucket_shift, member))
+        return located
+
     def bucket_key(self, base: str, bucket: int) -> str:
         """The key of ``bucket`` of the filter ``base``."""
         return lean_bucket_key(base, bucket, self.bucket_bits)
+
+    def keys_of(self, base: str, buckets: Iterable[int]) -> list[str]:
+        """:meth:`bucket_key` of each of ``buckets``."""
+        return lean_bucket_keys(base, buckets, self.bucket_bits)
 
     def bucket_keys(self, base: str) -> Iterable[str]:
         """Every bucket key, in order (most do not exist until written)."""
