@@ -20,6 +20,16 @@ from scrapy_redis.lanes import LanedQueue
 from scrapy_redis.queue import FifoQueue
 
 
+class OwnEmptyQueue(FifoQueue):
+    """A queue class of one's own that says itself whether it is empty."""
+
+    asked = 0
+
+    def is_empty(self):
+        OwnEmptyQueue.asked += 1
+        return super().is_empty()
+
+
 class OwnPushQueue(FifoQueue):
     """A queue class of one's own that pushes one request at a time (no push script)."""
 
@@ -291,3 +301,60 @@ def test_a_batch_holds_the_batch_size_per_lane(redis_url, server, schedulers):
     assert calls()["evalsha"] == 0  # still waiting (SCHEDULER_ENQUEUE_DELAY or 40)
     scheduler.enqueue_request(Request("http://example.com/39"))
     assert calls()["evalsha"] == 4  # one call per lane
+
+
+def test_a_lane_found_empty_is_not_popped_again_for_nothing(redis_url, server, schedulers):
+    """A worker waiting for links asks often: lanes it found empty are not popped again
+    for EMPTY_FOR seconds, unless it pushed to them or found requests there; with every
+    lane found empty, one lane a call (the one found empty longest ago)."""
+    from helpers import Calls
+    from scrapy_redis.lanes import EMPTY_FOR
+    from scrapy_redis.scheduler import Scheduler
+
+    now = [1000.0]
+
+    class Clocked(Scheduler):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, clock=lambda: now[0], **kwargs)
+
+    settings = laned(redis_url, SCHEDULER_PERSIST=True, SCHEDULER_ENQUEUE_DELAY=0)
+    worker, other = schedulers(settings, cls=Clocked), schedulers(settings)
+    assert worker.next_request() is None
+    pops = Calls(server, "evalsha")
+    assert worker.next_request() is None
+    assert pops()["evalsha"] == 1  # not 4
+    assert [worker.next_request() for _ in range(5)] == [None] * 5
+    assert pops()["evalsha"] == 5
+    now[0] += EMPTY_FOR
+    assert worker.next_request() is None
+    assert pops()["evalsha"] == 4  # every lane again
+
+    worker.enqueue_request(Request("http://example.com/mine"))  # pushed by this worker
+    assert worker.next_request().url == "http://example.com/mine"
+
+    urls = {f"http://example.com/{n}" for n in range(40)}
+    for url in urls:  # pushed by another worker, into every lane
+        other.enqueue_request(Request(url))
+    assert worker.has_pending_requests()  # found there: each lane popped at its turn
+    handed = [request.url for request in iter(worker.next_request, None)]
+    assert set(handed) == urls
+
+
+def test_lanes_holding_asks_every_lane(redis_url, server, schedulers):
+    scheduler = schedulers(laned(redis_url, SCHEDULER_ENQUEUE_DELAY=0))
+    queue = scheduler.queue
+    assert queue.lanes_holding() == [False] * 4 and queue.is_empty()
+    scheduler.enqueue_request(Request("http://example.com/one"))
+    holding = queue.lanes_holding()
+    assert holding == [bool(server.exists(lane.key)) for lane in queue.lanes]
+    assert sum(holding) == 1 and not queue.is_empty()
+
+
+def test_lanes_of_a_class_with_its_own_is_empty_are_asked_it(redis_url, server, schedulers):
+    settings = laned(redis_url, SCHEDULER_ENQUEUE_DELAY=0)
+    scheduler = schedulers({**settings, "SCHEDULER_QUEUE_CLASS": "test_lanes.OwnEmptyQueue"})
+    scheduler.enqueue_request(Request("http://example.com/one"))
+    asked = OwnEmptyQueue.asked
+    holding = scheduler.queue.lanes_holding()
+    assert sum(holding) == 1 and OwnEmptyQueue.asked > asked
+    assert holding == [bool(server.exists(lane.key)) for lane in scheduler.queue.lanes]

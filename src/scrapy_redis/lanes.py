@@ -92,6 +92,9 @@ class LanedQueue:
         #: a batch costs one round trip, not one per lane); made when first needed.
         self._senders: ThreadPoolExecutor | None = None
         self._take_lock = threading.Lock()
+        #: Called with each lane this worker pushed new requests to (the feed's hook:
+        #: a lane it found empty is worth a pop again).
+        self.on_pushed: Callable[[int], object] = lambda lane: None
 
     @property
     def writes(self) -> WriteIds:
@@ -112,10 +115,25 @@ class LanedQueue:
         return sum(len(lane) for lane in self.lanes)
 
     def is_empty(self, first: int = 0) -> bool:
-        """Whether no lane holds requests, asking them from lane ``first`` on until one
-        does (mid-crawl, the lane being popped: one round trip)."""
-        count = len(self.lanes)
-        return not any(queue_has_requests(self.lanes[(first + n) % count]) for n in range(count))
+        """Whether no lane holds requests (``first``: the lane asked first, when asked
+        one by one)."""
+        return not any(self.lanes_holding(first))
+
+    def lanes_holding(self, first: int = 0) -> list[bool]:
+        """Per lane, whether it holds requests: one ``EXISTS`` per lane, pipelined (on a
+        cluster the masters are asked at once: one round trip). A lane of a class with an
+        ``is_empty()`` of its own is asked that, from lane ``first`` on until one holds some."""
+        if all(type(lane).is_empty is Base.is_empty for lane in self.lanes):
+            pipe = self.server.pipeline(transaction=False)
+            for lane in self.lanes:
+                pipe.exists(lane.key)
+            return [bool(found) for found in pipe.execute()]
+        count, holding = len(self.lanes), [False] * len(self.lanes)
+        for number in ((first + n) % count for n in range(count)):
+            if queue_has_requests(self.lanes[number]):
+                holding[number] = True
+                break
+        return holding
 
     def clear(self) -> None:
         for lane in self.lanes:
@@ -156,8 +174,12 @@ class LanedQueue:
         self._progress = None
         new = [False] * len(candidates)
         for lane, indexes in groups.items():
+            pushed = False
             for index, is_new in zip(indexes, progress.answers[lane], strict=True):
                 new[index] = is_new
+                pushed = pushed or (is_new and candidates[index].entry is not None)
+            if pushed:
+                self.on_pushed(lane)
         return new
 
     def _progress_for(self, write: int, candidates: Sequence[Candidate]) -> _Progress:
@@ -224,7 +246,11 @@ class LanedQueue:
 class LanedFeed:
     """The requests of every lane (a :class:`LeasedFeed` each), taken in turn: the lane
     whose batch is being handed out until it is done, then the next lane that has
-    requests (lanes found empty are tried last, for :data:`EMPTY_FOR` seconds)."""
+    requests. A lane found empty is not popped again for :data:`EMPTY_FOR` seconds
+    (a pop of an empty lane is a round trip for nothing, and a worker waiting for links
+    asks often), unless this worker pushed to it, :meth:`has_requests` found requests
+    there, or every lane was found empty: then one of them a call, the one found empty
+    longest ago, so that requests another worker pushed are found all the same."""
 
     def __init__(
         self, queue: LanedQueue, feeds: Sequence[LeasedFeed], clock: Any = time.monotonic
@@ -234,6 +260,12 @@ class LanedFeed:
         self.clock = clock
         self._current = 0
         self._empty_until: dict[int, float] = {}
+        if queue is not None:
+            queue.on_pushed = self.lane_filled
+
+    def lane_filled(self, lane: int) -> None:
+        """Requests were pushed to ``lane``: pop it again when its turn comes."""
+        self._empty_until.pop(lane, None)
 
     def next(self) -> Request | None:
         feeds, current = self.feeds, self._current
@@ -252,13 +284,13 @@ class LanedFeed:
         return None
 
     def _turns(self) -> list[int]:
-        """The lanes to pop from, from the one after the current: those not found empty
-        lately first (a pop of an empty lane is a round trip for nothing)."""
+        """The lanes to pop now, from the one after the current: those not found empty
+        lately; if none, the one found empty longest ago."""
         count = len(self.feeds)
         order = [(self._current + step) % count for step in range(1, count + 1)]
-        now = self.clock()
-        fresh = [lane for lane in order if self._empty_until.get(lane, 0) <= now]
-        return fresh + [lane for lane in order if lane not in fresh]
+        now, until = self.clock(), self._empty_until
+        fresh = [lane for lane in order if until.get(lane, 0) <= now]
+        return fresh or [min(order, key=lambda lane: until[lane])]
 
     def holding(self) -> int:
         return sum(feed.holding() for feed in self.feeds)
@@ -267,7 +299,12 @@ class LanedFeed:
         return sum(feed.in_hand() for feed in self.feeds)
 
     def has_requests(self) -> bool:
-        return not self.queue.is_empty(first=self._current)
+        """Whether a lane holds requests (those that do are popped again at their turn)."""
+        holding = self.queue.lanes_holding(first=self._current)
+        for lane, found in enumerate(holding):
+            if found:
+                self.lane_filled(lane)
+        return any(holding)
 
     def others_hold_leases(self) -> bool:
         """Whether other workers hold leases in any lane: one ZCARD per lane, pipelined."""
