@@ -159,12 +159,8 @@ class RedisStatsCollector(StatsCollector):
 
     def set_stats(self, stats: dict[str, Any], spider: Spider | None = None) -> None:
         self._backlog, self._sending = Backlog(), None  # replaced, not written
-        pipe = self.server.pipeline(transaction=True)
-        pipe.delete(self._get_key(spider))
-        if stats:
-            mapping: dict[str | bytes, str] = {k: encode_value(v) for k, v in stats.items()}
-            pipe.hset(self._get_key(spider), mapping=mapping)
-        pipe.execute()
+        fields = [part for name, value in stats.items() for part in (name, encode_value(value))]
+        script("stats_replace")(self.server, [self._get_key(spider)], fields)
         self._own.reset(stats)
         self._own.replace = True  # the worker's hash too, with the next write
         self._written()

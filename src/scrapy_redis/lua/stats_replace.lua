@@ -1,0 +1,9 @@
+-- Replace the fleet's stats hash by the stats given (RedisStatsCollector.set_stats), in
+-- one step: on a Redis Cluster too, where redis-py 5 refuses MULTI/EXEC pipelines.
+-- KEYS[1] = the fleet's stats hash
+-- ARGV = field, encoded value, field, encoded value... (none: the hash is deleted)
+redis.call('DEL', KEYS[1])
+for i = 1, #ARGV, 7998 do
+  redis.call('HSET', KEYS[1], unpack(ARGV, i, math.min(i + 7997, #ARGV)))
+end
+return #ARGV / 2
