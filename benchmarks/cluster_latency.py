@@ -7,9 +7,14 @@ Starts a 6-node cluster whose nodes tell clients to use a proxy in front of each
 ``scrapy runspider bench_spider.py`` workers of ours (``redis+cluster://`` the
 proxies) with each SCHEDULER_SHARDS given, interleaved, ``--runs`` times. Prints
 per lane count and delay the median (min–max) pages/s of the crawl phase and the
-round trips per page (all proxies together). Usage::
+round trips per page (all proxies together). With ``--original``, 2 workers of the
+original scrapy-redis 0.9.1 (benchmarks/.venv-original, made on first use) crawl
+too, interleaved with ours, as its users run it on a cluster: ``redis_cls`` =
+``RedisCluster`` in ``REDIS_PARAMS`` and the queue and fingerprints under one hash
+tag (a crawl of theirs needs both), its FifoQueue (its default queue fails there). Usage::
 
     .venv/bin/python benchmarks/cluster_latency.py [--pages 2000] [--runs 3] [--shards 16 1]
+        [--original]
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from _util import HERE, Site, free_port
+from original_venv import clean_env, original_python
 
 sys.path.insert(0, str(HERE.parent / "tests"))
 from cluster_balance import start_workers
@@ -72,10 +78,51 @@ class Proxies:
         return trips
 
 
-def crawl(url: str, site: Site, shards: int, workdir: Path) -> float:
-    """One crawl by 2 workers; pages/s from the first to the last response."""
+#: The original on a cluster: a cluster client, and its crawl's keys under one hash tag.
+ORIGINAL_SETTINGS = (
+    'REDIS_PARAMS={"redis_cls": "redis.cluster.RedisCluster"}',
+    "SCHEDULER_QUEUE_KEY={%(spider)s}:requests",
+    "SCHEDULER_DUPEFILTER_KEY={%(spider)s}:dupefilter",
+    # Its default PriorityQueue pops with MULTI in a pipeline, which redis-py's cluster
+    # pipeline refuses ("method multi() is not supported outside of transactional
+    # context"): its FIFO queue (LPUSH, RPOP) is what works there.
+    "SCHEDULER_QUEUE_CLASS=scrapy_redis.queue.FifoQueue",
+)
+
+
+def start_original_workers(
+    python: Path, node_url: str, site: Site, workdir: Path
+) -> list[subprocess.Popen[bytes]]:
+    """2 workers of the original (``python``), on the cluster of node ``node_url``."""
+    procs = []
+    for n in (1, 2):
+        command = [str(python), "-m", "scrapy", "runspider", str(HERE / "bench_spider.py")]
+        command += ["-a", f"start_url={site.start_url}", "-a", f"report={workdir / f'w{n}.json'}"]
+        for setting in (
+            "SCHEDULER=scrapy_redis.scheduler.Scheduler",
+            "DUPEFILTER_CLASS=scrapy_redis.dupefilter.RFPDupeFilter",
+            f"REDIS_URL={node_url}",
+            "SCHEDULER_PERSIST=True",
+            *ORIGINAL_SETTINGS,
+        ):
+            command += ["-s", setting]
+        log = (workdir / f"w{n}.log").open("wb")
+        procs.append(
+            subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=clean_env())
+        )
+    return procs
+
+
+def crawl(url: str, site: Site, shards: int, workdir: Path, original: Path | None = None) -> float:
+    """One crawl by 2 workers (ours, or the original's with ``original``, its
+    interpreter); pages/s from the first to the last response."""
     site.reset()
-    for proc in start_workers(url, site, shards, workdir):
+    if original is not None:
+        node_url = "redis://" + url.removeprefix("redis+cluster://").split(",")[0]
+        procs = start_original_workers(original, node_url, site, workdir)
+    else:
+        procs = start_workers(url, site, shards, workdir)
+    for proc in procs:
         proc.wait(900)
     infos = [json.loads((workdir / f"w{n}.json").read_text()) for n in (1, 2)]
     opened = min(info["opened_at"] for info in infos)
@@ -92,11 +139,17 @@ def main() -> None:
     parser.add_argument(
         "--by-command", action="store_true", help="also print each crawl's commands per page"
     )
+    parser.add_argument(
+        "--original", action="store_true", help="also the original's workers (hash-tagged keys)"
+    )
     args = parser.parse_args()
+    original = original_python() if args.original else None
+    #: What crawls: our lane counts, and "original" (its workers).
+    variants: list[int | str] = [*args.shards, *(["original"] if original else [])]
     proxy_ports = [free_port() for _ in range(6)]
     nodes = RedisClusterNodes(announced=proxy_ports)
-    rates: dict[tuple[int, float], list[float]] = {}
-    trips: dict[tuple[int, float], list[float]] = {}
+    rates: dict[tuple[int | str, float], list[float]] = {}
+    trips: dict[tuple[int | str, float], list[float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         ports = dict(zip([node.port for node in nodes.nodes], proxy_ports, strict=True))
         proxies = Proxies(ports, Path(tmp))
@@ -107,13 +160,16 @@ def main() -> None:
         url = "redis+cluster://" + ",".join(f"127.0.0.1:{port}" for port in proxy_ports)
         try:
             for _ in range(args.runs):
-                for shards in args.shards:
+                for shards in variants:
                     for delay in (0.0, args.delay_ms):
                         nodes.flush()
                         proxies.by_command.clear()
                         proxies.start(delay)
                         time.sleep(0.2)
-                        rate = crawl(url, site, shards, Path(tmp))
+                        if shards == "original":
+                            rate = crawl(url, site, 1, Path(tmp), original)
+                        else:
+                            rate = crawl(url, site, int(shards), Path(tmp))
                         per_page = proxies.stop() / max(1, site.hits())
                         rates.setdefault((shards, delay), []).append(rate)
                         trips.setdefault((shards, delay), []).append(per_page)
@@ -141,7 +197,8 @@ def report(rates: dict[Any, list[float]], trips: dict[Any, list[float]], delay: 
         spread = f"{statistics.median(values):,.0f} ({min(values):,.0f}–{max(values):,.0f})"
         per_page = statistics.median(trips[(shards, added)])
         print(f"| {shards} | {2 * added:g} ms | {spread} | {per_page:.2f} |")
-    for shards in sorted({key[0] for key in rates}, reverse=True):
+    ours = sorted({key[0] for key in rates if key[0] != "original"}, reverse=True)
+    for shards in ours:
         slow, fast = rates[(shards, delay)], rates[(shards, 0.0)]
         paired = [a / b for a, b in zip(slow, fast, strict=True)]
         print(
@@ -149,6 +206,14 @@ def report(rates: dict[Any, list[float]], trips: dict[Any, list[float]], delay: 
             f"{statistics.median(slow) / statistics.median(fast):.2f}x (target >= 0.9); paired "
             f"{statistics.median(paired):.2f} ({min(paired):.2f}–{max(paired):.2f})"
         )
+    if ("original", delay) in rates:
+        theirs = statistics.median(rates[("original", delay)])
+        for shards in ours:
+            mine = statistics.median(rates[(shards, delay)])
+            print(
+                f"SCHEDULER_SHARDS={shards} with +{2 * delay:g} ms: {mine / theirs:.1f}x the "
+                "original's rate (hash-tagged keys, same delay; target >= 5)"
+            )
 
 
 if __name__ == "__main__":
