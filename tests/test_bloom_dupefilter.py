@@ -3,6 +3,7 @@ growing, atomic check-and-set under racing processes, its layout and its keys.""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -35,6 +36,30 @@ from scrapy_redis.queue import Candidate, Entry, FifoQueue
 def fingerprints(count: int, seed: str) -> list[str]:
     """``count`` distinct fingerprints, as the original's (SHA1 hex)."""
     return [hashlib.sha1(f"{seed}:{i}".encode()).hexdigest() for i in range(count)]
+
+
+def reference_bits(digest: str, index: int, layer) -> tuple[int, set[int]]:
+    """The block and bits of ``digest`` (40 hex digits) in layer number ``index``, as
+    documented in bloom_layout.py, computed here independently (the scripts compute
+    them: this checks them)."""
+    if index == 0:
+        block, source = int(digest[:12], 16) % layer.blocks, digest
+    else:
+        block = int(digest[32:40], 16) % layer.blocks
+        source = hashlib.sha1(f"{digest}:{index}".encode()).hexdigest()
+    m = layer.block_bits
+    h1, h2 = int(source[12:22], 16) % m, int(source[22:32], 16) % m
+    return block, {(h1 + i * h2 + (i**3 - i) // 6) % m for i in range(layer.k)}
+
+
+def set_bits(server, key: str) -> set[int]:
+    """The offsets of the bits set in the string ``key`` (bit 0: the first byte's highest)."""
+    value = server.get(key) or b""
+    return {8 * i + b for i, byte in enumerate(value) for b in range(8) if byte & (0x80 >> b)}
+
+
+def block_key(generation: int, layer: int, block: int) -> str:
+    return f"demo:dupefilter:bloom:{generation}:{layer}:{block}"
 
 
 def bloom(server, capacity: int, error_rate: float, key: str = "demo:dupefilter", **kw):
@@ -179,6 +204,98 @@ def test_every_fingerprint_seen_once_is_seen_again_in_every_layer(server):
     assert all(dupefilter.seen_many(inserted))  # no false negatives, whatever the layer
 
 
+# --- bit positions (computed by the scripts) -------------------------------------------
+
+
+def _record_one(server, dupefilter, fingerprint: str, path: str) -> None:
+    if path == "seen_many":
+        assert dupefilter.seen_many([fingerprint]) == [False]
+    else:
+        requests = FifoQueue(server, DemoSpider(), "demo:requests")
+        assert requests.push_new([Candidate(fingerprint, Entry(b"e"))], dupefilter) == [True]
+
+
+@pytest.mark.parametrize("path", ["seen_many", "push script"])
+def test_the_scripts_set_the_documented_bits(server, path):
+    dupefilter = bloom(server, 10**5, 0.01)
+    digests = fingerprints(3, "one")
+    for digest in digests:
+        _record_one(server, dupefilter, digest, path)
+    layer = dupefilter.layers[0]
+    assert layer.blocks == 8 and layer.k == 7
+    expected: dict[int, set[int]] = {}
+    for digest in digests:
+        block, bits = reference_bits(digest, 0, layer)
+        assert len(bits) == layer.k
+        expected[block] = expected.get(block, set()) | bits
+    written = {k.decode() for k in server.keys("demo:dupefilter:bloom:1:0:*")}
+    assert written == {block_key(1, 0, block) for block in expected}
+    for block, bits in expected.items():
+        assert set_bits(server, block_key(1, 0, block)) == bits
+
+
+@pytest.mark.parametrize("path", ["seen_many", "push script"])
+def test_a_grown_filters_new_layer_takes_bits_of_its_own(server, path):
+    dupefilter = bloom(server, 20000, 0.01)
+    dupefilter.seen_many(fingerprints(20200, "fill"))  # false positives are not counted
+    assert len(dupefilter.layers) == 2
+    layer = dupefilter.layers[1]
+    assert layer.blocks == 4  # computed per fingerprint (more than a quarter of 10)
+    before = {b: set_bits(server, block_key(1, 1, b)) for b in range(layer.blocks)}
+    later = fingerprints(10, "later")
+    for digest in later:
+        _record_one(server, dupefilter, digest, path)
+    expected: dict[int, set[int]] = {b: set() for b in range(layer.blocks)}
+    for digest in later:
+        block, bits = reference_bits(digest, 1, layer)
+        expected[block] |= bits
+        assert bits != reference_bits(digest, 0, dupefilter.layers[0])[1]  # not layer 0's
+    assert sum(1 for bits in expected.values() if bits) > 1
+    for block, bits in expected.items():
+        after = set_bits(server, block_key(1, 1, block))
+        assert bits <= after and after - before[block] == bits - before[block]
+
+
+def test_fingerprints_of_another_form_are_hashed_first(server):
+    dupefilter = bloom(server, 10**5, 0.01)
+    # a fingerprinter's own: not 40 lowercase hex digits (upper case, longer, free text)
+    own = ["my-fingerprint", "A" * 40, "ab" * 32]
+    assert dupefilter.seen_many([own[0], own[0], *own[1:]]) == [False, True, False, False]
+    for fingerprint in own:
+        digest = hashlib.sha1(fingerprint.encode()).hexdigest()
+        block, bits = reference_bits(digest, 0, dupefilter.layers[0])
+        assert bits <= set_bits(server, block_key(1, 0, block))
+        assert dupefilter.seen_many([digest]) == [True]  # the same bits
+
+
+def test_a_call_that_names_no_key_for_a_block_is_refused_writing_nothing(server):
+    """Every key a script touches is declared: a call whose blocks (worked out by the
+    worker) miss the block the script finds for a fingerprint fails before any write."""
+    dupefilter = bloom(server, 10**5, 0.01)
+    dupefilter.open()
+    layer = dupefilter.layers[0]
+    ours, other = fingerprints(1, "ours")[0], None
+    for candidate in fingerprints(50, "other"):
+        if reference_bits(candidate, 0, layer)[0] != reference_bits(ours, 0, layer)[0]:
+            other = candidate
+            break
+    assert other is not None
+    named = dupefilter.seen_bits([other])  # the keys of another fingerprint's block
+    assert named is not None
+    wrong = dataclasses.replace(named, members=[ours])
+
+    class Misnamed(BloomDupeFilter):
+        def seen_bits(self, fingerprints):
+            return wrong
+
+    misnamed = Misnamed(server, "demo:dupefilter", layout=dupefilter.layout, temporary=False)
+    requests = FifoQueue(server, DemoSpider(), "demo:requests")
+    with pytest.raises(redis.ResponseError, match="not declared"):
+        requests.push_new([Candidate(ours, Entry(b"e"))], misnamed)
+    assert server.keys("demo:dupefilter:bloom:1:*") == []
+    assert server.llen("demo:requests") == 0 and dupefilter.count() == 0
+
+
 # --- atomicity -------------------------------------------------------------------------
 
 
@@ -275,10 +392,16 @@ def test_the_layout_is_stored_and_other_settings_are_refused(server):
         bloom(server, 2 * 10**4, 0.01).open()
 
 
-def test_a_filter_of_the_old_format_is_refused(server):
+@pytest.mark.parametrize(
+    "version, hash_name",
+    [("1", "blake2b-192-edh"), ("2", "blake2b-192-edh")],  # 1: growing by 2; 2: worker's bits
+)
+def test_a_filter_of_an_old_format_is_refused(server, version, hash_name):
     bloom(server, 10**4, 0.01).open()
-    server.hset("demo:dupefilter", "version", "1")  # format 1: growing by 2
-    with pytest.raises(ConfigurationError, match=r"format version = '1'.*scrapy-redis version"):
+    server.hset("demo:dupefilter", mapping={"version": version, "hash": hash_name})
+    with pytest.raises(
+        ConfigurationError, match=rf"format version = '{version}'.*scrapy-redis version.*clear"
+    ):
         bloom(server, 10**4, 0.01).open()
 
 

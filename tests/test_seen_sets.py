@@ -7,6 +7,8 @@ one set of hex fingerprints.
 
 from __future__ import annotations
 
+import hashlib
+
 import pytest
 from scrapy import Request
 
@@ -136,7 +138,9 @@ def test_without_one_script_a_write_sent_again_pushes_what_it_found_new(
         "bloom": lambda: _bloom(server),
     }[filter_kind]()
     queue = FailingOncePush(server, make_spider(), "demo:requests")
-    fingerprints = [f"{n:02x}" + "0" * 38 for n in range(10)]
+    # distinct first digits (the buckets); after them, SHA1-like digits (the Bloom filter
+    # takes 40 hex digits as a hash: zeros would give every one the same bits)
+    fingerprints = [f"{n:02x}" + hashlib.sha1(b"%d" % n).hexdigest()[2:] for n in range(10)]
     candidates = [Candidate(f, Entry(f.encode())) for f in fingerprints]
     with pytest.raises(ConnectionError):
         queue.push_new(candidates, seen, write=7)

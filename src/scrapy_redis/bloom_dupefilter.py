@@ -28,7 +28,14 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import msgpack  # type: ignore[import-untyped]
 
 from scrapy_redis import defaults
-from scrapy_redis.bloom_layout import REDISBLOOM_EXPANSION, BloomLayout, Layer, layout_from_settings
+from scrapy_redis.bloom_layout import (
+    REDISBLOOM_EXPANSION,
+    BloomLayout,
+    Layer,
+    blocks_of,
+    hex_digests,
+    layout_from_settings,
+)
 from scrapy_redis.connection import is_cluster
 from scrapy_redis.dupefilter import RFPDupeFilter
 from scrapy_redis.exceptions import ConfigurationError, ScrapyRedisError, WrongKeyTypeError
@@ -49,65 +56,13 @@ BACKENDS = ("auto", "lua", "redisbloom")
 BATCH_SIZE = 500
 _MAX_LAYERS = 64
 _MAX_BLOCKS = 1 << 24
-
-
-#: Bit operations per BITFIELD call (Lua's unpack() takes some 8,000 values).
-_OPS_PER_CALL = 1500
+#: Block key names kept per filter (a batch names the blocks it falls in).
+_NAMES_KEPT = 1 << 16
 
 
 def _pack(value: Any) -> bytes:
     packed: bytes = msgpack.packb(value, use_bin_type=False)
     return packed
-
-
-class BitsPlan:
-    """The BITFIELD calls that check and set a batch's bits, made here so that the script
-    only passes them on (``plan`` in ``lua/_bloom.lua``): per block key and layer, calls
-    of at most :data:`_OPS_PER_CALL` operations, in batch order, and where each
-    fingerprint's k bits are among them. Offsets are text: Lua would format numbers."""
-
-    def __init__(
-        self, key: str, generation: str, layers: Sequence[Layer], cluster: bool = False
-    ) -> None:
-        self.key, self.generation, self.layers = key, generation, layers
-        #: On a Redis Cluster: block keys in the slot of the filter's key.
-        self.cluster = cluster
-        #: The block keys, after the meta hash and the blocks' list (index 3 on in Lua).
-        self.keys: list[str] = []
-        self._index: dict[str, int] = {}
-        self.gets: list[list[Any]] = []  # {key index, args} per BITFIELD_RO call
-        self.sets: list[list[Any]] = []  # {key index, args} per BITFIELD call
-        self.where: list[int] = []
-        #: Per (layer, key index): the call being filled, its arguments, its operations.
-        self._open: dict[tuple[int, int], tuple[int, list[Any], int]] = {}
-
-    def add(self, fingerprint: str) -> None:
-        newest = len(self.layers) - 1
-        for number, layer in enumerate(self.layers):
-            block, offsets = layer.positions(fingerprint, number)
-            name = bloom_block_key(self.key, self.generation, number, block, self.cluster)
-            index = self._index.get(name)
-            if index is None:
-                self.keys.append(name)
-                index = self._index[name] = len(self.keys) + 2
-            calls = self.sets if number == newest else self.gets
-            slot = (number, index)
-            call, args, ops = self._open.get(slot, (0, [], _OPS_PER_CALL))
-            if ops + layer.k > _OPS_PER_CALL:
-                args = ["INCRBY", "u1", str(layer.block_bits - 1), "0"] if number == newest else []
-                calls.append([index, args])
-                call, ops = len(calls), 0
-            self.where += (call, ops + 1)
-            self._open[slot] = (call, args, ops + layer.k)
-            if number == newest:
-                for offset in offsets:
-                    args += ("SET", "u1", str(offset), "1")
-            else:
-                for offset in offsets:
-                    args += ("GET", "u1", str(offset))
-
-    def arrays(self) -> list[Any]:
-        return [self.gets, self.sets, self.where]
 
 
 class BloomForgetError(ScrapyRedisError, NotImplementedError):
@@ -218,6 +173,9 @@ class BloomDupeFilter(RFPDupeFilter):
         self.generation = ""
         #: A RedisBloom filter's BF.INFO as last read (see redisbloom_info()).
         self.module_info: dict[str, int] = {}
+        #: Made from the known layers (see _forget_layers()).
+        self._packed_params = b""
+        self._block_names: dict[tuple[int, int], str] = {}
 
     @classmethod
     def _build(cls, crawler: Crawler, key: str, temporary: bool) -> Self:
@@ -235,6 +193,7 @@ class BloomDupeFilter(RFPDupeFilter):
             lane.layout = BloomLayout(share, self.layout.error_rate)
         lane.backend, lane.layers, lane.generation, lane.module_info = None, [], "", {}
         lane._calls = 0
+        lane._forget_layers()
         return lane
 
     @property
@@ -277,11 +236,11 @@ class BloomDupeFilter(RFPDupeFilter):
     def _batch(self, fingerprints: list[str]) -> bytes:
         writes = self.writes
         number = writes.take_for(tuple(fingerprints))
+        digests = hex_digests(fingerprints)
         for _ in range(_MAX_LAYERS):
-            bits = self.seen_bits(fingerprints)
-            assert bits is not None  # the Lua backend
-            keys = [writes.key(self.meta_key), *bits.keys]
-            args = [writes.ttl_ms, number, *bits.args, len(fingerprints)]
+            blocks, numbers = self._blocks(digests)
+            keys = [writes.key(self.meta_key), *self._own_keys(), *blocks]
+            args = [writes.ttl_ms, number, self._params(), numbers, *digests]
             flags, layers, count = script("bloom_add")(self.server, keys, args)
             if flags != b"stale":
                 break
@@ -293,29 +252,70 @@ class BloomDupeFilter(RFPDupeFilter):
         return bytes(flags)
 
     def seen_bits(self, fingerprints: Sequence[str]) -> SeenBits | None:
-        """The keys and bits of ``fingerprints`` in the known layers, for ``lua/_bloom.lua``
-        (the scheduler's push script checks and records them with the push); for a
+        """The filter's keys (with the blocks ``fingerprints`` fall in) and params, and
+        ``fingerprints`` as 40 hex digits, for ``lua/_bloom.lua`` (the scheduler's push
+        script computes their bits, checks and records them with the push); for a
         RedisBloom filter, its key and params (``lua/_redisbloom.lua``: BF.INSERT in the
         push script)."""
         self.open()
         if self.backend == "redisbloom":
-            return SeenBits(self.key, [self.key], [self._module_params()], mode="redisbloom")
-        layers = self.layers
-        plan = BitsPlan(self.key, self.generation, layers, is_cluster(self.server))
-        for fingerprint in fingerprints:
-            plan.add(fingerprint)
-        upcoming = self.layout.layer(len(layers))
-        params = [
-            len(layers),
-            self.generation,
-            [layer.k for layer in layers],
-            [layer.block_bits - 1 for layer in layers],
-            upcoming.capacity,
-            upcoming.describe(),
-            upcoming.blocks,
-        ]
-        keys = [self.meta_key, bloom_blocks_key(self.key, is_cluster(self.server)), *plan.keys]
-        return SeenBits(self.key, keys, [_pack(params), _pack(plan.arrays())])
+            params = [self._module_params()]
+            return SeenBits(self.key, [self.key], params, list(fingerprints), mode="redisbloom")
+        digests = hex_digests(fingerprints)
+        blocks, numbers = self._blocks(digests)
+        keys = [*self._own_keys(), *blocks]
+        return SeenBits(self.key, keys, [self._params(), numbers], digests)
+
+    def _own_keys(self) -> list[str]:
+        """The meta hash and the hash listing the blocks (``fkeys[1..2]`` in the script)."""
+        return [self.meta_key, bloom_blocks_key(self.key, is_cluster(self.server))]
+
+    def _blocks(self, digests: Sequence[str]) -> tuple[list[str], bytes]:
+        """The keys of the blocks ``digests`` fall in, layer by layer, and their numbers,
+        packed (``blocks`` in ``lua/_bloom.lua``): all the script computes for itself."""
+        keys: list[str] = []
+        numbers: list[list[int]] = []
+        names = self._block_names
+        for index, layer in enumerate(self.layers):
+            touched = list(blocks_of(digests, index, layer.blocks))
+            for block in touched:
+                name = names.get((index, block))
+                if name is None:
+                    name = self._block_key(index, block)
+                keys.append(name)
+            numbers.append(touched)
+        return keys, _pack(numbers)
+
+    def _block_key(self, layer: int, block: int) -> str:
+        """The key of ``block`` of ``layer``, kept (up to :data:`_NAMES_KEPT`)."""
+        if len(self._block_names) >= _NAMES_KEPT:
+            self._block_names.clear()
+        name = bloom_block_key(self.key, self.generation, layer, block, is_cluster(self.server))
+        self._block_names[layer, block] = name
+        return name
+
+    def _params(self) -> bytes:
+        """The known layers, packed for ``lua/_bloom.lua`` (made again when they change)."""
+        if not self._packed_params:
+            layers = self.layers
+            upcoming = self.layout.layer(len(layers))
+            params = [
+                len(layers),
+                self.generation,
+                [layer.k for layer in layers],
+                [layer.blocks for layer in layers],
+                [layer.block_bits for layer in layers],
+                upcoming.capacity,
+                upcoming.describe(),
+                upcoming.blocks,
+            ]
+            self._packed_params = _pack(params)
+        return self._packed_params
+
+    def _forget_layers(self) -> None:
+        """Drop what was made from the known layers (their params, their blocks' names)."""
+        self._packed_params = b""
+        self._block_names = {}
 
     def bits_answered(self, answered: int, asked: int) -> None:
         """After a push script's reply: a short answer means the newest layer filled (the
@@ -415,6 +415,7 @@ class BloomDupeFilter(RFPDupeFilter):
         if not 1 <= layers <= _MAX_LAYERS:
             raise ConfigurationError(f"The Bloom filter {self.meta_key} has {layers} layers.")
         self.layers = [self.layout.layer(i) for i in range(layers)]
+        self._forget_layers()
         for i, layer in enumerate(self.layers):
             if meta.get(f"layer:{i}") != layer.describe():
                 raise ConfigurationError(

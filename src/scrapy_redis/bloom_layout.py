@@ -12,17 +12,34 @@ URL, for a few more layers (5 at 10 times the capacity, 10 at 100 times).
 Each layer is split into blocks (one Redis string each) of at least
 :data:`BLOCK_MIN_BITS`; all k bits of one fingerprint fall in one block (a blocked
 Bloom filter), chosen by a hash, so a fingerprint touches one key per layer.
-Positions come from a BLAKE2b of the fingerprint (salted per layer), by enhanced
-double hashing. Everything here is pure arithmetic: the same settings give the same
-layout on every worker, and the layout is stored with the filter (see
+Everything here is pure arithmetic: the same settings give the same layout on every
+worker, and the layout is stored with the filter (see
 :mod:`scrapy_redis.bloom_dupefilter`).
+
+Positions (format :data:`VERSION`, :data:`HASH_NAME`) come from a fingerprint as 40
+lowercase hex digits (:func:`hex_digest`: a SHA1 hex digest, as Scrapy's fingerprints
+are, is taken as it is; another fingerprint is hashed to one), digits numbered from 1:
+
+* the block: in layer 0, digits 1-12 (48 bits) modulo the layer's block count; in a
+  layer ``j`` > 0 of a grown filter, digits 33-40 (32 bits) modulo its block count.
+  The worker computes it (:func:`blocks_of`): it names the block keys of each call;
+* the k bits in the block: from ``h1`` (digits 13-22) and ``h2`` (digits 23-32, 40
+  bits each) modulo the block's bit count ``m``, of the fingerprint's digits in layer
+  0, of ``SHA1('<digits>:<j>')`` in a layer ``j`` > 0 (bits independent of layer 0's):
+  ``h1 + i*h2 + (i^3 - i)/6`` modulo ``m``, for ``i`` from 0 to k-1 (enhanced double
+  hashing, Dillinger & Manolios: no short cycles when ``h2`` is 0). The scripts compute
+  them (``lua/_bloom.lua``): the worker only sends the digits.
+
+Every number is exact in a Lua double. The modulo makes some blocks likelier than
+others by a factor of up to 1 + blocks / 2^32 in a layer ``j`` > 0 (1.0001 at 430,000
+blocks, a 27 GB layer), less in layer 0 and for the bits.
 """
 
 from __future__ import annotations
 
 import hashlib
 import math
-import struct
+import re
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import TYPE_CHECKING
@@ -31,12 +48,16 @@ from scrapy_redis import defaults
 from scrapy_redis.exceptions import ConfigurationError
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
+
     from scrapy.settings import BaseSettings
 
-#: Format of the stored filter; a filter written in another format is not opened.
-VERSION = "2"
-#: How positions are derived (stored with the filter: workers must agree).
-HASH_NAME = "blake2b-192-edh"
+#: Format of the stored filter; a filter written in another format is not opened (2: the
+#: worker computed the bits from a BLAKE2b; 3: the scripts compute them from hex digits).
+VERSION = "3"
+#: How positions are derived (stored with the filter: workers must agree): see the
+#: module's docstring.
+HASH_NAME = "sha1-hex-slices-edh"
 #: Capacity factor of each new layer: exact (a fraction), so that every worker rounds alike.
 GROWTH = Fraction(3, 2)
 #: The share of BLOOMFILTER_ERROR_RATE given to layer 0 (the growth layers share the rest).
@@ -55,6 +76,8 @@ BLOCK_TARGET_BITS = 1 << 19
 FORK_BIT, FORK_HASH_NUMBER = 30, 6
 
 _LN2 = math.log(2)
+_HEX_DIGEST = re.compile("[0-9a-f]{40}").fullmatch
+_HEX_DIGEST_LINES = re.compile("(?:[0-9a-f]{40}\n)*").fullmatch
 _STRING_OVERHEAD = 16
 
 
@@ -76,15 +99,34 @@ class Layer:
         """The layer as stored in the filter's meta hash (compared on open)."""
         return f"{self.capacity},{self.error_rate!r},{self.k},{self.blocks},{self.block_bits}"
 
-    def positions(self, fingerprint: str, index: int) -> tuple[int, list[int]]:
-        """The block of ``fingerprint`` in this layer (layer number ``index``) and its k bits."""
-        person = b"srbloom%d" % index
-        digest = hashlib.blake2b(fingerprint.encode(), digest_size=24, person=person).digest()
-        a, h1, h2 = struct.unpack(">QQQ", digest)
-        m = self.block_bits
-        h1, h2 = h1 % m, h2 % m
-        # enhanced double hashing (Dillinger & Manolios): no short cycles when h2 is 0
-        return (a * self.blocks) >> 64, [(h1 + i * h2 + (i**3 - i) // 6) % m for i in range(self.k)]
+
+def hex_digest(fingerprint: str) -> str:
+    """``fingerprint`` as the 40 hex digits its bits are taken from: itself if it is a SHA1
+    hex digest (the fingerprints of Scrapy and of the original scrapy-redis), else its
+    SHA1 (a fingerprinter's own form, whose characters need not be uniform)."""
+    if _HEX_DIGEST(fingerprint):
+        return fingerprint
+    return hashlib.sha1(fingerprint.encode()).hexdigest()
+
+
+def hex_digests(fingerprints: Sequence[str]) -> list[str]:
+    """:func:`hex_digest` of each of ``fingerprints`` (SHA1 hex digests all: one check)."""
+    lines = "\n".join(fingerprints) + "\n"
+    if len(lines) == 41 * len(fingerprints) and _HEX_DIGEST_LINES(lines):
+        return list(fingerprints)
+    return [hex_digest(fingerprint) for fingerprint in fingerprints]
+
+
+def blocks_of(digests: Sequence[str], index: int, blocks: int) -> Iterable[int]:
+    """The blocks of layer number ``index`` (of ``blocks`` blocks) that ``digests``
+    (:func:`hex_digest`) fall in (see the module's docstring), each once; every block of
+    a layer of at most a quarter as many blocks as ``digests`` (nearly all of them would
+    be: not worth computing)."""
+    if 4 * blocks <= len(digests):
+        return range(blocks)
+    if index == 0:
+        return {int(digest[:12], 16) % blocks for digest in digests}
+    return {int(digest[32:], 16) % blocks for digest in digests}
 
 
 def split_into_blocks(bits: int) -> tuple[int, int]:

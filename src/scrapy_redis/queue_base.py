@@ -106,10 +106,9 @@ def filter_args(seen: Seen, candidates: Sequence[Candidate]) -> FilterArgs | Non
         bits = seen.seen_bits(fingerprints)
         if bits is None:
             return None
-        named = bits.mode == "redisbloom"  # BF.INSERT takes the fingerprints themselves
+        given = iter(bits.members)
         tokens: list[tuple[int, str | int]] = [
-            (0, "") if c.fingerprint is None else (1, c.fingerprint if named else "")
-            for c in candidates
+            (0, "") if c.fingerprint is None else (1, next(given)) for c in candidates
         ]
         return FilterArgs(bits.base, bits.keys, [bits.mode, *bits.args], tokens, seen)
     members, tokens = seen_tokens(seen, candidates)

@@ -8,11 +8,12 @@ It tells the script where each fingerprint goes:
   :class:`~scrapy_redis.dupefilter.RFPDupeFilter` records the hex fingerprint in
   its one set; a filter that buckets fingerprints into many small sets (integer
   members, kept as intsets) names the bucket of each;
-* a Bloom filter (:class:`BitFilter`) names its keys and the bits of each
-  fingerprint (``lua/_bloom.lua``). It may answer for the first requests of a
-  batch only (its newest layer filled: the caller sends the others again) or
-  find that the filter changed since it looked (another worker added a layer:
-  it looks again and the call is sent again).
+* a Bloom filter (:class:`BitFilter`) names its keys (the blocks the batch falls
+  in) and gives each fingerprint as 40 hex digits, from which the script computes
+  its bits (``lua/_bloom.lua``). It may answer for the first requests of a batch
+  only (its newest layer filled: the caller sends the others again) or find that
+  the filter changed since it looked (another worker added a layer: it looks
+  again and the call is sent again).
 """
 
 from __future__ import annotations
@@ -52,14 +53,19 @@ def single_set(key: str, fingerprints: Sequence[str]) -> SeenMembers:
 
 @dataclass(frozen=True, slots=True)
 class SeenBits:
-    """A batch of fingerprints as Bloom-filter bits (see ``lua/_bloom.lua``)."""
+    """A batch of fingerprints for a Bloom filter's part of a push script (see
+    ``lua/_bloom.lua``)."""
 
     #: The key the filter is known by (its writes' record key and Cluster slot checks).
     base: str
-    #: Its meta hash, the hash listing its blocks, the blocks the batch touches.
+    #: Its meta hash, the hash listing its blocks, the blocks the batch falls in; a
+    #: RedisBloom filter's key.
     keys: list[str]
-    #: The script's arguments: the filter's params and the batch's plan (its BITFIELD calls).
+    #: The script's arguments: the filter's params and the batch's blocks.
     args: list[Any]
+    #: The fingerprints of the batch as the script takes them, in order: 40 hex digits
+    #: (the script computes their bits), or the fingerprints themselves (RedisBloom).
+    members: list[str]
     #: The push script's filter mode: "bloom" (ours, in strings: ``lua/_bloom.lua``) or
     #: "redisbloom" (``BF.INSERT``: the members of the batch are the fingerprints).
     mode: str = "bloom"
@@ -70,8 +76,9 @@ class BitFilter(Protocol):
     """A Bloom filter the push script can check and record in."""
 
     def seen_bits(self, fingerprints: Sequence[str]) -> SeenBits | None:
-        """The keys and bits of ``fingerprints`` (no Redis call once the filter is open);
-        None if this filter is not checked in a script (then :meth:`seen_many`)."""
+        """The keys of the filter and ``fingerprints`` as the script takes them (no Redis
+        call once the filter is open); None if this filter is not checked in a script
+        (then :meth:`seen_many`)."""
         ...
 
     def bits_answered(self, answered: int, asked: int) -> None:

@@ -174,7 +174,7 @@ end
 
 -- The duplicate filter of a push script, whose keys are KEYS[first..]: `mode` is '0'
 -- (sets), '1' (sets, then the count hash), 'bloom' (a Bloom filter: see _bloom.lua,
--- with its `params` and `plan`) or 'redisbloom' (a RedisBloom filter, with its `params`:
+-- with its `params` and the batch's `blocks`; the members are the fingerprints) or 'redisbloom' (a RedisBloom filter, with its `params`:
 -- see _redisbloom.lua). nil if the client's view of the Bloom filter is stale
 -- (nothing is done: it reloads the filter and sends again). Otherwise a table:
 --   types: {key, type} pairs for check_types();
@@ -184,7 +184,7 @@ end
 --   record(): once the new requests are pushed, record the new fingerprints found (sets)
 --     or count them (a Bloom filter's bits are set by find_new(): the queue's keys were
 --     checked before, so the push that follows cannot fail on them).
-local function open_filter(first, mode, params, plan)
+local function open_filter(first, mode, params, blocks)
   if mode == 'redisbloom' then
     return open_redisbloom(first, params)
   end
@@ -204,7 +204,7 @@ local function open_filter(first, mode, params, plan)
       end,
     }
   end
-  local state = bloom_state(keys_from(first), cmsgpack.unpack(params))
+  local state = bloom_state(keys_from(first), cmsgpack.unpack(params), cmsgpack.unpack(blocks))
   if not state then
     return nil
   end
@@ -213,16 +213,16 @@ local function open_filter(first, mode, params, plan)
     types = {},
     find_new = function(numbers, members)
       -- the requests up to the last fingerprint the newest layer has room for
-      local n, count = 0, 0
+      local n, fingerprints = 0, {}
       for i = 1, #numbers do
         if numbers[i] ~= 0 then
-          if count == state.room then break end
-          count = count + 1
+          if #fingerprints == state.room then break end
+          fingerprints[#fingerprints + 1] = members[i]
         end
         n = i
       end
       local checked
-      checked, found = bloom_find_new(state, cmsgpack.unpack(plan), count)
+      checked, found = bloom_find_new(state, fingerprints)
       local new, next_checked = {}, 1
       for i = 1, n do
         if numbers[i] == 0 then

@@ -12,10 +12,10 @@
 -- ARGV[3] = how long the record is kept, in ms
 -- ARGV[4] = the write number of this batch
 -- ARGV[5] = the filter's mode: "0" (sets), "1" (sets and the count hash), "bloom" or
---           "redisbloom"; with "bloom", ARGV[6] and ARGV[7] are its params and plan (see
---           _bloom.lua), with "redisbloom" ARGV[6] its params (see _redisbloom.lua), and
---           a set number in the batch is 1 for a fingerprint (in plan order; its member
---           is the fingerprint for "redisbloom")
+--           "redisbloom"; with "bloom", ARGV[6] and ARGV[7] are its params and the
+--           batch's blocks (see _bloom.lua), with "redisbloom" ARGV[6] its params (see
+--           _redisbloom.lua), and a set number in the batch is 1 for a fingerprint, whose
+--           member is the fingerprint (for "bloom", as 40 lowercase hex digits)
 -- returns one character per triple: "1" if the request is new (pushed when it has an
 --         entry), "0" if its fingerprint was already recorded (a duplicate: nothing pushed);
 --         the same reply to a copy of this call sent again (its reply lost), which does

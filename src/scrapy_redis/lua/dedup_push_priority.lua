@@ -16,9 +16,11 @@
 -- ARGV[k+4] = how long the record is kept, in ms
 -- ARGV[k+5] = the write number of this batch
 -- ARGV[k+6] = the filter's mode: "0" (sets), "1" (sets and the count hash), "bloom" or
---             "redisbloom"; with "bloom", ARGV[k+7] and ARGV[k+8] are its params and plan
---             (see _bloom.lua), with "redisbloom" ARGV[k+7] its params (see
---             _redisbloom.lua), and a set number in the batch is 1 for a fingerprint
+--             "redisbloom"; with "bloom", ARGV[k+7] and ARGV[k+8] are its params and
+--             the batch's blocks (see _bloom.lua), with "redisbloom" ARGV[k+7] its
+--             params (see _redisbloom.lua), and a set number in the batch is 1 for a
+--             fingerprint, whose member is the fingerprint (for "bloom", as 40
+--             lowercase hex digits)
 -- returns one character per quadruple: "1" if the request is new (appended to its
 --         priority list when it has an entry), "0" if its fingerprint was already
 --         recorded; the same reply to a copy of this call sent again (its reply lost),
