@@ -303,40 +303,31 @@ def test_a_batch_holds_the_batch_size_per_lane(redis_url, server, schedulers):
     assert calls()["evalsha"] == 4  # one call per lane
 
 
-def test_a_lane_found_empty_is_not_popped_again_for_nothing(redis_url, server, schedulers):
-    """A worker waiting for links asks often: lanes it found empty are not popped again
-    for EMPTY_FOR seconds, unless it pushed to them or they hold requests, which one
-    pipelined EXISTS of every lane says (on a cluster, one round trip to all masters)."""
+def test_a_lane_pushed_to_or_found_holding_is_tried_first(redis_url, server, schedulers):
+    """Lanes found empty are tried after the others, unless this worker pushed to them
+    or its idle check (one pipelined EXISTS of every lane) found requests there: then
+    the pop goes there first, not to each lane in turn, a round trip each."""
     from helpers import Calls
-    from scrapy_redis.lanes import EMPTY_FOR
-    from scrapy_redis.scheduler import Scheduler
-
-    now = [1000.0]
-
-    class Clocked(Scheduler):
-        def __init__(self, *args, **kwargs):
-            super().__init__(*args, clock=lambda: now[0], **kwargs)
 
     settings = laned(redis_url, SCHEDULER_PERSIST=True, SCHEDULER_ENQUEUE_DELAY=0)
-    worker, other = schedulers(settings, cls=Clocked), schedulers(settings)
-    calls = Calls(server, "evalsha", "exists")  # (the idle watcher may ask EXISTS too)
+    worker, other = schedulers(settings), schedulers(settings)
+    last = [f"http://example.com/{n}" for n in range(200)]
+    last = [url for url in last if _lane(worker, url) == 0]  # lane 0: last in turn
+    calls = Calls(server, "evalsha")
     assert worker.next_request() is None
-    assert calls()["evalsha"] == 4  # a pop of each lane
-    assert [worker.next_request() for _ in range(3)] == [None] * 3
-    asked = calls()
-    assert asked["evalsha"] == 0 and asked["exists"] >= 12  # no pop: which lanes hold some
-    now[0] += EMPTY_FOR
-    assert worker.next_request() is None
-    assert calls()["evalsha"] == 4  # each lane popped again
+    assert calls()["evalsha"] == 4  # every lane popped, found empty
 
-    worker.enqueue_request(Request("http://example.com/mine"))  # pushed by this worker
-    assert worker.next_request().url == "http://example.com/mine"
+    worker.enqueue_request(Request(last[0]))  # this worker pushes to lane 0
+    assert calls()["evalsha"] == 1
+    assert worker.next_request().url == last[0]
+    assert calls()["evalsha"] == 1  # lane 0 first
 
-    urls = {f"http://example.com/{n}" for n in range(40)}
-    for url in urls:  # pushed by another worker, into every lane: found at once
-        other.enqueue_request(Request(url))
-    handed = [request.url for request in iter(worker.next_request, None)]
-    assert set(handed) == urls
+    assert worker.next_request() is None  # every lane found empty again
+    other.enqueue_request(Request(last[1]))  # another worker pushes to lane 0
+    assert worker.has_pending_requests()  # its idle check finds it there
+    calls()
+    assert worker.next_request().url == last[1]
+    assert calls()["evalsha"] == 1  # lane 0 first
 
 
 def test_lanes_holding_asks_every_lane(redis_url, server, schedulers):

@@ -246,11 +246,9 @@ class LanedQueue:
 class LanedFeed:
     """The requests of every lane (a :class:`LeasedFeed` each), taken in turn: the lane
     whose batch is being handed out until it is done, then the next lane that has
-    requests. A lane found empty is not popped again for :data:`EMPTY_FOR` seconds
-    unless this worker pushed to it or it was found holding requests: while such lanes
-    are left, one pipelined ``EXISTS`` of every lane (on a cluster, every master at
-    once: one round trip) says which of them to pop, rather than a pop of each in turn,
-    a round trip each (a worker waiting for links asks often)."""
+    requests. Lanes found empty are tried after the others for :data:`EMPTY_FOR`
+    seconds (a pop of an empty lane is a round trip for nothing), unless this worker
+    pushed to them or :meth:`has_requests` found requests there."""
 
     def __init__(
         self, queue: LanedQueue, feeds: Sequence[LeasedFeed], clock: Any = time.monotonic
@@ -264,7 +262,7 @@ class LanedFeed:
             queue.on_pushed = self.lane_filled
 
     def lane_filled(self, lane: int) -> None:
-        """Requests were pushed to ``lane``: pop it again when its turn comes."""
+        """Requests were pushed to ``lane``: try it before the lanes found empty."""
         self._empty_until.pop(lane, None)
 
     def next(self) -> Request | None:
@@ -273,42 +271,24 @@ class LanedFeed:
             request = feeds[current].next()
             if request is not None or feeds[current].holding():
                 return request  # (None: held back by pacing)
-        fresh, stale = self._turns()
-        for lane in fresh:
-            request = self._pop(lane)
-            if request is not None or feeds[lane].holding():
+        for lane in self._turns():
+            feed = feeds[lane]
+            request = feed.next()
+            if request is not None or feed.holding():
+                self._current = lane
+                self._empty_until.pop(lane, None)
                 return request
-        if stale:
-            calls = feeds[stale[0]].context.calls  # Redis unreachable: an outage, None
-            unknown: list[bool] = [False] * len(feeds)
-            holding = calls.call(lambda: self.queue.lanes_holding(first=stale[0]), unknown)
-            for lane in stale:
-                if holding[lane]:
-                    request = self._pop(lane)
-                    if request is not None or feeds[lane].holding():
-                        return request
+            self._empty_until[lane] = self.clock() + EMPTY_FOR
         return None
 
-    def _pop(self, lane: int) -> Request | None:
-        """The next request of ``lane`` (it becomes the current lane), or None: the lane
-        is marked empty (unless it holds requests held back by pacing)."""
-        feed = self.feeds[lane]
-        request = feed.next()
-        if request is not None or feed.holding():
-            self._current = lane
-            self._empty_until.pop(lane, None)
-        else:
-            self._empty_until[lane] = self.clock() + EMPTY_FOR
-        return request
-
-    def _turns(self) -> tuple[list[int], list[int]]:
-        """The lanes, from the one after the current, split into those to pop and those
-        found empty lately (to ask first whether they hold requests)."""
+    def _turns(self) -> list[int]:
+        """The lanes to pop from, from the one after the current: those not found empty
+        lately first."""
         count = len(self.feeds)
         order = [(self._current + step) % count for step in range(1, count + 1)]
         now = self.clock()
         fresh = [lane for lane in order if self._empty_until.get(lane, 0) <= now]
-        return fresh, [lane for lane in order if lane not in fresh]
+        return fresh + [lane for lane in order if lane not in fresh]
 
     def holding(self) -> int:
         return sum(feed.holding() for feed in self.feeds)
