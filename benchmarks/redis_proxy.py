@@ -16,7 +16,11 @@ It counts, over all client connections:
 
 ``--delay-ms D`` holds every chunk D milliseconds in each direction before passing it on
 (in order, without limiting throughput): a network with a round trip of 2·D ms
-(``--delay-ms 0.5``: 1 ms, a Redis on another host of the same data centre).
+(``--delay-ms 0.5``: 1 ms, a Redis on another host of the same data centre). Its
+event loop waits with select(), whose timeouts are finer than a millisecond: with
+epoll (asyncio's default) a chunk held 0.5 ms went out after 1–1.2 ms, 2.2 ms more
+per round trip instead of 1 (``benchmarks/proxy_delay.py`` measures it: now about
+1.2 ms). Latency results before 2026-11-26 14:00 were measured that way.
 
 ``python benchmarks/redis_proxy.py --target-port 6390 --stats-file out.json``
 prints ``READY <port>``; on SIGTERM it writes the counts to ``--stats-file``.
@@ -27,6 +31,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import selectors
 from collections import Counter
 from collections.abc import Callable
 
@@ -189,7 +194,15 @@ def main() -> None:
     parser.add_argument("--delay-ms", type=float, default=0.0, help="each way")
     parser.add_argument("--port", type=int, default=0, help="to listen on (0: a free one)")
     args = parser.parse_args()
-    asyncio.run(serve(args.target_port, args.stats_file, args.delay_ms / 1000, args.port))
+    # select(), not epoll: epoll waits whole milliseconds, rounded up, so a chunk held
+    # 0.5 ms went out after 1-1.2 ms (2.2 ms per round trip for --delay-ms 0.5).
+    loop = asyncio.SelectorEventLoop(selectors.SelectSelector())
+    try:
+        loop.run_until_complete(
+            serve(args.target_port, args.stats_file, args.delay_ms / 1000, args.port)
+        )
+    finally:
+        loop.close()
 
 
 if __name__ == "__main__":
