@@ -23,9 +23,12 @@ NODE_TIMEOUT_MS = 1000
 class RedisClusterNodes:
     """``masters`` masters with one replica each, on free ports of 127.0.0.1."""
 
-    def __init__(self, masters: int = 3, announced: list[int] | None = None) -> None:
+    def __init__(
+        self, masters: int = 3, announced: list[int] | None = None, extra_args: tuple = ()
+    ) -> None:
         """``announced``: per node, the port its clients are told to use (a proxy's, that
-        passes the traffic on to it: benchmarks/cluster_latency.py); its own otherwise."""
+        passes the traffic on to it: benchmarks/cluster_latency.py); its own otherwise.
+        ``extra_args``: more redis-server arguments for every node."""
         ports = [_cluster_port() for _ in range(2 * masters)]
         #: Node port -> the port the cluster tells clients (CLUSTER SHARDS, MOVED).
         self.announced = dict(zip(ports, announced or ports, strict=True))
@@ -41,6 +44,7 @@ class RedisClusterNodes:
                 "--cluster-replica-validity-factor",
                 "0",
                 *_announce(port, announced[n] if announced else None),
+                *extra_args,
                 port=port,
             )
             for n, port in enumerate(ports)
@@ -134,6 +138,20 @@ class RedisClusterNodes:
         node.process.kill()
         node.process.wait()
         node.process = None
+
+    def fail_over(self, master: RedisServer, timeout: float = 30) -> RedisServer:
+        """``CLUSTER FAILOVER`` on a replica of ``master`` (no data lost, no node down: the
+        old master becomes its replica); returns the new master once the cluster is ok."""
+        replica = next(node for node in self.shard_of(master) if node.port != master.port)
+        with redis.Redis(port=replica.port, socket_timeout=1) as client:
+            client.execute_command("CLUSTER FAILOVER")
+        deadline = time.monotonic() + timeout
+        while _role(replica.port) != "master" or _role(master.port) != "slave":
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"node {replica.port} did not take over in {timeout}s")
+            time.sleep(0.1)
+        self.wait_ok(timeout)
+        return replica
 
     def revive(self, node: RedisServer, timeout: float = 30) -> None:
         """Start a killed ``node`` again on its port and directory: it rejoins the cluster

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
+from scrapy_redis.sharded_news import ShardedNewsListener
 from scrapy_redis.wakeup import NewsChannel, NewsListener, QueueWatcher
 
 if TYPE_CHECKING:
@@ -44,7 +45,7 @@ class IdleWatch:
         #: When the queue was first found empty (None: not idle).
         self.empty_since: float | None = None
         self.watcher: QueueWatcher | None = None
-        self.listener: NewsListener | None = None
+        self.listener: NewsListener | ShardedNewsListener | None = None
         self._feed: SharedQueueView | None = None
         self._others_leased = False
 
@@ -65,9 +66,14 @@ class IdleWatch:
             clock=reactor,
             on_start=lambda: calls.call(self._take_baseline, None),
         )
-        # A thread: it hands the news to Twisted's reactor (a test's task.Clock, which
-        # runs the watcher, cannot take calls from other threads).
-        self.listener = NewsListener(news.server, news.name, self.watcher.notify)
+        # A thread: it hands the news to Twisted's reactor, or to ``reactor`` if it takes
+        # calls from other threads (a test's task.Clock, which runs the watcher, does
+        # not). On a Redis Cluster a thread per master, for the lanes' sharded channels.
+        notify, hands = self.watcher.notify, _takes_calls_from_threads(reactor)
+        if news.sharded:
+            self.listener = ShardedNewsListener(news.server, news.listened, notify, hands)
+        else:
+            self.listener = NewsListener(news.server, news.name, notify, hands)
 
     def found_empty(self) -> None:
         """The feed had nothing to hand out: start the grace period and watching."""
@@ -109,3 +115,8 @@ class IdleWatch:
         if self._feed.has_requests():
             return True
         return self._others_leased and not self._feed.others_hold_leases()
+
+
+def _takes_calls_from_threads(reactor: Any) -> Any:
+    """``reactor`` if it has Twisted's ``callFromThread``, else None (the installed one)."""
+    return reactor if callable(getattr(reactor, "callFromThread", None)) else None

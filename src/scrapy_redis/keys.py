@@ -150,9 +150,14 @@ def lease_deadlines_key(base_key: str, cluster: bool = False) -> str:
     return derived(base_key, "lease_deadlines", cluster)
 
 
-def news_channel(queue_key: str) -> str:
-    """The pub/sub channel on which pushes to a queue are announced (see wakeup.py)."""
-    return f"{queue_key}:news"
+def news_channel(queue_key: str, cluster: bool = False) -> str:
+    """The pub/sub channel on which pushes to a queue are announced (see wakeup.py):
+    ``<queue key>:news``. On a Redis Cluster a sharded channel (``SPUBLISH``), which
+    only the master of its slot serves, in the slot of ``queue_key`` (the push script
+    announces there, and a script may only publish in the slot of its keys): a lane's
+    queue ``{<tag>}`` gives ``{<tag>}:news``, a queue key without a hash tag
+    ``{<queue key>}:news`` (see :func:`derived`)."""
+    return derived(queue_key, "news", cluster)
 
 
 def deliveries_key(base_key: str, cluster: bool = False) -> str:

@@ -15,7 +15,7 @@ from scrapy_redis._compat import PerInstance
 from scrapy_redis.codec import decode_request, encode_request
 from scrapy_redis.connection import is_cluster, one_slot
 from scrapy_redis.exceptions import ScrapyRedisError, UndecodableRequestError
-from scrapy_redis.keys import format_key, invalid_entries_key, needs_formatting
+from scrapy_redis.keys import format_key, invalid_entries_key, needs_formatting, news_channel
 from scrapy_redis.leases import Ticket
 from scrapy_redis.seen_sets import BitFilter, SeenMembers, SetFilter, single_set
 from scrapy_redis.serializers import Serializer, resolve_serializer
@@ -294,8 +294,9 @@ class Base:
         Returns, per candidate, whether it was new (a duplicate is not pushed); with a
         Bloom filter, possibly for the first candidates only (its newest layer filled:
         the caller sends the others again, in another call). The script path
-        publishes on the channel ``news`` (if given) when it pushed requests, which
-        wakes idle workers at once.
+        publishes on the channel ``news`` (if given; on a Redis Cluster this queue's
+        own sharded channel: :meth:`news_args`) when it pushed requests, which wakes
+        idle workers at once.
         Our queues do it atomically in one script call when the sets and the queue
         may be used by one script (always, except on a Redis Cluster without a
         shared hash tag), numbered ``write`` (default: the next of ``self.writes``):
@@ -324,6 +325,17 @@ class Base:
     def on_cluster(self) -> bool:
         """Whether the queue is on a Redis Cluster (its derived keys in its slot: keys.py)."""
         return is_cluster(self.server)
+
+    def news_args(self, news: str) -> list[str]:
+        """The push scripts' news arguments: the channel and how to publish there. On one
+        Redis ``news`` (``""``: nobody to tell) with ``PUBLISH``. On a Redis Cluster,
+        unless ``news`` is ``""``, this queue's own sharded channel with ``SPUBLISH``
+        (:func:`~scrapy_redis.keys.news_channel`): a script may only publish in the slot
+        of its keys, so each lane of a split crawl announces on its own channel (workers
+        listen to every lane's)."""
+        if not news or not self.on_cluster:
+            return [news, "PUBLISH"]
+        return [news_channel(self.key, cluster=True), "SPUBLISH"]
 
     def scripts_may_use(self, *keys: str) -> bool:
         """Whether one script may touch ``keys`` (on a Redis Cluster: one hash slot); if

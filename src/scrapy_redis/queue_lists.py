@@ -65,12 +65,13 @@ class _ListQueue(Base):
         if not candidates:
             return []
         number = self.writes.take() if write is None else write
+        news_args = self.news_args(news)
 
         def send(filter_part: FilterArgs) -> Any:
             batch: list[Any] = []
             for candidate, token in zip(candidates, filter_part.tokens, strict=True):
                 batch += [*token, candidate.entry.data if candidate.entry else ""]
-            args = [news, batch_arg(batch), self.writes.ttl_ms, number, *filter_part.args]
+            args = [*news_args, batch_arg(batch), self.writes.ttl_ms, number, *filter_part.args]
             keys = [self.key, record, *filter_part.keys]
             return script("dedup_push_list")(self.server, keys, args)
 

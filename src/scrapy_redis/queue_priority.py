@@ -114,6 +114,7 @@ class PriorityQueue(Base):
         if not self.scripts_may_use(self.key, record, *lists, *first.keys):
             return super().push_new(candidates, seen, news, write)
         write = self.writes.take() if write is None else write
+        news_args = self.news_args(news)
 
         def send(filter_part: FilterArgs) -> Any:
             batch: list[Any] = []
@@ -122,7 +123,7 @@ class PriorityQueue(Base):
                 list_number = number[entry.priority if entry else 0]
                 batch += [*token, list_number, entry.data if entry else ""]
             keys = [self.key, record, *lists, *filter_part.keys]
-            args = [news, len(number), *number, batch_arg(batch), self.writes.ttl_ms, write]
+            args = [*news_args, len(number), *number, batch_arg(batch), self.writes.ttl_ms, write]
             return script("dedup_push_priority")(self.server, keys, [*args, *filter_part.args])
 
         return send_push(seen, candidates, first, send)

@@ -113,14 +113,25 @@ class Parts:
         )
 
 
-def _base_parts(scheduler: Scheduler, news: str) -> Parts:
+def _news(scheduler: Scheduler, queue: Any) -> NewsChannel:
+    """The crawl's news channel (see keys.news_channel): ``<queue key>:news`` on one Redis;
+    on a Redis Cluster a sharded channel per lane (or the queue's one), in its slot, all
+    listened to (each lane's feed and push script publish on the lane's)."""
+    server, spider = scheduler.server, scheduler.spider
+    if not is_cluster(server):
+        return NewsChannel(server, news_channel(queue.key), spider)
+    lanes = queue.lanes if isinstance(queue, LanedQueue) else [queue]
+    channels = [news_channel(lane.key, cluster=True) for lane in lanes]
+    return NewsChannel(server, channels[0], spider, sharded=True, listened=channels)
+
+
+def _base_parts(scheduler: Scheduler, channel: NewsChannel) -> Parts:
     crawler = scheduler.crawler
     guard = outage_guard(crawler) if crawler is not None else OutageGuard(300)
     seen = SeenCache(scheduler.seen_cache_size, server_identity(scheduler.server))
     guard.on_recovery(seen.clear)  # Redis may have lost data meanwhile
     calls = RedisCalls(scheduler.server, guard, crawler, scheduler.spider)
     counts = SchedulerStats(scheduler.stats)
-    channel = NewsChannel(scheduler.server, news, scheduler.spider)
     context = SchedulerContext(
         scheduler.queue, calls, counts, channel, crawler, scheduler.spider, scheduler.reactor
     )
@@ -146,7 +157,7 @@ def _buffer(scheduler: Scheduler, parts: Parts, in_script: bool) -> EnqueueBuffe
 
 def assemble_plain(scheduler: Scheduler) -> Parts:
     """The parts of a scheduler whose ``open()`` is a subclass's own."""
-    parts = _base_parts(scheduler, "")
+    parts = _base_parts(scheduler, NewsChannel(scheduler.server, "", scheduler.spider))
     parts.buffer = _buffer(scheduler, parts, in_script=False)
     parts.feed = PlainFeed(parts.context, parts.buffer.send_now)
     parts.idle = IdleWatch(scheduler.idle_before_close, scheduler.clock)
@@ -156,7 +167,7 @@ def assemble_plain(scheduler: Scheduler) -> Parts:
 def assemble(scheduler: Scheduler) -> Parts:
     """The parts of an opened scheduler (its queue and filter built)."""
     queue = scheduler.queue
-    parts = _base_parts(scheduler, news_channel(queue.key))
+    parts = _base_parts(scheduler, _news(scheduler, queue))
     if isinstance(queue, LanedQueue):  # split (lanes.py): checked in script by construction
         parts.buffer = _buffer(scheduler, parts, True)
         pacing = _pacing(scheduler)  # one worker, one downloader: shared by the lanes
@@ -199,5 +210,6 @@ def _leased_feed(
         scheduler.worker_timeout,
         scheduler.max_deliveries,
     )
-    context = dataclasses.replace(parts.context, queue=queue)
+    news = parts.context.news.of_queue(queue.key)  # on a cluster, the lane's own channel
+    context = dataclasses.replace(parts.context, queue=queue, news=news)
     return LeasedFeed(context, book, pacing, parts.buffer.send_now)

@@ -4,6 +4,12 @@ Two ways, together: a :class:`QueueWatcher` polls with a growing interval,
 and a :class:`NewsListener` thread, subscribed to the queue's news channel,
 makes it look at once when another worker announces news (requests pushed, or
 its last leases released). The poll alone is enough; the news make it prompt.
+
+On a Redis Cluster the news go on sharded channels (``SPUBLISH``, Redis >= 7),
+one per lane in the lane's slot, which only the master of that slot serves
+(a classic ``PUBLISH`` is sent to every node of the cluster): a
+:class:`~scrapy_redis.sharded_news.ShardedNewsListener` listens to every lane's,
+a :class:`NewsListener` per master.
 """
 
 from __future__ import annotations
@@ -12,12 +18,14 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from redis.exceptions import ResponseError
+from redis.exceptions import RedisError
 
 from scrapy_redis._engine import installed_reactor
+from scrapy_redis.keys import news_channel
+from scrapy_redis.outage import OUTAGE_ERRORS
 
 logger = logging.getLogger(__name__)
 #: The scheduler's parts log as the scheduler.
@@ -29,19 +37,50 @@ class NewsChannel:
     the push script), released its last leases (``idle``), gave requests back
     (``returned``) or put back a dead worker's (``recovered``), and idle workers look
     at once. Given up (:attr:`name` empty) when the server refuses it, e.g. an ACL
-    user without access to the channel: idle workers then notice by polling."""
+    user without access to the channel, or ``SPUBLISH`` on a Redis Cluster older than
+    7.0: idle workers then notice by polling.
 
-    def __init__(self, server: Any, name: str, spider: Any = None) -> None:
+    ``sharded`` (on a Redis Cluster): ``SPUBLISH`` on :attr:`name`, and listeners
+    ``SSUBSCRIBE`` to every channel of ``listened`` (every lane's; see keys.news_channel).
+    """
+
+    def __init__(
+        self,
+        server: Any,
+        name: str,
+        spider: Any = None,
+        sharded: bool = False,
+        listened: Sequence[str] = (),
+    ) -> None:
         self.server = server
         self.name = name
         self.spider = spider
+        self.sharded = sharded
+        #: The channels idle workers listen to: :attr:`name`, or on a cluster every lane's.
+        self.listened = list(listened) or [name]
+
+    def of_queue(self, queue_key: str) -> NewsChannel:
+        """Where the feed of the queue ``queue_key`` (a lane) publishes: this channel; on
+        a Redis Cluster the lane's own, served by the master its feed talks to (workers
+        listen to every lane's channel, so one message reaches them all)."""
+        if not self.sharded:
+            return self
+        channel = news_channel(queue_key, cluster=True)
+        if channel == self.name:
+            return self
+        return NewsChannel(self.server, channel, self.spider, sharded=True)
 
     def publish(self, news: str) -> None:
         if not self.name:
             return
         try:
-            self.server.publish(self.name, news)
-        except ResponseError as exc:
+            if self.sharded:
+                self.server.spublish(self.name, news)
+            else:
+                self.server.publish(self.name, news)
+        except OUTAGE_ERRORS:
+            raise  # the caller's outage handling (news are not kept: polling finds them)
+        except RedisError as exc:  # refused, or unknown (redis-py's cluster client says so)
             scheduler_logger.debug(
                 "Cannot publish on %(channel)s (%(error)s): idle workers will notice by polling.",
                 {"channel": self.name, "error": exc},
@@ -124,6 +163,12 @@ class NewsListener:
     had been listening for ``LISTENED`` seconds when its connection was lost (a
     restart or failover of Redis: the new master takes subscriptions) listens
     again at the next ``start()``.
+
+    ``sharded``: ``SSUBSCRIBE`` to ``channel`` (one name or several, served by the
+    master ``server`` of one Redis Cluster: see :mod:`scrapy_redis.sharded_news`), one
+    channel a call (a call's channels must share a slot). When their slot moves (a
+    failover), the server unsubscribes the listener: it ends, and listens again (where
+    the slot is now) at the next ``start()``.
     """
 
     WAIT = 1.0
@@ -131,12 +176,20 @@ class NewsListener:
     LISTENED = 5.0
 
     def __init__(
-        self, server: Any, channel: str, on_news: Callable[[], None], reactor: Any = None
+        self,
+        server: Any,
+        channel: str | Sequence[str],
+        on_news: Callable[[], None],
+        reactor: Any = None,
+        sharded: bool = False,
     ) -> None:
         self.server = server
-        self.channel = channel
+        self.channels = [channel] if isinstance(channel, str) else list(channel)
+        #: The channel (channels, comma-separated), as the thread's name and logs show it.
+        self.channel = ", ".join(self.channels)
         self.on_news = on_news
         self.reactor = reactor
+        self.sharded = sharded
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
         self._started_at = 0.0
@@ -171,13 +224,16 @@ class NewsListener:
     def _listen(self, reactor: Any) -> None:
         pubsub, subscribed_at = None, None
         try:
-            pubsub = self.server.pubsub(ignore_subscribe_messages=True)
-            pubsub.subscribe(self.channel)
+            pubsub = self.server.pubsub()
+            self._subscribe(pubsub)
             subscribed_at = time.monotonic()
             while not self._stopped.is_set():
-                message = pubsub.get_message(timeout=self.WAIT)
-                if message is not None and not self._stopped.is_set():
+                kind = self._next(pubsub)
+                if kind in ("message", "smessage"):
                     reactor.callFromThread(self.on_news)
+                elif kind == "sunsubscribe":  # its slot moved: listen where it is now
+                    self._started_at = 0.0
+                    return
         except Exception:  # polling remains
             if not self._stopped.is_set():
                 logger.debug("Not listening to %s any more", self.channel, exc_info=True)
@@ -187,3 +243,17 @@ class NewsListener:
             if pubsub is not None:
                 with contextlib.suppress(Exception):  # the connection is gone already
                     pubsub.close()
+
+    def _subscribe(self, pubsub: Any) -> None:
+        if not self.sharded:
+            pubsub.subscribe(*self.channels)
+            return
+        for channel in self.channels:
+            pubsub.ssubscribe(channel)
+
+    def _next(self, pubsub: Any) -> str | None:
+        """The type of the next message within WAIT s (None: none, or stopped meanwhile)."""
+        message = pubsub.get_message(timeout=self.WAIT)
+        if message is None or self._stopped.is_set():
+            return None
+        return str(message["type"])

@@ -137,10 +137,13 @@ local function flags(new)
   return table.concat(result)
 end
 
--- Tell idle workers on `channel` ('' = nobody to tell) that `pushed` requests were pushed.
-local function announce(channel, pushed)
+-- Tell idle workers on `channel` ('' = nobody to tell) that `pushed` requests were pushed,
+-- with `command`: PUBLISH, or on a Redis Cluster SPUBLISH (a sharded channel, in the slot
+-- of the script's keys: see news_channel() in keys.py).
+local function announce(channel, command, pushed)
   if pushed > 0 and channel ~= '' then
-    redis.pcall('PUBLISH', channel, pushed) -- refused (an ACL without the channel): no news
+    -- refused (an ACL without the channel, SPUBLISH on Redis < 7): no news, polling finds them
+    redis.pcall(command, channel, pushed)
   end
 end
 
