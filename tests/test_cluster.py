@@ -14,7 +14,7 @@ from scrapy import Request
 from scrapy.settings import Settings
 from scrapy.utils.test import get_crawler
 
-from helpers import DemoSpider
+from helpers import DemoSpider, command_calls
 from redis_server import free_port
 from scrapy_redis.connection import (
     describe_server,
@@ -124,6 +124,27 @@ def test_the_scheduler_works_with_the_default_templates(
     keys = all_keys(cluster) - {"{demo:requests}:workers", "{demo:requests}:lanes"}
     assert {hash_tag(key) for key in keys} <= set(lanes), keys
     assert len(masters_holding(cluster, keys)) == 3
+
+
+def test_scripts_lost_by_the_nodes_are_sent_again(redis_cluster, cluster, schedulers):
+    """A promoted replica's script cache is empty: the scheduler's scripts are sent whole
+    (EVAL) where EVALSHA answers NOSCRIPT, lane by lane."""
+    scheduler = schedulers(scheduler_settings(redis_cluster.url))
+    urls = [f"http://example.com/{n}" for n in range(30)]
+    for url in urls[:15]:
+        scheduler.enqueue_request(Request(url))
+    assert scheduler.send_enqueued()
+    masters = [redis.Redis(port=node.port) for node in redis_cluster.masters()]
+    for client in masters:
+        client.script_flush()
+        client.config_resetstat()
+    for url in urls[15:]:
+        scheduler.enqueue_request(Request(url))
+    assert scheduler.send_enqueued()
+    assert sorted(r.url for r in iter(scheduler.next_request, None)) == sorted(urls)
+    assert sum(command_calls(client, "eval") for client in masters) >= 3  # a push per lane
+    for client in masters:
+        client.close()
 
 
 def test_one_lane_keeps_the_crawl_in_the_queues_slot(redis_cluster, cluster, schedulers):
@@ -461,6 +482,10 @@ def test_a_failover_changes_the_clients_server_identity(redis_cluster, cluster, 
     client.get("demo:x")
     assert identity.changes == before  # the same connections, the same nodes
     master = redis_cluster.master_of("demo:x")
+    # the write on the replica before the master dies (else the promoted replica may
+    # lack it: asynchronous replication, what this test is not about)
+    with redis.Redis(port=master.port) as direct:
+        assert direct.wait(1, 5000) >= 1
     redis_cluster.kill(master)
     try:
         redis_cluster.wait_ok()

@@ -37,3 +37,15 @@ def test_includes_are_expanded_once_even_in_cycles():
     }
     lines = scripts.source("main", read=files.__getitem__).splitlines()
     assert [line for line in lines if not line.startswith("--")] == ["b", "a", "main"]
+
+
+def test_a_script_the_server_lost_is_sent_whole_and_cached_again(server):
+    """A restarted server, a promoted replica or SCRIPT FLUSH: EVALSHA answers NOSCRIPT,
+    and the call is made with EVAL, which caches the script again."""
+    replace = scripts.script("stats_replace")
+    replace(server, ["demo:stats"], ["a", "1"])
+    server.script_flush()
+    assert server.script_exists(replace.sha) == [False]
+    assert replace(server, ["demo:stats"], ["b", "2"]) == 1
+    assert server.hgetall("demo:stats") == {b"b": b"2"}
+    assert server.script_exists(replace.sha) == [True]
