@@ -20,6 +20,7 @@ tag (a crawl of theirs needs both), its FifoQueue (its default queue fails there
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import signal
 import statistics
@@ -28,6 +29,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +78,24 @@ class Proxies:
                 stats.unlink()
         self.procs = []
         return trips
+
+
+@contextlib.contextmanager
+def proxied_cluster(workdir: Path) -> Iterator[tuple[RedisClusterNodes, Proxies, str]]:
+    """A 6-node cluster whose nodes tell clients to use a proxy in front of each (the
+    proxies stopped: start them with the delay wanted), and its ``redis+cluster://`` URL."""
+    proxy_ports = [free_port() for _ in range(6)]
+    nodes = RedisClusterNodes(announced=proxy_ports)
+    ports = dict(zip([node.port for node in nodes.nodes], proxy_ports, strict=True))
+    proxies = Proxies(ports, workdir)
+    try:
+        proxies.start(0.0)  # the cluster is made through them: its nodes name them
+        nodes.start()
+        proxies.stop()
+        yield nodes, proxies, "redis+cluster://" + ",".join(f"127.0.0.1:{p}" for p in proxy_ports)
+    finally:
+        proxies.stop()
+        nodes.cleanup()
 
 
 #: The original on a cluster: a cluster client, and its crawl's keys under one hash tag.
@@ -146,18 +166,11 @@ def main() -> None:
     original = original_python() if args.original else None
     #: What crawls: our lane counts, and "original" (its workers).
     variants: list[int | str] = [*args.shards, *(["original"] if original else [])]
-    proxy_ports = [free_port() for _ in range(6)]
-    nodes = RedisClusterNodes(announced=proxy_ports)
     rates: dict[tuple[int | str, float], list[float]] = {}
     trips: dict[tuple[int | str, float], list[float]] = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        ports = dict(zip([node.port for node in nodes.nodes], proxy_ports, strict=True))
-        proxies = Proxies(ports, Path(tmp))
-        proxies.start(0.0)  # the cluster is made through them: its nodes name them
-        nodes.start()
-        proxies.stop()
+    with tempfile.TemporaryDirectory() as tmp, proxied_cluster(Path(tmp)) as cluster:
+        nodes, proxies, url = cluster
         site = Site(args.pages)
-        url = "redis+cluster://" + ",".join(f"127.0.0.1:{port}" for port in proxy_ports)
         try:
             for _ in range(args.runs):
                 for shards in variants:
@@ -184,9 +197,7 @@ def main() -> None:
                             }
                             print(json.dumps({"commands_per_page": commands}), flush=True)
         finally:
-            proxies.stop()
             site.stop()
-            nodes.cleanup()
     report(rates, trips, args.delay_ms)
 
 

@@ -19,13 +19,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _util import HERE, free_port
-from cluster_latency import Proxies
+from _util import HERE
+from cluster_latency import proxied_cluster
 from scrapy import Request
 
 sys.path.insert(0, str(HERE.parent / "tests"))
 from helpers import open_scheduler  # the tests' way of opening a scheduler
-from redis_cluster import RedisClusterNodes
 
 
 def settings(url: str, shards: int) -> dict[str, Any]:
@@ -65,31 +64,20 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=12)
     parser.add_argument("--delay-ms", type=float, default=0.5, help="each way")
     args = parser.parse_args()
-    proxy_ports = [free_port() for _ in range(6)]
-    nodes = RedisClusterNodes(announced=proxy_ports)
-    with tempfile.TemporaryDirectory() as tmp:
-        ports = dict(zip([node.port for node in nodes.nodes], proxy_ports, strict=True))
-        proxies = Proxies(ports, Path(tmp))
-        proxies.start(0.0)  # the cluster is made through them: its nodes name them
-        nodes.start()
-        proxies.stop()
-        url = "redis+cluster://" + ",".join(f"127.0.0.1:{port}" for port in proxy_ports)
-        try:
-            for delay in (0.0, args.delay_ms):
-                proxies.start(delay)
-                time.sleep(0.3)
-                times = time_pushes(url, args.batches, args.batch, f"{delay}")
-                proxies.stop()
-                for shards, values in times.items():
-                    values.sort()
-                    print(
-                        f"+{2 * delay:g} ms, {shards} lane(s): median "
-                        f"{statistics.median(values) * 1e3:.2f} ms, 90th percentile "
-                        f"{values[int(len(values) * 0.9)] * 1e3:.2f} ms a batch of {args.batch}"
-                    )
-        finally:
+    with tempfile.TemporaryDirectory() as tmp, proxied_cluster(Path(tmp)) as cluster:
+        _, proxies, url = cluster
+        for delay in (0.0, args.delay_ms):
+            proxies.start(delay)
+            time.sleep(0.3)
+            times = time_pushes(url, args.batches, args.batch, f"{delay}")
             proxies.stop()
-            nodes.cleanup()
+            for shards, values in times.items():
+                values.sort()
+                print(
+                    f"+{2 * delay:g} ms, {shards} lane(s): median "
+                    f"{statistics.median(values) * 1e3:.2f} ms, 90th percentile "
+                    f"{values[int(len(values) * 0.9)] * 1e3:.2f} ms a batch of {args.batch}"
+                )
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ import redis
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from redis_cluster import RedisClusterNodes
+from redis_cluster import RedisClusterNodes, running
 from redis_server import RedisServer, in_ci, redisbloom_module
 
 
@@ -64,16 +64,7 @@ def bloom_server(redisbloom_server):
 @pytest.fixture(scope="session")
 def redis_cluster():
     """A real Redis Cluster of 6 nodes (3 masters, 3 replicas) for the whole session."""
-    nodes = RedisClusterNodes()
-    try:
-        nodes.start()
-    except (RuntimeError, OSError) as exc:
-        nodes.cleanup()
-        if in_ci():
-            raise
-        pytest.skip(f"no Redis Cluster: {exc}")
-    yield nodes
-    nodes.cleanup()
+    yield from running(RedisClusterNodes())
 
 
 @pytest.fixture

@@ -9,11 +9,12 @@ from __future__ import annotations
 import shutil
 import subprocess
 import time
+from collections.abc import Iterator
 
 import redis
 from redis.crc import key_slot
 
-from redis_server import RedisServer, free_port
+from redis_server import RedisServer, free_port, in_ci
 
 #: Seconds a node may be unreachable before the cluster fails it over: short, so that
 #: failover tests take seconds (Redis's default is 15).
@@ -214,3 +215,19 @@ def _pairs(reply: object) -> dict:
 
 def _text(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def running(nodes: RedisClusterNodes) -> Iterator[RedisClusterNodes]:
+    """A fixture's body: ``nodes`` started (the test skipped if they cannot start,
+    except in CI, where it fails), then cleaned up."""
+    import pytest
+
+    try:
+        nodes.start()
+    except (RuntimeError, OSError) as exc:
+        nodes.cleanup()
+        if in_ci():
+            raise
+        pytest.skip(f"no Redis Cluster: {exc}")
+    yield nodes
+    nodes.cleanup()

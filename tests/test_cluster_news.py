@@ -17,8 +17,7 @@ from scrapy import Request
 from twisted.internet.task import Clock
 
 from helpers import stand_in_engine
-from redis_cluster import RedisClusterNodes
-from redis_server import in_ci
+from redis_cluster import RedisClusterNodes, running
 from scrapy_redis.keys import lane_tags, news_channel
 from scrapy_redis.sharded_news import ShardedNewsListener
 from scrapy_redis.wakeup import NewsListener
@@ -285,18 +284,11 @@ def cluster_without_sharded_pubsub():
     """A Redis Cluster whose nodes know no sharded pub/sub, as Redis 6.2's (the commands
     renamed away: unknown, as there)."""
     renamed = ("SPUBLISH", "SSUBSCRIBE", "SUNSUBSCRIBE")
-    nodes = RedisClusterNodes(
-        extra_args=tuple(arg for name in renamed for arg in ("--rename-command", name, ""))
+    yield from running(
+        RedisClusterNodes(
+            extra_args=tuple(arg for name in renamed for arg in ("--rename-command", name, ""))
+        )
     )
-    try:
-        nodes.start()
-    except (RuntimeError, OSError) as exc:
-        nodes.cleanup()
-        if in_ci():
-            raise
-        pytest.skip(f"no Redis Cluster: {exc}")
-    yield nodes
-    nodes.cleanup()
 
 
 def test_on_a_cluster_without_sharded_pubsub_idle_workers_poll(
