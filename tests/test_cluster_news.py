@@ -279,6 +279,34 @@ def test_a_user_who_may_not_use_the_channels_still_pushes_and_pops(
                 client.acl_deluser("nopub")
 
 
+def test_a_lane_whose_news_are_refused_does_not_silence_the_others(redis_cluster, cluster):
+    """A feed that gives up its news (the server refused them) gives up its own channel
+    only: lane 0's feed has an object of its own, not the crawl's (whose name the push
+    scripts of every lane are given)."""
+    from scrapy_redis.wakeup import NewsChannel
+
+    nodes = redis_cluster.running()
+    for node in nodes:
+        with redis.Redis(port=node.port) as client:
+            client.acl_setuser("nopub0", enabled=True, passwords=["+pw"], keys=["~*"],
+                               commands=["+@all"], reset_channels=True)  # fmt: skip
+    try:
+        url = redis_cluster.url.replace("redis+cluster://", "redis+cluster://nopub0:pw@")
+        server = RedisCluster.from_url(url.replace("redis+cluster://", "redis://").split(",")[0])
+        lanes = [f"{{{tag}}}" for tag in lane_tags("demo:requests", 3)]
+        channels = [news_channel(lane, cluster=True) for lane in lanes]
+        crawl = NewsChannel(server, channels[0], sharded=True, listened=channels)
+        first = crawl.of_queue(lanes[0])
+        assert first.name == crawl.name and first is not crawl
+        first.publish("idle")  # NOPERM: this feed gives up its news
+        assert first.name == "" and crawl.name == channels[0]
+        server.close()
+    finally:
+        for node in nodes:
+            with redis.Redis(port=node.port) as client:
+                client.acl_deluser("nopub0")
+
+
 @pytest.fixture(scope="module")
 def cluster_without_sharded_pubsub():
     """A Redis Cluster whose nodes know no sharded pub/sub, as Redis 6.2's (the commands

@@ -232,3 +232,13 @@ def test_the_dump_of_a_huge_shared_value_is_short(settings_dict, server, caplog)
     dumps = [r.getMessage() for r in caplog.records if "Dumping" in r.getMessage()]
     assert len(dumps) == 2  # this worker's stats, then the fleet's
     assert all(len(dump) < 2000 and "characters)" in dump for dump in dumps)
+
+
+def test_set_stats_replaces_a_hash_of_many_stats(settings_dict, server):
+    """stats_replace.lua sets the fields in calls of 1,000: Lua 5.1's unpack() refuses
+    8,000 values (7,998 a call failed from 3,999 stats on)."""
+    stats = stats_collector(settings_dict)
+    many = {f"field/{n}": n for n in range(4000)}
+    stats.set_stats(many)
+    assert stats.get_stats() == many
+    assert server.hlen("demo:stats") == 4000

@@ -299,7 +299,6 @@ class LeasedFeed:
                 extra={"spider": spider},
             )
             self.context.counts.leases("recovered", recovered)
-            self.context.news.publish("recovered")
         if dead:
             logger.error(
                 "Moved %(count)d requests to %(key)s: each was leased %(max)d times by workers "
@@ -309,3 +308,5 @@ class LeasedFeed:
                 extra={"spider": spider},
             )
             self.context.counts.leases("dead_lettered", dead)
+        if recovered:  # last: what was recovered is logged and counted even if it fails
+            self.context.news.publish("recovered")

@@ -65,10 +65,9 @@ class NewsChannel:
         listen to every lane's channel, so one message reaches them all)."""
         if not self.sharded:
             return self
-        channel = news_channel(queue_key, cluster=True)
-        if channel == self.name:
-            return self
-        return NewsChannel(self.server, channel, self.spider, sharded=True)
+        # an object of its own even for the scheduler's channel: a feed that gives up
+        # its news (refused) must not silence the push scripts' announcements
+        return NewsChannel(self.server, news_channel(queue_key, cluster=True), self.spider, True)
 
     def publish(self, news: str) -> None:
         if not self.name:
