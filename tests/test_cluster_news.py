@@ -4,10 +4,11 @@ serving that slot (and its replicas) gets; what a worker does where the server r
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -263,16 +264,22 @@ def test_a_user_who_may_not_use_the_channels_still_pushes_and_pops(
     redis_cluster, cluster, schedulers, caplog
 ):
     """An ACL user without channels (Redis 7's default): the news are lost, nothing else."""
+    with user_without_channels(redis_cluster) as url:
+        errors = polled_without_news(scheduler_settings(url), schedulers, caplog)
+        assert len(errors) == 3
+        assert all(isinstance(error, redis.exceptions.NoPermissionError) for error in errors)
+
+
+@contextlib.contextmanager
+def user_without_channels(redis_cluster) -> Iterator[str]:
+    """The cluster's URL as an ACL user who may use every key and command, no channel."""
     nodes = redis_cluster.running()
     for node in nodes:
         with redis.Redis(port=node.port) as client:
             client.acl_setuser("nopub", enabled=True, passwords=["+pw"], keys=["~*"],
                                commands=["+@all"], reset_channels=True)  # fmt: skip
     try:
-        url = redis_cluster.url.replace("redis+cluster://", "redis+cluster://nopub:pw@")
-        errors = polled_without_news(scheduler_settings(url), schedulers, caplog)
-        assert len(errors) == 3
-        assert all(isinstance(error, redis.exceptions.NoPermissionError) for error in errors)
+        yield redis_cluster.url.replace("redis+cluster://", "redis+cluster://nopub:pw@")
     finally:
         for node in nodes:
             with redis.Redis(port=node.port) as client:
@@ -285,13 +292,7 @@ def test_a_lane_whose_news_are_refused_does_not_silence_the_others(redis_cluster
     scripts of every lane are given)."""
     from scrapy_redis.wakeup import NewsChannel
 
-    nodes = redis_cluster.running()
-    for node in nodes:
-        with redis.Redis(port=node.port) as client:
-            client.acl_setuser("nopub0", enabled=True, passwords=["+pw"], keys=["~*"],
-                               commands=["+@all"], reset_channels=True)  # fmt: skip
-    try:
-        url = redis_cluster.url.replace("redis+cluster://", "redis+cluster://nopub0:pw@")
+    with user_without_channels(redis_cluster) as url:
         server = RedisCluster.from_url(url.replace("redis+cluster://", "redis://").split(",")[0])
         lanes = [f"{{{tag}}}" for tag in lane_tags("demo:requests", 3)]
         channels = [news_channel(lane, cluster=True) for lane in lanes]
@@ -301,10 +302,6 @@ def test_a_lane_whose_news_are_refused_does_not_silence_the_others(redis_cluster
         first.publish("idle")  # NOPERM: this feed gives up its news
         assert first.name == "" and crawl.name == channels[0]
         server.close()
-    finally:
-        for node in nodes:
-            with redis.Redis(port=node.port) as client:
-                client.acl_deluser("nopub0")
 
 
 @pytest.fixture(scope="module")
