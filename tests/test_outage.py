@@ -121,6 +121,27 @@ def test_outage_guard_backs_off_and_expires():
     assert not guard.down and guard.may_try()
 
 
+def test_the_outage_is_backing_off_when_its_start_is_logged():
+    """A log handler may call Redis (Scrapy counts log lines in the stats, which a
+    RedisStatsCollector writes): when the outage's first line is logged, the guard is
+    already backing off, so that call is not tried (and does not log again)."""
+    now = [0.0]
+    guard = OutageGuard(timeout=10, clock=lambda: now[0])
+    seen: list[bool] = []
+
+    class Asks(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append(guard.may_try())
+
+    handler = Asks()
+    logging.getLogger("scrapy_redis.outage").addHandler(handler)
+    try:
+        guard.failed(ConnectionError("down"))
+    finally:
+        logging.getLogger("scrapy_redis.outage").removeHandler(handler)
+    assert seen == [False]
+
+
 def fifo_scheduler_with_a_bad_entry(
     own_server: RedisServer, reactor: Any = None
 ) -> tuple[Scheduler, Any]:

@@ -75,16 +75,18 @@ class OutageGuard:
     def failed(self, exc: BaseException) -> None:
         """Record a failed call; logs the start of an outage."""
         now = self.clock()
-        if self.since is None:
+        started = self.since is None
+        if started:
             self.since = now
+        else:
+            self._backoff = min(self._backoff * 2, self.MAX_BACKOFF)
+        self._retry_at = now + self._backoff  # before logging: a log handler may call Redis
+        if started:
             logger.warning(
                 "Redis is unreachable (%(error)s); keeping work in memory and retrying for up "
                 "to %(timeout)ss (REDIS_OUTAGE_TIMEOUT)",
                 {"error": exc, "timeout": self.timeout},
             )
-        else:
-            self._backoff = min(self._backoff * 2, self.MAX_BACKOFF)
-        self._retry_at = now + self._backoff
 
     def succeeded(self) -> None:
         """Record a successful call; logs the end of an outage."""

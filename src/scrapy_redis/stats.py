@@ -89,6 +89,9 @@ class RedisStatsCollector(StatsCollector):
     _own = PerInstance(lambda self: WorkerStats(self._seconds))
     _refresh_call: Any = None
 
+    #: Whether :meth:`_replay` is running (see there).
+    _replaying = False
+
     def __init__(
         self, crawler: Crawler, spider: Spider | None = None, *, clock: Any = None
     ) -> None:
@@ -232,7 +235,18 @@ class RedisStatsCollector(StatsCollector):
 
     def _replay(self, force: bool = False, refresh: bool = False) -> None:
         """Write the backlog: one script call (two after a failed one, sent again first);
-        with ``refresh``, the worker's rates even if the backlog is empty."""
+        with ``refresh``, the worker's rates even if the backlog is empty. Not re-entered:
+        the outage guard's log lines count themselves in these stats (Scrapy's
+        ``log_count/*``), and are written by the call that logged them."""
+        if self._replaying:
+            return
+        self._replaying = True
+        try:
+            self._write_backlog(force, refresh)
+        finally:
+            self._replaying = False
+
+    def _write_backlog(self, force: bool, refresh: bool) -> None:
         # Locals: every attribute read of a StatsCollector goes through Scrapy's slow
         # __getattribute__, and this runs for each update with STATS_FLUSH_INTERVAL = 0.
         guard, sending, own = self._guard, self._sending, self._own
