@@ -9,6 +9,7 @@ twice. A proxy in front of the test server loses one reply for real.
 from __future__ import annotations
 
 import json
+import logging
 import time
 
 import pytest
@@ -272,3 +273,30 @@ def test_a_fingerprint_sent_again_after_an_outage_is_not_taken_for_a_duplicate(p
     # Sent again when Redis answers (as the scheduler does): the first copy was applied.
     assert dupefilter.request_seen(Request("https://example.com/a")) is False
     assert dupefilter.request_seen(Request("https://example.com/a")) is True
+
+
+def test_stats_logged_while_the_stats_are_written_are_written_too(proxy, server, caplog):
+    """Scrapy counts log lines in the stats: the outage's lines, logged while a write is
+    under way, are counted and written, not re-entering it and not left over at close."""
+    settings = crawler_settings(
+        proxy, STATS_FLUSH_INTERVAL=0, SCHEDULER_PERSIST=True, STATS_DUMP=False
+    )
+    stats = stats_collector(settings)
+    stats.inc_value("pages", 1)
+
+    class Counts(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            stats.inc_value(f"logged/{record.levelname}")
+
+    handler, outage_logger = Counts(), logging.getLogger("scrapy_redis.outage")
+    outage_logger.addHandler(handler)
+    try:
+        proxy.lose_next_reply(times=2)  # the reply to redis-py's retry too: an outage
+        stats.inc_value("pages", 5)  # "Redis is unreachable": logged, counted, kept
+        stats.close_spider(reason="finished")  # "Redis is reachable again": logged too
+    finally:
+        outage_logger.removeHandler(handler)
+    assert server.hget("demo:stats", "pages") == b"6"
+    assert server.hget("demo:stats", "logged/WARNING") == b"2"
+    assert "are lost" not in caplog.text
+    assert server.keys("*:writes:*") == []

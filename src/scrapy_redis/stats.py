@@ -243,6 +243,10 @@ class RedisStatsCollector(StatsCollector):
         self._replaying = True
         try:
             self._write_backlog(force, refresh)
+            for _ in range(2):  # what was logged meanwhile ("Redis is reachable again")
+                if not self._backlog or self._guard.down:
+                    break
+                self._write_backlog(force, False)
         finally:
             self._replaying = False
 
