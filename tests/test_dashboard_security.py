@@ -15,7 +15,7 @@ import sys
 import pytest
 
 from dashboard_process import EXAMPLE, MODULE, DashboardProcess, csrf_token, http
-from scrapy_redis.dashboard.security import MIN_TOKEN_LENGTH, TOKEN_ENV, check_binding
+from scrapy_redis.dashboard.security import COOKIE, MIN_TOKEN_LENGTH, TOKEN_ENV, check_binding
 from scrapy_redis.dashboard.throttle import FAILURE_WINDOW, LOCKOUT, MAX_FAILURES, Throttle
 from scrapy_redis.exceptions import ConfigurationError
 
@@ -53,6 +53,17 @@ def log_in(url: str, headers: dict[str, str] | None = None, token: str = TOKEN):
     return http(url + "login", "POST", f"token={token}".encode(), {**FORM, **(headers or {})})
 
 
+def session_of(login) -> dict[str, str]:
+    """The ``Cookie`` header of the session a login set."""
+    return {"Cookie": f"{COOKIE}={login.cookies[COOKIE]}"}
+
+
+def push(url: str, message: str, headers: dict[str, str]):
+    """The push action of one start message for myspider_redis."""
+    body = {"spider": "myspider_redis", "messages": [message]}
+    return http(url + "api/actions/push", "POST", body, headers)
+
+
 # -- the Origin behind a TLS reverse proxy -------------------------------------------------
 
 
@@ -64,12 +75,11 @@ def test_behind_a_tls_proxy_the_login_and_actions_work(proxied_dashboard, server
     login = log_in(url, browser)
     assert login.status == 302, login.text
     assert "; Secure" in login.headers["Set-Cookie"]  # the browser is on https
-    cookie = {"Cookie": f"scrapy_redis_dashboard={login.cookies['scrapy_redis_dashboard']}"}
+    cookie = session_of(login)
     page = http(url, headers={"Host": public, **cookie})
     assert page.status == 200
-    push = {"X-CSRF-Token": csrf_token(page.text), **browser, **cookie}
-    body = {"spider": "myspider_redis", "messages": [f"https://{public}/a"]}
-    reply = http(url + "api/actions/push", "POST", body, push)
+    headers = {"X-CSRF-Token": csrf_token(page.text), **browser, **cookie}
+    reply = push(url, f"https://{public}/a", headers)
     assert reply.status == 200, reply.text
     assert server.lrange(START_KEY, 0, -1) == [f"https://{public}/a".encode()]
 
@@ -90,12 +100,10 @@ def test_an_origin_of_another_site_is_refused_as_such(proxied_dashboard, server,
     assert "cross-origin request refused" in login.text
     assert "Wrong token" not in login.text  # the token was right
     assert "Set-Cookie" not in login.headers
-    cookie = log_in(url, {"Host": PUBLIC, "Origin": f"https://{PUBLIC}"}).cookies
-    session = {"Cookie": f"scrapy_redis_dashboard={cookie['scrapy_redis_dashboard']}"}
+    session = session_of(log_in(url, {"Host": PUBLIC, "Origin": f"https://{PUBLIC}"}))
     token = csrf_token(http(url, headers={"Host": PUBLIC, **session}).text)
-    body = {"spider": "myspider_redis", "messages": ["http://a.test/"]}
     headers = {"Host": PUBLIC, "Origin": origin, "X-CSRF-Token": token, **session}
-    reply = http(url + "api/actions/push", "POST", body, headers)
+    reply = push(url, "http://a.test/", headers)
     assert reply.status == 403
     assert "cross-origin request refused" in reply.json()["error"]
     assert not server.exists(START_KEY)
@@ -104,10 +112,7 @@ def test_an_origin_of_another_site_is_refused_as_such(proxied_dashboard, server,
 def test_without_its_csrf_token_an_action_of_the_right_origin_is_refused(proxied_dashboard, server):
     url = proxied_dashboard.url
     browser = {"Host": PUBLIC, "Origin": f"https://{PUBLIC}"}
-    session = log_in(url, browser).cookies["scrapy_redis_dashboard"]
-    headers = {**browser, "Cookie": f"scrapy_redis_dashboard={session}"}
-    body = {"spider": "myspider_redis", "messages": ["http://a.test/"]}
-    reply = http(url + "api/actions/push", "POST", body, headers)
+    reply = push(url, "http://a.test/", {**browser, **session_of(log_in(url, browser))})
     assert reply.status == 403
     assert "X-CSRF-Token" in reply.json()["error"]
     assert not server.exists(START_KEY)
@@ -118,7 +123,7 @@ def test_without_its_csrf_token_an_action_of_the_right_origin_is_refused(proxied
 
 def test_wrong_tokens_at_the_form_and_as_bearer_make_the_address_wait(fresh_dashboard, server):
     url = fresh_dashboard.url
-    session = {"Cookie": f"scrapy_redis_dashboard={log_in(url).cookies['scrapy_redis_dashboard']}"}
+    session = session_of(log_in(url))
     for _ in range(MAX_FAILURES - 1):
         assert log_in(url, token="wrong").status == 401
     basic = {"Authorization": "Basic dXNlcjpwYXNz", **session}  # a proxy's own login
