@@ -34,6 +34,16 @@ def test_defaults():
     assert retry.get_retries() == 1  # fail fast on the reactor thread; we back off ourselves
 
 
+def test_each_client_gets_its_own_mutable_defaults():
+    """redis-py 5 appends TimeoutError to the retry_on_error list it is given when
+    retry_on_timeout is set: the defaults' list must not be the one given."""
+    first = connection.redis_params_from_settings(Settings())
+    second = connection.redis_params_from_settings(Settings())
+    first["retry_on_error"].append(TimeoutError)
+    assert second["retry_on_error"] == [redis.ConnectionError, redis.TimeoutError]
+    assert first["retry"] is not second["retry"]
+
+
 def test_shortcuts_override_params_and_zero_is_honoured():
     params = connection.redis_params_from_settings(
         Settings(

@@ -66,7 +66,10 @@ def redis_params_from_settings(settings: BaseSettings) -> dict[str, Any]:
     Unlike the original, an explicit ``0``/``False`` (``REDIS_DB = 0``) is honoured.
     """
     params = dict(defaults.REDIS_PARAMS)
-    params["retry"] = copy.deepcopy(params["retry"])  # redis-py may update it per client
+    # redis-py may update these per client (redis-py 5 appends TimeoutError to the list
+    # when retry_on_timeout is set): each client its own, the defaults left as they are
+    params["retry"] = copy.deepcopy(params["retry"])
+    params["retry_on_error"] = list(params["retry_on_error"])
     params.update(settings.getdict("REDIS_PARAMS"))
     for setting, param in SETTINGS_PARAMS_MAP.items():
         if settings.get(setting) is None:
