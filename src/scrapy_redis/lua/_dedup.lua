@@ -177,9 +177,10 @@ end
 
 -- The duplicate filter of a push script, whose keys are KEYS[first..]: `mode` is '0'
 -- (sets), '1' (sets, then the count hash), 'bloom' (a Bloom filter: see _bloom.lua,
--- with its `params` and the batch's `blocks`; the members are the fingerprints) or 'redisbloom' (a RedisBloom filter, with its `params`:
--- see _redisbloom.lua). nil if the client's view of the Bloom filter is stale
--- (nothing is done: it reloads the filter and sends again). Otherwise a table:
+-- with its `params` and the batch's `blocks`; the members are the fingerprints) or
+-- 'redisbloom' (a RedisBloom filter, with its `params`: see _redisbloom.lua). nil if
+-- the client's view of the Bloom filter is stale (nothing is done: it reloads the filter
+-- and sends again). Otherwise a table:
 --   types: {key, type} pairs for check_types();
 --   find_new(numbers, members): whether each request is new (see find_new()); a Bloom
 --     filter answers for the first ones only, as many as its newest layer has room for
