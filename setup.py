@@ -15,7 +15,8 @@ setup(
     package_dir={"": "src"},
     packages=find_packages("src"),
     package_data={
-        "scrapy_redis": ["lua/*.lua", "py.typed"],
+        "scrapy_redis": ["py.typed"],
+        "scrapy_redis.store.lua": ["*.lua"],
         "scrapy_redis.dashboard.static": ["*.html", "*.js", "*.css"],
     },
     include_package_data=True,

@@ -26,9 +26,9 @@ from dataclasses import dataclass
 import redis
 from _util import Redis
 
-from scrapy_redis.bloom_layout import BloomLayout
 from scrapy_redis.dupefilter import BloomDupeFilter
-from scrapy_redis.keys import bloom_block_key
+from scrapy_redis.dupefilters.bloom_layout import BloomLayout
+from scrapy_redis.store.keys import bloom_block_key
 
 CHUNK = 10**4
 #: Fingerprints recorded past the point where a layer is added: every block of it written.

@@ -138,7 +138,7 @@ class ManualClock:
 def guard_clock(scheduler: Any) -> ManualClock:
     """Put the outage guard of ``scheduler``'s crawler on a clock the test moves (to skip
     a back-off: ``clock.advance(OutageGuard.MAX_BACKOFF)``)."""
-    from scrapy_redis.outage import outage_guard
+    from scrapy_redis.store.outage import outage_guard
 
     clock = ManualClock()
     outage_guard(scheduler.crawler).clock = clock

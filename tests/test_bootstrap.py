@@ -7,7 +7,7 @@ import asyncio
 import gc
 import logging
 
-from scrapy_redis.bootstrap import report_if_it_stops_the_crawl
+from scrapy_redis.store.bootstrap import report_if_it_stops_the_crawl
 
 
 def run_task(body) -> list[dict]:

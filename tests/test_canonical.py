@@ -11,9 +11,9 @@ import pytest
 from scrapy import Request
 from w3lib.url import canonicalize_url
 
-from scrapy_redis import canonical
-from scrapy_redis.canonical import canonical_url, fast_path
 from scrapy_redis.dupefilter import fingerprint_of, request_fingerprint
+from scrapy_redis.encoding import canonical
+from scrapy_redis.encoding.canonical import canonical_url, fast_path
 
 # Pieces that keep a URL in the fast path, and near misses that take it out.
 SCHEMES = (["http", "https"], ["HTTP", "Https", "ftp", "ws", "file", "mailto", "foo"])
@@ -323,7 +323,7 @@ def _fragment_keeping_reference(url):
 def test_disagreeing_reference_switches_the_fast_path_off(monkeypatch, caplog):
     monkeypatch.setattr(canonical, "reference", _fragment_keeping_reference)
     monkeypatch.setattr(canonical, "fast_path_on", None)
-    with caplog.at_level(logging.DEBUG, logger="scrapy_redis.canonical"):
+    with caplog.at_level(logging.DEBUG, logger="scrapy_redis.encoding.canonical"):
         url = "http://example.com/x?b=2&a=1#top"
         assert canonical_url(url) == "http://example.com/x?a=1&b=2#top"
     assert canonical.fast_path_on is False

@@ -22,8 +22,8 @@ from scrapy_redis.connection import (
     get_redis_from_settings,
 )
 from scrapy_redis.exceptions import ConfigurationError, RedisUnavailableError
-from scrapy_redis.keys import hash_tag, lane_tags
-from scrapy_redis.lanes import LanedQueue
+from scrapy_redis.scheduling.lanes import LanedQueue
+from scrapy_redis.store.keys import hash_tag, lane_tags
 
 FILTERS = ["RFPDupeFilter", "LeanDupeFilter", "BloomDupeFilter"]
 QUEUES = ["FifoQueue", "LifoQueue", "PriorityQueue"]
@@ -525,7 +525,7 @@ def test_a_worker_joining_while_the_lanes_are_deleted_waits(redis_cluster, clust
 def test_the_last_worker_clears_the_lanes_and_filters_under_its_claim(redis_cluster, cluster):
     """Keys in several slots: the claim ('~flushing') is held while the keys are deleted and
     the filters' other keys cleared (after_flush), and dropped only when all went well."""
-    from scrapy_redis.workers import WorkerRegistry
+    from scrapy_redis.scheduling.workers import WorkerRegistry
 
     registry = "{demo:requests}:workers"
     lanes = [f"{{demo:requests/{n}}}" for n in range(8)]

@@ -19,9 +19,9 @@ from twisted.internet.task import Clock
 
 from helpers import stand_in_engine
 from redis_cluster import RedisClusterNodes, running
-from scrapy_redis.keys import lane_tags, news_channel
-from scrapy_redis.sharded_news import ShardedNewsListener
-from scrapy_redis.wakeup import NewsListener
+from scrapy_redis.scheduling.sharded_news import ShardedNewsListener
+from scrapy_redis.scheduling.wakeup import NewsListener
+from scrapy_redis.store.keys import lane_tags, news_channel
 from test_cluster import scheduler_settings
 
 
@@ -290,7 +290,7 @@ def test_a_lane_whose_news_are_refused_does_not_silence_the_others(redis_cluster
     """A feed that gives up its news (the server refused them) gives up its own channel
     only: lane 0's feed has an object of its own, not the crawl's (whose name the push
     scripts of every lane are given)."""
-    from scrapy_redis.wakeup import NewsChannel
+    from scrapy_redis.scheduling.wakeup import NewsChannel
 
     with user_without_channels(redis_cluster) as url:
         server = RedisCluster.from_url(url.replace("redis+cluster://", "redis://").split(",")[0])

@@ -29,9 +29,9 @@ from scrapy_redis import connection
 from scrapy_redis.dupefilter import RFPDupeFilter
 from scrapy_redis.pipelines import RedisPipeline
 from scrapy_redis.scheduler import Scheduler
+from scrapy_redis.scheduling.workers import crawler_worker_id
 from scrapy_redis.spiders import RedisSpider
 from scrapy_redis.stats import RedisStatsCollector
-from scrapy_redis.workers import crawler_worker_id
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -22,10 +22,10 @@ from scrapy_redis.dashboard.actions import push_start_messages, requeue_expired
 from scrapy_redis.dashboard.fleet import Fleet
 from scrapy_redis.dashboard.security import TOKEN_ENV
 from scrapy_redis.exceptions import InvalidStartMessageError
-from scrapy_redis.leases import Recovery
-from scrapy_redis.operations import purge_queue
+from scrapy_redis.fleet.operations import purge_queue
+from scrapy_redis.fleet.status import crawl_status
+from scrapy_redis.queues.leases import Recovery
 from scrapy_redis.spiders import RedisSpider
-from scrapy_redis.status import crawl_status
 
 pytestmark = pytest.mark.timeout(120)
 

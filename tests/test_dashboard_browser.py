@@ -19,7 +19,7 @@ from scrapy.settings import Settings
 
 from browser import chromium_driver
 from dashboard_process import DashboardProcess
-from scrapy_redis.status import crawl_status
+from scrapy_redis.fleet.status import crawl_status
 from test_e2e import DOMAIN, PROBLEM, start_worker, wait_for_requests
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]

@@ -32,11 +32,11 @@ from helpers import (
 )
 from scrapy_redis import queue as queue_module
 from scrapy_redis.dupefilter import RFPDupeFilter
-from scrapy_redis.leases import LeaseBook
-from scrapy_redis.outage import OutageGuard
 from scrapy_redis.queue import Base, Candidate, PriorityQueue
+from scrapy_redis.queues.leases import LeaseBook
 from scrapy_redis.scheduler import Scheduler
-from scrapy_redis.wakeup import NewsListener, QueueWatcher
+from scrapy_redis.scheduling.wakeup import NewsListener, QueueWatcher
+from scrapy_redis.store.outage import OutageGuard
 
 
 @pytest.mark.parametrize("queue_cls", ["FifoQueue", "LifoQueue", "PriorityQueue"])
@@ -372,7 +372,7 @@ def test_without_an_engine_no_request_is_known_done(settings_dict, server, sched
 def test_release_and_give_back_ignore_positions_outside_the_record(
     settings_dict, server, schedulers
 ):
-    from scrapy_redis.scripts import script
+    from scrapy_redis.store.scripts import script
 
     scheduler = schedulers(
         {
@@ -695,7 +695,7 @@ def no_server() -> redis.Redis:
 def test_news_listener_without_a_server_ends_and_leaves_polling(caplog):
     client = no_server()
     listener = NewsListener(client, "demo:requests:news", lambda: None, reactor=_ThreadReactor())
-    with caplog.at_level(logging.DEBUG, logger="scrapy_redis.wakeup"):
+    with caplog.at_level(logging.DEBUG, logger="scrapy_redis.scheduling.wakeup"):
         listener.start()
         listener.join(5)
     assert not listener.thread.is_alive()
@@ -812,7 +812,7 @@ def test_an_idle_worker_on_a_test_clock_keeps_listening_to_the_news(
     # news to Twisted's reactor as before (a task.Clock cannot take calls from threads).
     scheduler = schedulers(settings_dict, reactor=Clock())
     channel = "demo:requests:news"
-    with caplog.at_level(logging.DEBUG, logger="scrapy_redis.wakeup"):
+    with caplog.at_level(logging.DEBUG, logger="scrapy_redis.scheduling.wakeup"):
         assert scheduler.next_request() is None  # idles: listens to the news channel
         deadline = time.monotonic() + 5
         while server.pubsub_numsub(channel)[0][1] == 0 and time.monotonic() < deadline:

@@ -3,7 +3,7 @@
 The scheduler reads that private set to release the leases of finished requests.
 Without it, it warns once and falls back to the weak references it keeps: a
 handed-out request is done once Scrapy has freed it. The crawl runs with the seam
-``scrapy_redis._engine.IN_PROGRESS_ATTRIBUTE`` set to a name Scrapy lacks (by the
+``scrapy_redis.core.engine.IN_PROGRESS_ATTRIBUTE`` set to a name Scrapy lacks (by the
 spider file, tests/spiders/future_engine_spider.py).
 """
 

@@ -15,9 +15,9 @@ from scrapy import Request
 from helpers import open_scheduler
 from lossy_proxy import LossyProxy
 from scrapy_redis.exceptions import ConfigurationError
-from scrapy_redis.keys import CLUSTER_SLOTS, lane_tags
-from scrapy_redis.lanes import LanedQueue
 from scrapy_redis.queue import FifoQueue
+from scrapy_redis.scheduling.lanes import LanedQueue
+from scrapy_redis.store.keys import CLUSTER_SLOTS, lane_tags
 
 
 class OwnEmptyQueue(FifoQueue):
@@ -127,8 +127,8 @@ def test_each_lane_keeps_its_order(redis_url, server, schedulers):
 
 
 def _lane(scheduler, url: str) -> int:
-    from scrapy_redis.lanes import lane_of
     from scrapy_redis.queue import Candidate
+    from scrapy_redis.scheduling.lanes import lane_of
 
     fingerprint = scheduler.df.request_fingerprint(Request(url))
     return lane_of(Candidate(fingerprint, None), len(scheduler.queue.lanes))
@@ -269,7 +269,7 @@ def test_redis_unreachable_while_looking_into_the_lanes_is_an_outage(proxy, serv
 def test_a_lane_that_fails_does_not_stop_the_others_upkeep():
     """One master of a cluster down: the other lanes' leases are still renewed, then the
     failure is raised (an outage for the caller)."""
-    from scrapy_redis.lanes import LanedFeed
+    from scrapy_redis.scheduling.lanes import LanedFeed
 
     class Lane:
         def __init__(self, fails: bool) -> None:

@@ -15,8 +15,8 @@ from scrapy.utils.test import get_crawler
 
 from helpers import DemoSpider, make_spider, results_of_processes
 from scrapy_redis.dupefilter import LeanDupeFilter, RFPDupeFilter, request_fingerprint
-from scrapy_redis.lean_layout import LeanLayout, layout_for, target_fill
-from scrapy_redis.scripts import script
+from scrapy_redis.dupefilters.lean_layout import LeanLayout, layout_for, target_fill
+from scrapy_redis.store.scripts import script
 
 LEAN = "scrapy_redis.dupefilter.LeanDupeFilter"
 INT32 = range(-(2**31), 2**31)
@@ -233,7 +233,7 @@ def test_clear_finds_buckets_whose_layout_was_lost(settings_dict, server):
 def test_stats_and_a_warning_past_capacity(settings_dict, server, caplog):
     df, spider = _lean(settings_dict, DUPEFILTER_LEAN_CAPACITY=100)
     assert df.layout.buckets == 16
-    with caplog.at_level(logging.WARNING, logger="scrapy_redis.lean_dupefilter"):
+    with caplog.at_level(logging.WARNING, logger="scrapy_redis.dupefilters.lean"):
         df.record_fingerprints(_fingerprints(100))
         assert caplog.records == []
         df.record_fingerprints(_fingerprints(10000, seed=2))
@@ -251,7 +251,7 @@ def test_stats_and_a_warning_past_capacity(settings_dict, server, caplog):
 def test_other_workers_use_the_stored_layout_and_say_so(settings_dict, server, caplog):
     first, _ = _lean(settings_dict, DUPEFILTER_LEAN_CAPACITY=10**6)
     first.request_seen(Request("http://example.com"))
-    with caplog.at_level(logging.WARNING, logger="scrapy_redis.lean_dupefilter"):
+    with caplog.at_level(logging.WARNING, logger="scrapy_redis.dupefilters.lean"):
         second, _ = _lean(settings_dict, DUPEFILTER_LEAN_CAPACITY=10**8)
         assert second.layout == first.layout
     [message] = [r.getMessage() for r in caplog.records]
@@ -302,7 +302,7 @@ def test_a_bad_capacity_names_the_setting(settings_dict, capacity):
 def test_open_warns_of_an_existing_original_set(settings_dict, server, caplog):
     server.sadd("demo:dupefilter", request_fingerprint(Request("http://example.com")))
     df, _ = _lean(settings_dict)
-    with caplog.at_level(logging.WARNING, logger="scrapy_redis.lean_dupefilter"):
+    with caplog.at_level(logging.WARNING, logger="scrapy_redis.dupefilters.lean"):
         assert df.request_seen(Request("http://example.com")) is False  # opened on first use
     [message] = [r.getMessage() for r in caplog.records]
     assert "demo:dupefilter holds fingerprints of another duplicate filter" in message

@@ -81,8 +81,8 @@ def test_the_old_set_is_copied_into_the_lean_filter(server):
 
 
 def test_the_old_set_is_copied_into_a_bloom_filter_on_the_same_key(server):
-    from scrapy_redis.bloom_layout import BloomLayout
     from scrapy_redis.dupefilter import BloomDupeFilter
+    from scrapy_redis.dupefilters.bloom_layout import BloomLayout
 
     old_set(server)
     bloom = BloomDupeFilter(server, "demo:dupefilter", layout=BloomLayout(10_000, 0.001))

@@ -9,8 +9,8 @@ import pytest
 from scrapy import Request
 
 from helpers import open_scheduler
-from scrapy_redis.lanes import LanedQueue
 from scrapy_redis.move_crawl import main
+from scrapy_redis.scheduling.lanes import LanedQueue
 
 URLS = [f"http://example.com/{n}" for n in range(300)]
 

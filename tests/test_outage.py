@@ -14,9 +14,9 @@ from twisted.internet.task import Clock
 
 from helpers import DemoSpider, guard_clock
 from redis_server import RedisServer
-from scrapy_redis.outage import OutageGuard
 from scrapy_redis.pipelines import RedisPipeline
 from scrapy_redis.scheduler import Scheduler
+from scrapy_redis.store.outage import OutageGuard
 
 
 @pytest.fixture
@@ -134,11 +134,11 @@ def test_the_outage_is_backing_off_when_its_start_is_logged():
             seen.append(guard.may_try())
 
     handler = Asks()
-    logging.getLogger("scrapy_redis.outage").addHandler(handler)
+    logging.getLogger("scrapy_redis.store.outage").addHandler(handler)
     try:
         guard.failed(ConnectionError("down"))
     finally:
-        logging.getLogger("scrapy_redis.outage").removeHandler(handler)
+        logging.getLogger("scrapy_redis.store.outage").removeHandler(handler)
     assert seen == [False]
 
 

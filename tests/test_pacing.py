@@ -16,8 +16,8 @@ from scrapy import Request
 from scrapy.settings import Settings
 
 from helpers import Calls, leased_entries
-from scrapy_redis.pacing import UNPACED_FIRST_BATCH, Pacer, slots_may_have_delays
 from scrapy_redis.scheduler import Scheduler
+from scrapy_redis.scheduling.pacing import UNPACED_FIRST_BATCH, Pacer, slots_may_have_delays
 
 
 class Clock:

@@ -8,9 +8,9 @@ import redis
 from scrapy import Request
 
 from scrapy_redis.exceptions import ScrapyRedisError
-from scrapy_redis.operations import PURGE_ATTEMPTS, purge_queue
-from scrapy_redis.scripts import script
-from scrapy_redis.workers import alive_workers
+from scrapy_redis.fleet.operations import PURGE_ATTEMPTS, purge_queue
+from scrapy_redis.scheduling.workers import alive_workers
+from scrapy_redis.store.scripts import script
 
 QUEUE = "demo:requests"
 

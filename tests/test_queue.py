@@ -19,6 +19,12 @@ from w3lib.url import safe_url_string
 
 from helpers import make_spider
 from scrapy_redis import picklecompat
+from scrapy_redis.encoding.reqser import (
+    SAFE_URL,
+    dict_to_request,
+    owned_dict_to_request,
+    request_to_dict,
+)
 from scrapy_redis.exceptions import ScrapyRedisDeprecationWarning, UndecodableRequestError
 from scrapy_redis.queue import (
     Base,
@@ -29,13 +35,7 @@ from scrapy_redis.queue import (
     SpiderQueue,
     SpiderStack,
 )
-from scrapy_redis.queue_base import new_flags
-from scrapy_redis.reqser import (
-    SAFE_URL,
-    dict_to_request,
-    owned_dict_to_request,
-    request_to_dict,
-)
+from scrapy_redis.queues.base import new_flags
 from scrapy_redis.serializers import msgpack_serializer, with_defaults
 from scrapy_redis.spiders import RedisCrawlSpider
 
@@ -440,7 +440,7 @@ def test_subclass_with_other_defaults_comes_back_the_same(server):
 def test_a_retried_pop_answers_what_the_first_one_leased(server, queue_cls):
     """redis-py resends a command whose reply was lost: the retry must not pop more
     (the first batch would be in no queue and no lease)."""
-    from scrapy_redis.leases import LeaseBook
+    from scrapy_redis.queues.leases import LeaseBook
 
     spider = make_spider()
     queue = queue_cls(server, spider, "q")
@@ -454,8 +454,8 @@ def test_a_retried_pop_answers_what_the_first_one_leased(server, queue_cls):
 
 
 def test_giving_back_nothing_leaves_no_empty_priority(server):
-    from scrapy_redis.leases import LeaseBook
-    from scrapy_redis.scripts import script
+    from scrapy_redis.queues.leases import LeaseBook
+    from scrapy_redis.store.scripts import script
 
     queue = PriorityQueue(server, make_spider(), "q")
     for i in range(2):
@@ -719,16 +719,16 @@ def test_pop_reply_codes_are_those_the_script_documents():
     """PopReply names the codes pop_priority.lua's header lists, one line each."""
     from importlib import resources
 
-    from scrapy_redis.queue_priority import PopReply
+    from scrapy_redis.queues.priority import PopReply
 
-    header = resources.files("scrapy_redis.lua").joinpath("pop_priority.lua").read_text()
+    header = resources.files("scrapy_redis.store.lua").joinpath("pop_priority.lua").read_text()
     documented = {int(code) for code in re.findall(r"^--\s+(?:returns )?\{(\d)\b", header, re.M)}
     assert documented == {member.value for member in PopReply}
 
 
 def test_lease_records_the_pop_scripts_write_are_read_back(server):
-    from scrapy_redis.leases import LeaseBook
-    from scrapy_redis.records import record_entries, record_keys, unpack_record
+    from scrapy_redis.queues.leases import LeaseBook
+    from scrapy_redis.queues.records import record_entries, record_keys, unpack_record
 
     for queue in (FifoQueue(server, make_spider(), "l"), PriorityQueue(server, make_spider(), "p")):
         for i in range(3):
@@ -748,7 +748,7 @@ def test_lease_records_the_pop_scripts_write_are_read_back(server):
 
 
 def test_the_codec_round_trips_and_names_the_key_and_fix():
-    from scrapy_redis.codec import decode_request, encode_request, is_pickle
+    from scrapy_redis.encoding.codec import decode_request, encode_request, is_pickle
 
     spider = make_spider()
     request = Request("https://example.com/c", priority=3, meta={"k": b"v"})

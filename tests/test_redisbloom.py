@@ -12,9 +12,9 @@ from scrapy import Request
 from scrapy.utils.test import get_crawler
 
 from helpers import Calls, DemoSpider
-from scrapy_redis.bloom_dupefilter import server_has_redisbloom
-from scrapy_redis.bloom_layout import BloomLayout
 from scrapy_redis.dupefilter import BloomDupeFilter
+from scrapy_redis.dupefilters.bloom import server_has_redisbloom
+from scrapy_redis.dupefilters.bloom_layout import BloomLayout
 from test_bloom_dupefilter import bloom, bloom_settings, fingerprints, lose_a_reply, race
 
 

@@ -223,7 +223,7 @@ def test_items_kept_during_an_outage_are_pushed_once_when_the_pipeline_sees_redi
 def test_the_record_key_is_in_the_slot_of_the_key_it_guards():
     from redis.crc import key_slot
 
-    from scrapy_redis.keys import writes_key
+    from scrapy_redis.store.keys import writes_key
 
     for data_key in ["demo:items", "{demo}:requests", "demo:{x}:stats", "a{b"]:
         record = writes_key(data_key, "host:1:abcd")
@@ -236,7 +236,7 @@ def test_the_record_key_is_in_the_slot_of_the_key_it_guards():
 def test_records_outlive_the_outage_timeout(timeout, ttl):
     from scrapy.settings import Settings
 
-    from scrapy_redis.writes import WriteIds, writes_ttl
+    from scrapy_redis.store.writes import WriteIds, writes_ttl
 
     assert writes_ttl(Settings({"REDIS_OUTAGE_TIMEOUT": timeout})) == ttl
     assert WriteIds(writes_ttl(Settings({"REDIS_OUTAGE_TIMEOUT": timeout}))).ttl_ms == ttl * 1000
@@ -288,7 +288,7 @@ def test_stats_logged_while_the_stats_are_written_are_written_too(proxy, server,
         def emit(self, record: logging.LogRecord) -> None:
             stats.inc_value(f"logged/{record.levelname}")
 
-    handler, outage_logger = Counts(), logging.getLogger("scrapy_redis.outage")
+    handler, outage_logger = Counts(), logging.getLogger("scrapy_redis.store.outage")
     outage_logger.addHandler(handler)
     try:
         proxy.lose_next_reply(times=2)  # the reply to redis-py's retry too: an outage

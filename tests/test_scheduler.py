@@ -286,7 +286,7 @@ def test_subclass_overriding_open_the_old_way(settings_dict, server, schedulers)
 def test_queue_watcher_backs_off_and_wakes_the_engine():
     from twisted.internet.task import Clock
 
-    from scrapy_redis.wakeup import QueueWatcher
+    from scrapy_redis.scheduling.wakeup import QueueWatcher
 
     clock, state, wakes = Clock(), {"empty": True}, []
     watcher = QueueWatcher(lambda: not state["empty"], lambda: wakes.append(clock.seconds()), clock)
@@ -447,7 +447,7 @@ def test_idle_worker_is_woken_when_the_other_workers_finish(settings_dict, serve
 def test_the_spiders_and_stats_see_our_scheduler_through_its_protocol(schedulers, settings_dict):
     from scrapy.core.scheduler import Scheduler as ScrapyScheduler
 
-    from scrapy_redis.scheduler_api import SharedScheduler
+    from scrapy_redis.scheduling.api import SharedScheduler
 
     assert isinstance(schedulers(settings_dict), SharedScheduler)
     assert not isinstance(ScrapyScheduler.__new__(ScrapyScheduler), SharedScheduler)

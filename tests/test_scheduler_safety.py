@@ -21,8 +21,8 @@ from helpers import DemoSpider, dying_worker, leased_entries, open_scheduler
 from redis_server import RedisServer
 from scrapy_redis.deadletters import dead_letters, requeue_dead_letters
 from scrapy_redis.exceptions import ConfigurationError, WrongKeyTypeError
-from scrapy_redis.outage import outage_guard
 from scrapy_redis.scheduler import Scheduler
+from scrapy_redis.store.outage import outage_guard
 
 
 def test_flush_deletes_leases_so_a_dead_workers_requests_never_come_back(

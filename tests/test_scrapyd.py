@@ -45,7 +45,7 @@ import pytest
 
 from redis_server import free_port
 from scrapy_redis import defaults
-from scrapy_redis.keys import format_key, workers_key
+from scrapy_redis.store.keys import format_key, workers_key
 from test_e2e import (
     EXAMPLE,
     PROBLEM,

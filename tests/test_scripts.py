@@ -7,11 +7,11 @@ from importlib import resources
 
 import pytest
 
-from scrapy_redis import scripts
+from scrapy_redis.store import scripts
 
 SCRIPTS = sorted(
     path.name.removesuffix(".lua")
-    for path in resources.files("scrapy_redis.lua").iterdir()
+    for path in resources.files("scrapy_redis.store.lua").iterdir()
     if path.name.endswith(".lua") and not path.name.startswith("_")
 )
 

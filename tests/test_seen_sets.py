@@ -15,7 +15,7 @@ from scrapy import Request
 from helpers import Calls, make_spider
 from scrapy_redis.dupefilter import RFPDupeFilter
 from scrapy_redis.queue import Base, Candidate, Entry, FifoQueue, PriorityQueue
-from scrapy_redis.seen_sets import SeenMembers, SetFilter, single_set
+from scrapy_redis.queues.seen_sets import SeenMembers, SetFilter, single_set
 
 
 class BucketFilter(RFPDupeFilter):
@@ -118,8 +118,8 @@ class FailingOncePush(FifoQueue):
 
 
 def _bloom(server):
-    from scrapy_redis.bloom_layout import BloomLayout
     from scrapy_redis.dupefilter import BloomDupeFilter
+    from scrapy_redis.dupefilters.bloom_layout import BloomLayout
 
     return BloomDupeFilter(server, "demo:dupefilter", layout=BloomLayout(1000, 0.001))
 

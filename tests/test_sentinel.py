@@ -22,8 +22,8 @@ from helpers import DemoSpider, guard_clock, open_scheduler, use_every_component
 from redis_server import in_ci
 from scrapy_redis import connection
 from scrapy_redis.exceptions import ConfigurationError, RedisUnavailableError
-from scrapy_redis.outage import OUTAGE_ERRORS, OutageGuard
-from scrapy_redis.sentinel import parse_sentinel_url
+from scrapy_redis.store.outage import OUTAGE_ERRORS, OutageGuard
+from scrapy_redis.store.sentinel import parse_sentinel_url
 from sentinel_servers import MASTER_NAME, SentinelDeployment
 from tls_servers import Certificates, make_certificates
 

@@ -10,12 +10,12 @@ from scrapy import Request
 from scrapy.settings import Settings
 from twisted.internet import task
 
-from scrapy_redis.outage import OutageGuard
-from scrapy_redis.spider_idle import IdleTimer
-from scrapy_redis.spider_polling import Poller
-from scrapy_redis.spider_settings import StartSettings, read_start_settings
-from scrapy_redis.start_filter import FilteredStartRequests
-from scrapy_redis.start_reader import StartMessageReader
+from scrapy_redis.start.filter import FilteredStartRequests
+from scrapy_redis.start.idle import IdleTimer
+from scrapy_redis.start.polling import Poller
+from scrapy_redis.start.reader import StartMessageReader
+from scrapy_redis.start.settings import StartSettings, read_start_settings
+from scrapy_redis.store.outage import OutageGuard
 
 
 class Arguments:

@@ -12,9 +12,9 @@ from scrapy.exceptions import DontCloseSpider
 from scrapy.utils.test import get_crawler
 
 from scrapy_redis.exceptions import InvalidStartMessageError
-from scrapy_redis.messages import parse_message, request_from_message
+from scrapy_redis.scheduling.workers import crawler_worker_id
 from scrapy_redis.spiders import RedisCrawlSpider, RedisSpider, normalize_redis_key
-from scrapy_redis.workers import crawler_worker_id
+from scrapy_redis.start.messages import parse_message, request_from_message
 
 
 class MySpider(RedisSpider):
@@ -430,7 +430,7 @@ def test_closing_gives_back_the_start_messages_and_stops_the_loops(settings_dict
 
 def test_a_retried_start_message_pop_answers_what_the_first_one_leased(server):
     """redis-py resends a command whose reply was lost: the retry must not pop more."""
-    from scrapy_redis.scripts import script
+    from scrapy_redis.store.scripts import script
 
     server.rpush("start", *[f"https://example.com/{i}" for i in range(5)])
     keys = ["start:leases", "start:lease_deadlines", "other", "start"]

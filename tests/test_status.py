@@ -1,4 +1,4 @@
-"""scrapy_redis.status: what a crawl holds in a real redis-server, read from outside
+"""scrapy_redis.fleet.status: what a crawl holds in a real redis-server, read from outside
 (by ``scrapy redis status``, ``watch`` and the dashboard), with the workers' own
 schedulers writing it."""
 
@@ -14,10 +14,10 @@ from scrapy.settings import Settings
 from twisted.internet.task import Clock
 
 from helpers import DemoSpider
-from scrapy_redis.keys import worker_stats_key
+from scrapy_redis.fleet.status import crawl_status, project_spiders
+from scrapy_redis.metrics.values import encode_value
 from scrapy_redis.spiders import RedisSpider
-from scrapy_redis.stats_values import encode_value
-from scrapy_redis.status import crawl_status, project_spiders
+from scrapy_redis.store.keys import worker_stats_key
 
 
 class StartSpider(RedisSpider):

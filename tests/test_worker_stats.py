@@ -12,8 +12,8 @@ from helpers import DemoSpider, open_scheduler
 from lossy_proxy import LossyProxy
 from scrapy_redis.exceptions import ConfigurationError
 from scrapy_redis.logstats import LogStats
+from scrapy_redis.scheduling.workers import crawler_worker_id
 from scrapy_redis.stats import RATES_REFRESH, RedisStatsCollector, decode_value
-from scrapy_redis.workers import crawler_worker_id
 
 STATS = "scrapy_redis.stats.RedisStatsCollector"
 

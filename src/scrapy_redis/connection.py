@@ -32,9 +32,10 @@ from redis.cluster import ClusterNode, RedisCluster
 from redis.crc import key_slot
 from redis.exceptions import RedisClusterException
 
-from scrapy_redis import defaults, sentinel
-from scrapy_redis.bootstrap import report_if_it_stops_the_crawl
+from scrapy_redis import defaults
 from scrapy_redis.exceptions import ConfigurationError, RedisUnavailableError
+from scrapy_redis.store import sentinel
+from scrapy_redis.store.bootstrap import report_if_it_stops_the_crawl
 from scrapy_redis.utils import load_configured
 
 if TYPE_CHECKING:
@@ -151,7 +152,7 @@ CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
 
 def is_cluster(client: Any) -> bool:
     """Whether ``client`` talks to a Redis Cluster (keys used by one script or one
-    MULTI must then share a hash slot: see :mod:`scrapy_redis.keys`)."""
+    MULTI must then share a hash slot: see :mod:`scrapy_redis.store.keys`)."""
     return isinstance(client, RedisCluster)
 
 

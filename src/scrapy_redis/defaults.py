@@ -99,7 +99,7 @@ SCHEDULER_MAX_DELIVERIES = 3
 SCHEDULER_PERSIST = False
 
 #: SCHEDULER_PREFETCH: most requests one pop leases to the worker (1: one at a time). Pops
-#: lease about a quarter second of the worker's hand-out rate (see scrapy_redis.pacing).
+#: lease about a quarter second of the worker's hand-out rate (see scrapy_redis.scheduling.pacing).
 SCHEDULER_PREFETCH = 128
 
 #: SCHEDULER_QUEUE_CLASS: the shared request queue.

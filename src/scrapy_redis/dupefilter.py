@@ -22,15 +22,15 @@ from scrapy.utils.python import to_unicode
 from scrapy.utils.request import referer_str
 
 from scrapy_redis import defaults
-from scrapy_redis._compat import PerInstance
-from scrapy_redis.canonical import canonical_url
 from scrapy_redis.connection import get_redis_from_settings, is_cluster
+from scrapy_redis.core.compat import PerInstance
+from scrapy_redis.core.logsafe import shorten
+from scrapy_redis.encoding.canonical import canonical_url
 from scrapy_redis.exceptions import warn_from_settings
-from scrapy_redis.keys import crawl_filter_key, format_key, standalone_dupefilter_key
-from scrapy_redis.logsafe import shorten
-from scrapy_redis.scripts import script
-from scrapy_redis.seen_sets import SeenMembers, single_set
-from scrapy_redis.writes import WriteIds, writes_ttl
+from scrapy_redis.queues.seen_sets import SeenMembers, single_set
+from scrapy_redis.store.keys import crawl_filter_key, format_key, standalone_dupefilter_key
+from scrapy_redis.store.scripts import script
+from scrapy_redis.store.writes import WriteIds, writes_ttl
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
@@ -171,7 +171,7 @@ class RFPDupeFilter(BaseDupeFilter):
         """Record the fingerprint of ``request``; True if it was already there.
 
         One script call (``seen_add.lua``), applied once even if redis-py sends it
-        again after losing its reply (see :mod:`scrapy_redis.writes`): a plain
+        again after losing its reply (see :mod:`scrapy_redis.store.writes`): a plain
         ``SADD`` sent again would find its own fingerprint and drop a new request.
         """
         writes = self.writes
@@ -190,7 +190,7 @@ class RFPDupeFilter(BaseDupeFilter):
 
     def seen_members(self, fingerprints: Sequence[str]) -> SeenMembers:
         """Where the scheduler's push script records ``fingerprints``: members of the set
-        :attr:`key` (see :mod:`scrapy_redis.seen_sets`)."""
+        :attr:`key` (see :mod:`scrapy_redis.queues.seen_sets`)."""
         return single_set(self.key, fingerprints)
 
     def request_fingerprint(self, request: Request) -> str:
@@ -201,7 +201,7 @@ class RFPDupeFilter(BaseDupeFilter):
 
     def for_lane(self, key: str, lanes: int) -> Self:
         """A filter like this one on ``key``, for one of ``lanes`` lanes of a split crawl
-        (see :mod:`scrapy_redis.lanes`): it holds about 1/``lanes`` of the fingerprints.
+        (see :mod:`scrapy_redis.scheduling.lanes`): it holds about 1/``lanes`` of the fingerprints.
         Stats are the scheduler's filter's (the lanes' would overwrite each other)."""
         lane = copy.copy(self)
         lane.key = key
@@ -241,15 +241,15 @@ class RFPDupeFilter(BaseDupeFilter):
 
 
 def __getattr__(name: str) -> Any:
-    """``LeanDupeFilter`` (:mod:`scrapy_redis.lean_dupefilter`) and ``BloomDupeFilter``
-    (:mod:`scrapy_redis.bloom_dupefilter`), importable from here like every duplicate
+    """``LeanDupeFilter`` (:mod:`scrapy_redis.dupefilters.lean`) and ``BloomDupeFilter``
+    (:mod:`scrapy_redis.dupefilters.bloom`), importable from here like every duplicate
     filter; loaded on first use, as their modules import this one."""
     if name == "LeanDupeFilter":
-        from scrapy_redis.lean_dupefilter import LeanDupeFilter
+        from scrapy_redis.dupefilters.lean import LeanDupeFilter
 
         return LeanDupeFilter
     if name == "BloomDupeFilter":
-        from scrapy_redis.bloom_dupefilter import BloomDupeFilter
+        from scrapy_redis.dupefilters.bloom import BloomDupeFilter
 
         return BloomDupeFilter
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,260 +1,31 @@
-"""Move a stopped crawl from one Redis to another (to a Redis Cluster, into lanes).
+"""The documented path of :mod:`scrapy_redis.fleet.move_crawl`: users import and run it here.
 
-On a cluster the scheduler splits a crawl into lanes (SCHEDULER_SHARDS, see
-:mod:`scrapy_redis.lanes`), so a crawl kept on one Redis (SCHEDULER_PERSIST)
-cannot be copied key for key: its requests and fingerprints go to the lane each
-request's fingerprint picks. Stop the workers (their leased requests go back to
-the queue), then, from the Scrapy project's directory, with the target's
-settings (REDIS_URL = the new server, or ``--to``)::
-
-    python -m scrapy_redis.move_crawl SPIDER --from redis://old:6379 [--to URL] [-s NAME=VALUE]
-
-What moves:
-
-* the queued requests: leased from the source in batches (so that a move that
-  stops half-way loses nothing: the batch it held comes back to the source when
-  its lease expires), pushed into the target's lanes, then released;
-* the fingerprints of the default filter's set, into the target's filter (any
-  DUPEFILTER_CLASS of scrapy-redis); a lean or Bloom filter cannot list its
-  fingerprints: moving such a crawl is refused unless ``--without-fingerprints``
-  (then pages already crawled may be crawled again);
-* the start key (REDIS_START_URLS_KEY), the items list (REDIS_ITEMS_KEY) and the
-  stats hash (STATS_KEY), which keep their names: copied with DUMP and RESTORE.
-
-The source keys are deleted only with ``--delete-source``. The move is refused
-while workers use the source crawl, while requests are leased there by workers
-that may still be alive, and when the target crawl has data (``--force`` merges).
+python -m scrapy_redis.move_crawl --help
 """
 
-from __future__ import annotations
+from scrapy_redis.fleet.move_crawl import (
+    BATCH,
+    Moved,
+    MoveRefusedError,
+    check_movable,
+    copy_named_keys,
+    main,
+    move,
+    move_fingerprints,
+    move_requests,
+)
 
-import argparse
-import logging
-from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any
-
-from scrapy_redis import defaults
-from scrapy_redis.connection import is_cluster
-from scrapy_redis.exceptions import ConfigurationError, ScrapyRedisError
-from scrapy_redis.keys import format_key, workers_key
-from scrapy_redis.lanes import LanedQueue, lane_of
-from scrapy_redis.leases import LeaseBook
-from scrapy_redis.migrate_dupefilter import project_settings, record_batch, source_batches
-from scrapy_redis.queue import Candidate, Entry
-
-logger = logging.getLogger(__name__)
-
-#: Requests leased from the source and pushed into the target per step.
-BATCH = 500
-
-
-class MoveRefusedError(ScrapyRedisError):
-    """The crawl cannot be moved now (the message says why and what to do)."""
-
-
-@dataclass
-class Moved:
-    """What a move did."""
-
-    requests: int = 0
-    fingerprints: int = 0
-    keys: list[str] = field(default_factory=list)
-
-
-def move(source: Any, target: Any, *, fingerprints: bool = True, force: bool = False) -> Moved:
-    """Move the crawl of the opened scheduler ``source`` into the opened scheduler
-    ``target`` (same spider; see the module's doc)."""
-    check_movable(source, target, fingerprints, force)
-    moved = Moved()
-    if fingerprints:
-        moved.fingerprints = move_fingerprints(source, target)
-    moved.requests = move_requests(source, target)
-    return moved
-
-
-def check_movable(source: Any, target: Any, fingerprints: bool, force: bool) -> None:
-    """:class:`MoveRefusedError` naming why ``source`` cannot be moved into ``target``."""
-    if isinstance(source.queue, LanedQueue):
-        raise MoveRefusedError(
-            "The source crawl is split into lanes: this command moves a crawl of one queue "
-            "and one filter (SCHEDULER_SHARDS = 1)."
-        )
-    registry = workers_key(source.queue.key, is_cluster(source.server))
-    others = [
-        worker
-        for worker in source.server.hkeys(registry)
-        if worker.decode() not in (source.worker_id, "~flushing")
-    ]
-    if others:
-        raise MoveRefusedError(
-            f"{len(others)} worker(s) use the source crawl ({registry}): stop them first "
-            "(with SCHEDULER_PERSIST the crawl is kept), or wait SCHEDULER_WORKER_TIMEOUT."
-        )
-    kind = source.server.type(source.df.key).decode()
-    listed = kind == "set" or (kind == "none" and not _count(source.df))
-    if fingerprints and not listed:
-        raise MoveRefusedError(
-            f"The source's {type(source.df).__name__} cannot list its fingerprints: move "
-            "with --without-fingerprints (pages crawled already may be crawled again)."
-        )
-    if not force and (len(target.queue) or _target_fingerprints(target)):
-        raise MoveRefusedError(
-            "The target crawl has requests or fingerprints already: --force merges into it."
-        )
-
-
-def _target_fingerprints(target: Any) -> int:
-    filters = getattr(target.queue, "filters", None) or [target.df]
-    return sum(_count(dupefilter) for dupefilter in filters)
-
-
-def _count(dupefilter: Any) -> int:
-    if hasattr(dupefilter, "count"):
-        return int(dupefilter.count())
-    return int(dupefilter.server.scard(dupefilter.key))
-
-
-def move_fingerprints(source: Any, target: Any) -> int:
-    """Copy the source set's fingerprints into the target's filter (lane by lane)."""
-    filters = getattr(target.queue, "filters", None) or [target.df]
-    copied = 0
-    for batch in source_batches(source.server, source.df.key, 1000):
-        groups: dict[int, list[str]] = {}
-        for fingerprint in batch:
-            lane = lane_of(Candidate(fingerprint, None), len(filters))
-            groups.setdefault(lane, []).append(fingerprint)
-        for lane, fingerprints in groups.items():
-            record_batch(target.server, filters[lane], fingerprints)
-        copied += len(batch)
-    return copied
-
-
-def move_requests(source: Any, target: Any) -> int:
-    """Lease the source's requests a batch at a time, push each into its target lane,
-    release the batch: what a move that stops half-way held comes back to the source."""
-    book = LeaseBook(source.server, source.queue.key, source.worker_id, source.worker_timeout)
-    book.recover_expired()  # leased by workers that died: queued again
-    if book.count_all():
-        raise MoveRefusedError(
-            f"{book.count_all()} batches of requests are leased by workers that may still "
-            "run: stop them, or wait SCHEDULER_WORKER_TIMEOUT, and move again."
-        )
-    lanes = getattr(target.queue, "lanes", None) or [target.queue]
-    moved = 0
-    while True:
-        ticket = book.ticket()
-        entries = source.queue.pop_entries(BATCH, ticket=ticket)
-        lease = book.taken_batch(ticket, len(entries))
-        if lease is None:
-            return moved
-        groups: dict[int, list[Entry]] = {}
-        for entry in entries:
-            lane = lane_of(Candidate(_fingerprint(source, entry), entry), len(lanes))
-            groups.setdefault(lane, []).append(entry)
-        for lane, group in groups.items():
-            lanes[lane].push_entries(group)
-        book.release([(lease, list(range(1, len(entries) + 1)))])
-        moved += len(entries)
-
-
-def _fingerprint(scheduler: Any, entry: Entry) -> str | None:
-    request = scheduler.queue.decode(entry)
-    return None if request.dont_filter else str(scheduler.df.request_fingerprint(request))
-
-
-def copy_named_keys(source: Any, target: Any, keys: Sequence[str], force: bool) -> list[str]:
-    """DUMP and RESTORE ``keys`` that exist (they keep their names); the copied ones."""
-    copied = []
-    for key in keys:
-        dump = source.server.dump(key)
-        if dump is None:
-            continue
-        if target.server.exists(key) and not force:
-            raise MoveRefusedError(f"{key} exists on the target: --force replaces it.")
-        target.server.restore(key, 0, dump, replace=True)
-        copied.append(key)
-    return copied
-
-
-def _scheduler(spider_name: str, settings: Any) -> Any:
-    """The project's scheduler for SPIDER on ``settings``, opened (it joins the crawl's
-    registry; its timers never run: no reactor runs here)."""
-    from scrapy import Spider
-    from scrapy.settings import SETTINGS_PRIORITIES
-    from scrapy.utils.misc import build_from_crawler
-    from scrapy.utils.test import get_crawler
-
-    from scrapy_redis.scheduler import Scheduler
-
-    spidercls = type("MovedSpider", (Spider,), {"name": spider_name})
-    chosen = {  # what the project or the command line set (Scrapy's defaults stay defaults)
-        name: settings[name]
-        for name in settings
-        if (settings.getpriority(name) or 0) > SETTINGS_PRIORITIES["default"]
-    }
-    # never delete what is moved (nor where it goes), whatever the project says
-    keep = {"SCHEDULER_PERSIST": True, "SCHEDULER_FLUSH_ON_START": False}
-    crawler = get_crawler(spidercls, {**chosen, **keep})
-    spider = crawler.spidercls.from_crawler(crawler)
-    crawler.spider = spider
-    scheduler = build_from_crawler(Scheduler, crawler)
-    scheduler.open(spider)
-    return scheduler
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("spider", help="the spider name (formats the key templates)")
-    parser.add_argument("--from", dest="source", required=True, help="the source REDIS_URL")
-    parser.add_argument("--to", dest="target", help="the target REDIS_URL (default: settings)")
-    parser.add_argument("--without-fingerprints", action="store_true")
-    parser.add_argument("--delete-source", action="store_true")
-    parser.add_argument("--force", action="store_true")
-    parser.add_argument("-s", dest="set", action="append", default=[], metavar="NAME=VALUE")
-    args = parser.parse_args(argv)
-    settings = project_settings(args.set)
-    target_settings = settings.copy()
-    if args.target:
-        target_settings.set("REDIS_URL", args.target, priority="cmdline")
-    source_settings = settings.copy()
-    source_settings.set("REDIS_URL", args.source, priority="cmdline")
-    source_settings.set("SCHEDULER_SHARDS", 1, priority="cmdline")
-    source = _scheduler(args.spider, source_settings)
-    try:
-        target = _scheduler(args.spider, target_settings)
-    except Exception:
-        source.close("finished")
-        raise
-    try:
-        moved = move(source, target, fingerprints=not args.without_fingerprints, force=args.force)
-        moved.keys = copy_named_keys(source, target, _named_keys(args.spider, settings), args.force)
-    except (MoveRefusedError, ConfigurationError) as exc:
-        raise SystemExit(str(exc)) from None
-    finally:
-        for scheduler in (source, target):
-            scheduler.close("finished")
-    print(
-        f"Moved {moved.requests} requests and {moved.fingerprints} fingerprints of "
-        f"{args.spider}; copied {', '.join(moved.keys) or 'no other key'}."
-    )
-    if args.delete_source:
-        source.flush()  # the queue, its leases, the fingerprints
-        if moved.keys:
-            source.server.unlink(*moved.keys)
-        print("Deleted the source crawl.")
-    return 0
-
-
-def _named_keys(spider_name: str, settings: Any) -> list[str]:
-    """The keys that keep their names: start key, items list, stats hash."""
-    templates = [
-        settings.get("REDIS_START_URLS_KEY") or defaults.START_URLS_KEY,
-        settings.get("REDIS_ITEMS_KEY") or defaults.PIPELINE_KEY,
-        settings.get("STATS_KEY") or defaults.STATS_KEY,
-    ]
-    return [format_key(template, spider_name) for template in templates]
-
+__all__ = [
+    "BATCH",
+    "MoveRefusedError",
+    "Moved",
+    "check_movable",
+    "copy_named_keys",
+    "main",
+    "move",
+    "move_fingerprints",
+    "move_requests",
+]
 
 if __name__ == "__main__":
     raise SystemExit(main())

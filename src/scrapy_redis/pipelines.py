@@ -10,14 +10,14 @@ from redis.crc import key_slot
 from scrapy.utils.serialize import ScrapyJSONEncoder
 
 from scrapy_redis import connection, defaults
-from scrapy_redis._compat import PerInstance
 from scrapy_redis.connection import is_cluster
+from scrapy_redis.core.compat import PerInstance
 from scrapy_redis.exceptions import warn_from_settings
-from scrapy_redis.keys import format_key
-from scrapy_redis.outage import OUTAGE_ERRORS, OutageGuard, outage_guard
-from scrapy_redis.scripts import script
+from scrapy_redis.store.keys import format_key
+from scrapy_redis.store.outage import OUTAGE_ERRORS, OutageGuard, outage_guard
+from scrapy_redis.store.scripts import script
+from scrapy_redis.store.writes import WriteIds, writes_ttl
 from scrapy_redis.utils import load_configured
-from scrapy_redis.writes import WriteIds, writes_ttl
 
 if TYPE_CHECKING:
     from scrapy import Spider

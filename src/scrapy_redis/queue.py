@@ -14,12 +14,12 @@ SCHEDULER_SERIALIZER can decode it:
 
 This module is where they are imported from (SCHEDULER_QUEUE_CLASS). They live in:
 
-* :mod:`scrapy_redis.queue_base`: :class:`Base` (the queue contract, the batch
+* :mod:`scrapy_redis.queues.base`: :class:`Base` (the queue contract, the batch
   protocol the scheduler uses with leases), :class:`Entry`, :class:`Candidate`;
-* :mod:`scrapy_redis.codec`: requests to stored bytes and back, with the diagnosis
+* :mod:`scrapy_redis.encoding.codec`: requests to stored bytes and back, with the diagnosis
   of undecodable entries (``Base._encode_request()`` / ``_decode_request()``);
-* :mod:`scrapy_redis.queue_lists` and :mod:`scrapy_redis.queue_priority`: the queues;
-* :mod:`scrapy_redis.records`: the lease records the pop scripts return.
+* :mod:`scrapy_redis.queues.lists` and :mod:`scrapy_redis.queues.priority`: the queues;
+* :mod:`scrapy_redis.queues.records`: the lease records the pop scripts return.
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ import warnings
 from typing import Any
 
 from scrapy_redis.exceptions import ScrapyRedisDeprecationWarning
-from scrapy_redis.queue_base import Base, Candidate, Entry
-from scrapy_redis.queue_lists import FifoQueue, LifoQueue
-from scrapy_redis.queue_priority import PriorityQueue
+from scrapy_redis.queues.base import Base, Candidate, Entry
+from scrapy_redis.queues.lists import FifoQueue, LifoQueue
+from scrapy_redis.queues.priority import PriorityQueue
 
 
 def _deprecated_alias(name: str, cls: type[Base]) -> type[Base]:

@@ -3,17 +3,17 @@
 The :class:`Scheduler` is what Scrapy's engine talks to; the work is done by its
 parts, built in :meth:`Scheduler.open`:
 
-* an :class:`~scrapy_redis.enqueue.EnqueueBuffer`: requests accepted and not in
+* an :class:`~scrapy_redis.scheduling.enqueue.EnqueueBuffer`: requests accepted and not in
   Redis yet, sent in batches within SCHEDULER_ENQUEUE_DELAY (dedup and push in
   one script call per batch);
-* a request feed (:mod:`scrapy_redis.feeds`): leased batches of our queues
-  (:class:`~scrapy_redis.leased_feed.LeasedFeed`), or a queue class's own
-  ``pop()`` (:class:`~scrapy_redis.feeds.PlainFeed`);
-* an :class:`~scrapy_redis.idle.IdleWatch`: the SCHEDULER_IDLE_BEFORE_CLOSE grace
+* a request feed (:mod:`scrapy_redis.scheduling.feeds`): leased batches of our queues
+  (:class:`~scrapy_redis.scheduling.leased_feed.LeasedFeed`), or a queue class's own
+  ``pop()`` (:class:`~scrapy_redis.scheduling.feeds.PlainFeed`);
+* an :class:`~scrapy_redis.scheduling.idle.IdleWatch`: the SCHEDULER_IDLE_BEFORE_CLOSE grace
   period, and waking the engine when another worker has news;
-* :class:`~scrapy_redis.guarded.RedisCalls`: every Redis call through the outage
+* :class:`~scrapy_redis.store.guarded.RedisCalls`: every Redis call through the outage
   guard, and the stop of the crawl when it cannot go on;
-* a :class:`~scrapy_redis.workers.Membership`: the worker registry and heartbeat.
+* a :class:`~scrapy_redis.scheduling.workers.Membership`: the worker registry and heartbeat.
 
 Every Redis call it makes on the reactor thread is a single round trip; it never
 blocks waiting for requests.
@@ -29,19 +29,19 @@ from typing import TYPE_CHECKING, Any
 from scrapy.utils.misc import build_from_crawler
 
 from scrapy_redis import connection, defaults
-from scrapy_redis._compat import Derived, PerInstance
+from scrapy_redis.core.compat import Derived, PerInstance
 from scrapy_redis.exceptions import warn_from_settings
-from scrapy_redis.keys import format_key
-from scrapy_redis.keytypes import check_key_types
-from scrapy_redis.lanes import LanedQueue, check_lane_count, split_into_lanes
-from scrapy_redis.outage import OUTAGE_ERRORS
 from scrapy_redis.queue import Base
-from scrapy_redis.scheduler_parts import Parts, assemble, assemble_plain, dedups_in_script
-from scrapy_redis.scheduler_settings import check_scheduler_args, scheduler_kwargs
+from scrapy_redis.scheduling.lanes import LanedQueue, check_lane_count, split_into_lanes
+from scrapy_redis.scheduling.parts import Parts, assemble, assemble_plain, dedups_in_script
+from scrapy_redis.scheduling.settings import check_scheduler_args, scheduler_kwargs
+from scrapy_redis.scheduling.workers import crawler_worker_id, new_worker_id
 from scrapy_redis.serializers import resolve_serializer
+from scrapy_redis.store.keys import format_key
+from scrapy_redis.store.keytypes import check_key_types
+from scrapy_redis.store.outage import OUTAGE_ERRORS
+from scrapy_redis.store.writes import WriteIds, writes_ttl
 from scrapy_redis.utils import load_configured
-from scrapy_redis.workers import crawler_worker_id, new_worker_id
-from scrapy_redis.writes import WriteIds, writes_ttl
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider

@@ -1,7 +1,7 @@
 """Spiders that read their start requests from Redis.
 
 A :class:`RedisSpider` (or :class:`RedisCrawlSpider`) pops batches of start
-messages (see :mod:`scrapy_redis.messages`) from ``redis_key``: at start, every
+messages (see :mod:`scrapy_redis.start.messages`) from ``redis_key``: at start, every
 REDIS_START_URLS_POLL_INTERVAL seconds while it runs, and whenever it idles.
 An idle spider stays open (waiting for messages) unless ``max_idle_time`` is
 set; the idle time counts from the moment it last had work, and does not run
@@ -20,17 +20,17 @@ from scrapy.exceptions import DontCloseSpider
 from scrapy.spiders import CrawlSpider
 
 from scrapy_redis import connection, defaults
-from scrapy_redis._compat import PerInstance
-from scrapy_redis._engine import engine_accepts_requests
-from scrapy_redis.logsafe import short_repr, shorten
-from scrapy_redis.messages import as_requests, parse_message, request_from_message
-from scrapy_redis.outage import OUTAGE_ERRORS, outage_guard
-from scrapy_redis.scheduler_api import shared_scheduler
-from scrapy_redis.spider_idle import IdleTimer
-from scrapy_redis.spider_polling import Poller
-from scrapy_redis.spider_settings import StartSettings, normalize_redis_key, read_start_settings
-from scrapy_redis.start_filter import FilteredStartRequests
-from scrapy_redis.start_reader import StartMessageReader
+from scrapy_redis.core.compat import PerInstance
+from scrapy_redis.core.engine import engine_accepts_requests
+from scrapy_redis.core.logsafe import short_repr, shorten
+from scrapy_redis.scheduling.api import shared_scheduler
+from scrapy_redis.start.filter import FilteredStartRequests
+from scrapy_redis.start.idle import IdleTimer
+from scrapy_redis.start.messages import as_requests, parse_message, request_from_message
+from scrapy_redis.start.polling import Poller
+from scrapy_redis.start.reader import StartMessageReader
+from scrapy_redis.start.settings import StartSettings, normalize_redis_key, read_start_settings
+from scrapy_redis.store.outage import OUTAGE_ERRORS, outage_guard
 from scrapy_redis.utils import bytes_to_str
 
 if TYPE_CHECKING:
@@ -52,11 +52,11 @@ class RedisMixin:
     ``max_idle_time`` (MAX_IDLE_TIME_BEFORE_CLOSE).
 
     The work is done by parts built in :meth:`setup_redis`: the settings
-    (:mod:`scrapy_redis.spider_settings`), the reader of start messages and their
-    leases (:attr:`redis_start_messages`, :mod:`scrapy_redis.start_reader`), the
-    count of filtered start requests (:mod:`scrapy_redis.start_filter`), the idle
-    timer (:mod:`scrapy_redis.spider_idle`) and the polling loops
-    (:mod:`scrapy_redis.spider_polling`). This class connects them to Scrapy.
+    (:mod:`scrapy_redis.start.settings`), the reader of start messages and their
+    leases (:attr:`redis_start_messages`, :mod:`scrapy_redis.start.reader`), the
+    count of filtered start requests (:mod:`scrapy_redis.start.filter`), the idle
+    timer (:mod:`scrapy_redis.start.idle`) and the polling loops
+    (:mod:`scrapy_redis.start.polling`). This class connects them to Scrapy.
     """
 
     redis_key: Any = None

@@ -4,11 +4,11 @@ Updates are kept in the worker, merged per stat, for at most
 STATS_FLUSH_INTERVAL seconds, then written in one Lua script call (increments are
 sent as increments), so concurrent workers never lose increments, and a call sent
 again (a lost reply, see writes.py) is applied once; reads add what is not
-written yet. Values keep their type (see :mod:`scrapy_redis.stats_values`,
+written yet. Values keep their type (see :mod:`scrapy_redis.metrics.values`,
 whose ``encode_value``/``decode_value`` this module still provides).
 
 Every update is also applied to this worker's own stats, kept in memory
-(:mod:`scrapy_redis.stats_worker`) and written, by the same script call, to the
+(:mod:`scrapy_redis.metrics.worker`) and written, by the same script call, to the
 worker's hash ``<stats key>:worker:<worker id>``.
 """
 
@@ -21,20 +21,20 @@ from typing import TYPE_CHECKING, Any
 from scrapy.statscollectors import StatsCollector
 
 from scrapy_redis import defaults
-from scrapy_redis._compat import PerInstance
-from scrapy_redis._engine import installed_reactor
 from scrapy_redis.connection import from_settings as redis_from_settings
 from scrapy_redis.connection import is_cluster
-from scrapy_redis.keys import format_key, stats_workers_key, worker_stats_key
-from scrapy_redis.logsafe import LIMIT, shorten
-from scrapy_redis.outage import OUTAGE_ERRORS, OutageGuard, outage_guard
-from scrapy_redis.scheduler_api import shared_scheduler
-from scrapy_redis.scripts import script
-from scrapy_redis.stats_values import Backlog, decode_value, encode_value
-from scrapy_redis.stats_worker import WorkerStats, unlink_stats, worker_ttl
+from scrapy_redis.core.compat import PerInstance
+from scrapy_redis.core.engine import installed_reactor
+from scrapy_redis.core.logsafe import LIMIT, shorten
+from scrapy_redis.metrics.values import Backlog, decode_value, encode_value
+from scrapy_redis.metrics.worker import WorkerStats, unlink_stats, worker_ttl
+from scrapy_redis.scheduling.api import shared_scheduler
+from scrapy_redis.scheduling.workers import crawler_worker_id
+from scrapy_redis.store.keys import format_key, stats_workers_key, worker_stats_key
+from scrapy_redis.store.outage import OUTAGE_ERRORS, OutageGuard, outage_guard
+from scrapy_redis.store.scripts import script
+from scrapy_redis.store.writes import WriteIds, writes_ttl
 from scrapy_redis.utils import bytes_to_str
-from scrapy_redis.workers import crawler_worker_id
-from scrapy_redis.writes import WriteIds, writes_ttl
 
 if TYPE_CHECKING:
     from scrapy import Spider

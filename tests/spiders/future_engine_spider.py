@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from scrapy_redis import _engine
+from scrapy_redis.core import engine as _engine
 from scrapy_redis.spiders import RedisSpider
 
 _engine.IN_PROGRESS_ATTRIBUTE = "inprogress_of_a_future_scrapy"

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any, TextIO
 from scrapy_redis import connection
 from scrapy_redis.commands.crawl import Crawl, open_crawl
 from scrapy_redis.commands.progress import Progress
-from scrapy_redis.crawl_keys import SpiderServers
-from scrapy_redis.status import spider_loader
+from scrapy_redis.fleet.crawl_keys import SpiderServers
+from scrapy_redis.fleet.status import spider_loader
 
 if TYPE_CHECKING:
     from scrapy import Spider

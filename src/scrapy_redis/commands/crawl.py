@@ -16,11 +16,11 @@ from scrapy.utils.misc import load_object
 
 from scrapy_redis import connection, defaults
 from scrapy_redis.connection import is_cluster
-from scrapy_redis.keys import format_key, lanes_key
-from scrapy_redis.lanes import LanedQueue, split_into_lanes
 from scrapy_redis.scheduler import Scheduler
-from scrapy_redis.spider_settings import normalize_redis_key, start_mode
+from scrapy_redis.scheduling.lanes import LanedQueue, split_into_lanes
 from scrapy_redis.spiders import RedisMixin
+from scrapy_redis.start.settings import normalize_redis_key, start_mode
+from scrapy_redis.store.keys import format_key, lanes_key
 from scrapy_redis.utils import load_configured
 
 if TYPE_CHECKING:

@@ -1,8 +1,8 @@
 """What the dashboard's push and requeue buttons do in Redis (its purge button calls
-:func:`scrapy_redis.operations.purge_queue` as it is).
+:func:`scrapy_redis.fleet.operations.purge_queue` as it is).
 
 Plain functions of a Redis client and key names, free of web concerns, that scripts
-may call too. The changes themselves are made by :mod:`scrapy_redis.operations`, which
+may call too. The changes themselves are made by :mod:`scrapy_redis.fleet.operations`, which
 the ``scrapy redis`` commands use as well: the push of start messages, the recovery of
 expired leases, the purge of a queue (each one Redis command or one of the package's
 Lua scripts). What is the dashboard's own: the check of the messages pushed (a URL, or
@@ -16,11 +16,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from scrapy_redis import defaults
-from scrapy_redis.deadletters import requeue_dead_letters
 from scrapy_redis.exceptions import InvalidStartMessageError
-from scrapy_redis.leases import Recovery
-from scrapy_redis.messages import parse_message
-from scrapy_redis.operations import push_messages, recover_expired
+from scrapy_redis.fleet.operations import push_messages, recover_expired
+from scrapy_redis.queues.deadletters import requeue_dead_letters
+from scrapy_redis.queues.leases import Recovery
+from scrapy_redis.start.messages import parse_message
 
 
 def check_messages(messages: Sequence[str]) -> list[str]:

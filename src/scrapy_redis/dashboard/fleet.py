@@ -1,5 +1,5 @@
 """The project's crawls as the dashboard sees them: read through
-:mod:`scrapy_redis.status`, changed through :mod:`scrapy_redis.dashboard.actions`.
+:mod:`scrapy_redis.fleet.status`, changed through :mod:`scrapy_redis.dashboard.actions`.
 
 Every method does blocking Redis calls: the web server runs them in its thread pool.
 """
@@ -10,19 +10,19 @@ import time
 from typing import TYPE_CHECKING, Any, cast
 
 from scrapy_redis import defaults
-from scrapy_redis.crawl_keys import SpiderServers, crawl_keys, spider_settings
 from scrapy_redis.dashboard import actions
 from scrapy_redis.exceptions import InvalidStartMessageError
-from scrapy_redis.operations import purge_queue
-from scrapy_redis.status import crawl_status, project_spiders
-from scrapy_redis.workers import alive_workers
+from scrapy_redis.fleet.crawl_keys import SpiderServers, crawl_keys, spider_settings
+from scrapy_redis.fleet.operations import purge_queue
+from scrapy_redis.fleet.status import crawl_status, project_spiders
+from scrapy_redis.scheduling.workers import alive_workers
 
 if TYPE_CHECKING:
     from scrapy import Spider
     from scrapy.settings import BaseSettings
 
-    from scrapy_redis.crawl_keys import CrawlKeys
-    from scrapy_redis.status import CrawlStatus
+    from scrapy_redis.fleet.crawl_keys import CrawlKeys
+    from scrapy_redis.fleet.status import CrawlStatus
 
 
 class ActionError(ValueError):

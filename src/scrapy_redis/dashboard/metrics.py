@@ -1,6 +1,6 @@
 """The crawls' numbers in Prometheus' text exposition format (version 0.0.4).
 
-Rendered from the JSON form of :class:`scrapy_redis.status.CrawlStatus`
+Rendered from the JSON form of :class:`scrapy_redis.fleet.status.CrawlStatus`
 (``to_json()``), one labelled sample per spider (and per worker); a number that
 is unknown (``None``) is left out rather than reported as 0.
 """

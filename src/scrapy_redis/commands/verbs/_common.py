@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from scrapy_redis import workers
+from scrapy_redis.scheduling import workers
 
 if TYPE_CHECKING:
     import argparse

@@ -19,13 +19,13 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from redis.client import NEVER_DECODE
 
-from scrapy_redis.bloom_dupefilter import BloomDupeFilter
 from scrapy_redis.commands.context import CommandError, jsonable
 from scrapy_redis.commands.verbs._common import add_spider_arguments
 from scrapy_redis.dupefilter import RFPDupeFilter
-from scrapy_redis.keys import priority_list_key
-from scrapy_redis.lean_dupefilter import LeanDupeFilter
+from scrapy_redis.dupefilters.bloom import BloomDupeFilter
+from scrapy_redis.dupefilters.lean import LeanDupeFilter
 from scrapy_redis.queue import FifoQueue, LifoQueue, PriorityQueue
+from scrapy_redis.store.keys import priority_list_key
 
 if TYPE_CHECKING:
     import argparse

@@ -21,10 +21,14 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from scrapy_redis import defaults
-from scrapy_redis.bloom_dupefilter import BloomDupeFilter
 from scrapy_redis.commands.context import CommandError
 from scrapy_redis.commands.verbs._common import add_spider_arguments, alive_workers
-from scrapy_redis.keys import (
+from scrapy_redis.dupefilters.bloom import BloomDupeFilter
+from scrapy_redis.dupefilters.lean import LeanDupeFilter
+from scrapy_redis.fleet.operations import purge_queue, scan_keys
+from scrapy_redis.metrics.worker import stats_keys
+from scrapy_redis.queues.leases import lease_flush_keys
+from scrapy_redis.store.keys import (
     bloom_blocks_key,
     dead_letters_key,
     derived_pattern,
@@ -34,10 +38,6 @@ from scrapy_redis.keys import (
     lean_meta_key,
     workers_key,
 )
-from scrapy_redis.lean_dupefilter import LeanDupeFilter
-from scrapy_redis.leases import lease_flush_keys
-from scrapy_redis.operations import purge_queue, scan_keys
-from scrapy_redis.stats_worker import stats_keys
 
 if TYPE_CHECKING:
     import argparse
@@ -134,7 +134,7 @@ def _keys(crawl: Crawl, parts: list[str], everything: bool) -> Iterator[str]:
 
 def purge_lanes(crawl: Crawl, advance: Callable[[int], object]) -> int:
     """Delete the requests of every lane and their leases, one atomic script call per lane
-    (see :func:`scrapy_redis.operations.purge_queue`; lanes are in different Redis
+    (see :func:`scrapy_redis.fleet.operations.purge_queue`; lanes are in different Redis
     Cluster slots), with the priority lists no index names; ``advance(keys deleted)``
     after each. How many keys were deleted."""
     deleted = 0

@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy_redis.commands.context import CommandError
 from scrapy_redis.commands.verbs._common import add_spider_arguments
-from scrapy_redis.logsafe import shorten
-from scrapy_redis.messages import as_requests
-from scrapy_redis.operations import push_messages
+from scrapy_redis.core.logsafe import shorten
+from scrapy_redis.fleet.operations import push_messages
+from scrapy_redis.start.messages import as_requests
 
 if TYPE_CHECKING:
     import argparse

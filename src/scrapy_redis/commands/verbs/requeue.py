@@ -19,15 +19,16 @@ from typing import TYPE_CHECKING, Any
 
 from redis.client import NEVER_DECODE
 
-from scrapy_redis import defaults, operations
+from scrapy_redis import defaults
 from scrapy_redis.commands.context import CommandError
 from scrapy_redis.commands.verbs._common import add_spider_arguments
-from scrapy_redis.deadletters import requeue_dead_letters
 from scrapy_redis.exceptions import UndecodableRequestError
-from scrapy_redis.keys import invalid_entries_key, priority_list_key
-from scrapy_redis.leases import Recovery
+from scrapy_redis.fleet import operations
 from scrapy_redis.queue import Entry, FifoQueue, LifoQueue, PriorityQueue
-from scrapy_redis.scripts import script
+from scrapy_redis.queues.deadletters import requeue_dead_letters
+from scrapy_redis.queues.leases import Recovery
+from scrapy_redis.store.keys import invalid_entries_key, priority_list_key
+from scrapy_redis.store.scripts import script
 
 if TYPE_CHECKING:
     import argparse

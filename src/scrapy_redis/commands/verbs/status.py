@@ -5,21 +5,21 @@ worker; those under expired leases are their dead workers'), the start messages
 pending and leased, the entries set aside (invalid, dead letters), the fingerprints,
 the items, the workers with their last heartbeat and pages per second, and one line
 of diagnosis when workers idle while work exists. Read from
-:func:`scrapy_redis.status.crawl_status`: nothing is written. ``--json``:
-``{"spiders": [...]}``, each as :meth:`~scrapy_redis.status.CrawlStatus.to_json`.
+:func:`scrapy_redis.fleet.status.crawl_status`: nothing is written. ``--json``:
+``{"spiders": [...]}``, each as :meth:`~scrapy_redis.fleet.status.CrawlStatus.to_json`.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from scrapy_redis.status import crawl_status
+from scrapy_redis.fleet.status import crawl_status
 
 if TYPE_CHECKING:
     import argparse
 
     from scrapy_redis.commands.context import Context
-    from scrapy_redis.status import CrawlStatus, WorkerStatus
+    from scrapy_redis.fleet.status import CrawlStatus, WorkerStatus
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

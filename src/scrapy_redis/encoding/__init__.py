@@ -1,0 +1,1 @@
+"""Requests to stored bytes and back; fast URL canonicalization."""

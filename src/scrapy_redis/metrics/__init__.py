@@ -1,0 +1,1 @@
+"""The shared stats hash and each worker's stats."""

@@ -1,0 +1,215 @@
+"""The parts of one scheduler, built and wired together (see scheduler.py).
+
+:func:`assemble` builds them in ``Scheduler.open()``, from the scheduler's
+settings, queue and filter; :func:`assemble_plain` builds them for a subclass
+whose ``open()`` is its own (the original's way: the queue's ``pop()``, the
+filter's ``request_seen()``, no leases, no registry).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import TYPE_CHECKING, Any
+
+from scrapy_redis.connection import is_cluster, server_identity
+from scrapy_redis.core.engine import wake_engine
+from scrapy_redis.dupefilter import RFPDupeFilter
+from scrapy_redis.queue import Base
+from scrapy_redis.queues.leases import LeaseBook
+from scrapy_redis.scheduling.context import SchedulerContext
+from scrapy_redis.scheduling.enqueue import EnqueueBuffer, LocalQueue, SeenCache
+from scrapy_redis.scheduling.feeds import PlainFeed, RequestFeed
+from scrapy_redis.scheduling.idle import IdleWatch
+from scrapy_redis.scheduling.lanes import LanedFeed, LanedQueue
+from scrapy_redis.scheduling.leased_feed import LeasedFeed
+from scrapy_redis.scheduling.pacing import DownloaderPacing, Pacer
+from scrapy_redis.scheduling.stats import SchedulerStats
+from scrapy_redis.scheduling.wakeup import NewsChannel
+from scrapy_redis.scheduling.workers import Membership, WorkerRegistry
+from scrapy_redis.store.guarded import RedisCalls
+from scrapy_redis.store.keys import lanes_key, news_channel, workers_key
+from scrapy_redis.store.keytypes import KeyUse
+from scrapy_redis.store.outage import OutageGuard, outage_guard
+
+if TYPE_CHECKING:
+    from scrapy_redis.scheduler import Scheduler
+
+logger = logging.getLogger("scrapy_redis.scheduler")  # the scheduler's parts log as the scheduler
+
+
+def dedups_in_script(dupefilter: Any, queue: Any) -> bool:
+    """Whether the queue's push script checks and records the fingerprints (our filter
+    and queue, unless a subclass opted out: see their declared attributes)."""
+    return (
+        isinstance(dupefilter, RFPDupeFilter)
+        and dupefilter.checks_in_script
+        and isinstance(queue, Base)
+        and queue.uses_push_script
+    )
+
+
+class Parts:
+    """One scheduler's parts. The heartbeat, the key lists and the close-time report
+    span several of them, so they are here."""
+
+    membership: Membership | None = None
+
+    def __init__(self, context: SchedulerContext, dupefilter: Any, seen: SeenCache) -> None:
+        self.context = context
+        self.calls = context.calls
+        self.counts = context.counts
+        self.dupefilter = dupefilter
+        #: The filters whose keys the crawl uses: the scheduler's, or its lanes' (lanes.py).
+        self.filters = list(getattr(context.queue, "filters", None) or [dupefilter])
+        self.seen = seen
+        self.local = LocalQueue()
+        self.buffer: EnqueueBuffer
+        self.feed: RequestFeed
+        self.idle: IdleWatch
+
+    def shared_keys(self) -> list[str]:
+        """The keys deleted with the crawl: the queue's, the leases', the filter's."""
+        queue = self.context.queue
+        keys = self.feed.flush_keys()
+        if isinstance(queue, LanedQueue):  # how many lanes: see lanes.py
+            keys.append(lanes_key(queue.key, is_cluster(queue.server)))
+        filter_keys = [getattr(dupefilter, "key", None) for dupefilter in self.filters]
+        return keys + [key for key in filter_keys if isinstance(key, str)]
+
+    def key_uses(self) -> list[KeyUse]:
+        """The keys this worker uses, with their types (see keytypes.py)."""
+        uses = [KeyUse(key, kind, "SCHEDULER_QUEUE_KEY") for key, kind in self.feed.key_types()]
+        if self.buffer.in_script:  # our filter's keys (a subclass may keep other types)
+            for dupefilter in self.filters:
+                for key, kind in dupefilter.key_types():
+                    uses.append(KeyUse(key, kind, "SCHEDULER_DUPEFILTER_KEY"))
+        return uses
+
+    def beat(self) -> None:
+        """Every third of SCHEDULER_WORKER_TIMEOUT: renew, push, acknowledge, recover."""
+        self.counts.flush_dequeued()
+        try:
+            self.calls.call(self._beat_once, None)
+        except Exception:  # a missed heartbeat must not kill the loop
+            logger.warning(
+                "Worker heartbeat failed", exc_info=True, extra={"spider": self.context.spider}
+            )
+
+    def _beat_once(self) -> None:
+        assert self.membership is not None
+        self.membership.registry.beat()
+        self.buffer.send_now()
+        self.feed.maintain()
+
+    def closed_during_outage(self, exc: BaseException) -> None:
+        self.calls.guard.failed(exc)
+        logger.error(
+            "Redis is unreachable while closing (%(error)s): %(unsent)d requests accepted "
+            "during the outage are lost; the %(leased)d requests this worker leased go back "
+            "to the queue when their lease expires (SCHEDULER_WORKER_TIMEOUT).",
+            {"error": exc, "unsent": len(self.buffer), "leased": self.feed.in_hand()},
+            extra={"spider": self.context.spider},
+        )
+
+
+def _news(scheduler: Scheduler, queue: Any) -> NewsChannel:
+    """The crawl's news channel (see keys.news_channel): ``<queue key>:news`` on one Redis;
+    on a Redis Cluster a sharded channel per lane (or the queue's one), in its slot, all
+    listened to (each lane's feed and push script publish on the lane's)."""
+    server, spider = scheduler.server, scheduler.spider
+    if not is_cluster(server):
+        return NewsChannel(server, news_channel(queue.key), spider)
+    lanes = queue.lanes if isinstance(queue, LanedQueue) else [queue]
+    channels = [news_channel(lane.key, cluster=True) for lane in lanes]
+    return NewsChannel(server, channels[0], spider, sharded=True, listened=channels)
+
+
+def _base_parts(scheduler: Scheduler, channel: NewsChannel) -> Parts:
+    crawler = scheduler.crawler
+    guard = outage_guard(crawler) if crawler is not None else OutageGuard(300)
+    seen = SeenCache(scheduler.seen_cache_size, server_identity(scheduler.server))
+    guard.on_recovery(seen.clear)  # Redis may have lost data meanwhile
+    calls = RedisCalls(scheduler.server, guard, crawler, scheduler.spider)
+    counts = SchedulerStats(scheduler.stats)
+    context = SchedulerContext(
+        scheduler.queue, calls, counts, channel, crawler, scheduler.spider, scheduler.reactor
+    )
+    parts = Parts(context, scheduler.df, seen)
+    calls.key_uses = parts.key_uses
+    return parts
+
+
+def _buffer(scheduler: Scheduler, parts: Parts, in_script: bool) -> EnqueueBuffer:
+    # A split crawl's batch goes out as a call per lane: SCHEDULER_ENQUEUE_BATCH_SIZE is
+    # what each lane gets of a batch, so a batch waits for that many times the lanes.
+    lanes = len(getattr(scheduler.queue, "lanes", ())) or 1
+    return EnqueueBuffer(
+        parts.context,
+        scheduler.df,
+        in_script,
+        parts.seen,
+        parts.local,
+        scheduler.enqueue_delay,
+        scheduler.enqueue_batch_size * lanes,
+    )
+
+
+def assemble_plain(scheduler: Scheduler) -> Parts:
+    """The parts of a scheduler whose ``open()`` is a subclass's own."""
+    parts = _base_parts(scheduler, NewsChannel(scheduler.server, "", scheduler.spider))
+    parts.buffer = _buffer(scheduler, parts, in_script=False)
+    parts.feed = PlainFeed(parts.context, parts.buffer.send_now)
+    parts.idle = IdleWatch(scheduler.idle_before_close, scheduler.clock)
+    return parts
+
+
+def assemble(scheduler: Scheduler) -> Parts:
+    """The parts of an opened scheduler (its queue and filter built)."""
+    queue = scheduler.queue
+    parts = _base_parts(scheduler, _news(scheduler, queue))
+    if isinstance(queue, LanedQueue):  # split (lanes.py): checked in script by construction
+        parts.buffer = _buffer(scheduler, parts, True)
+        pacing = _pacing(scheduler)  # one worker, one downloader: shared by the lanes
+        feeds = [_leased_feed(scheduler, parts, lane, pacing) for lane in queue.lanes]
+        parts.feed = LanedFeed(queue, feeds, scheduler.clock)
+    elif isinstance(queue, Base) and queue.uses_leases:
+        parts.buffer = _buffer(scheduler, parts, dedups_in_script(scheduler.df, queue))
+        parts.feed = _leased_feed(scheduler, parts, queue, _pacing(scheduler))
+    else:
+        parts.buffer = _buffer(scheduler, parts, dedups_in_script(scheduler.df, queue))
+        parts.feed = PlainFeed(parts.context, parts.buffer.send_now)
+    registry = WorkerRegistry(
+        scheduler.server,
+        workers_key(queue.key, is_cluster(scheduler.server)),
+        scheduler.worker_id,
+        scheduler.worker_timeout,
+    )
+    parts.membership = Membership(
+        registry, parts.beat, scheduler.worker_timeout, scheduler.reactor, scheduler.spider
+    )
+    parts.idle = IdleWatch(scheduler.idle_before_close, scheduler.clock)
+    wake = lambda: wake_engine(scheduler.crawler)  # noqa: E731
+    parts.idle.attach(parts.feed, parts.calls, wake, parts.context.news, scheduler.reactor)
+    return parts
+
+
+def _pacing(scheduler: Scheduler) -> DownloaderPacing:
+    pacer = Pacer(scheduler.prefetch, scheduler.clock)
+    return DownloaderPacing(pacer, scheduler.crawler, scheduler.spider, scheduler.reactor)
+
+
+def _leased_feed(
+    scheduler: Scheduler, parts: Parts, queue: Base, pacing: DownloaderPacing
+) -> LeasedFeed:
+    """The leased feed of ``queue`` (the scheduler's, or one of its lanes)."""
+    book = LeaseBook(
+        scheduler.server,
+        queue.key,
+        scheduler.worker_id,
+        scheduler.worker_timeout,
+        scheduler.max_deliveries,
+    )
+    news = parts.context.news.of_queue(queue.key)  # on a cluster, the lane's own channel
+    context = dataclasses.replace(parts.context, queue=queue, news=news)
+    return LeasedFeed(context, book, pacing, parts.buffer.send_now)

@@ -1,0 +1,76 @@
+"""Lua scripts, one per ``lua/<name>.lua`` file, run atomically on the server.
+
+Each file starts with a header naming its ``KEYS``, ``ARGV`` and return value.
+A line ``--#include _<name>.lua`` is replaced by that file (and its own includes;
+each file once per script): helpers shared by several scripts (``_``-prefixed
+files are not scripts).
+Scripts run by ``EVALSHA`` (falling back to ``EVAL`` once after a server
+restart emptied the script cache) and their replies are never decoded, so
+binary queue entries survive a client created with ``decode_responses=True``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Callable
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from redis.client import NEVER_DECODE
+from redis.exceptions import NoScriptError
+
+_INCLUDE = re.compile(r"^--#include (_\w+\.lua)$", re.MULTILINE)
+
+
+def read_lua(filename: str) -> str:
+    """The text of the file ``filename`` of the ``scrapy_redis.store.lua`` package data."""
+    return resources.files("scrapy_redis.store.lua").joinpath(filename).read_text()
+
+
+def _expand(text: str, included: set[str], read: Callable[[str], str]) -> str:
+    """``text`` with its include lines replaced by the files they name (read with
+    ``read``), expanded too; a file already in ``included`` (included earlier, or
+    including itself) is left out."""
+
+    def include(match: re.Match[str]) -> str:
+        filename = match.group(1)
+        if filename in included:
+            return f"-- {filename}: included above"
+        included.add(filename)
+        return _expand(read(filename), included, read)
+
+    return _INCLUDE.sub(include, text)
+
+
+def source(name: str, read: Callable[[str], str] = read_lua) -> str:
+    """The text of ``lua/<name>.lua``, its includes expanded (each file once): what is
+    sent to Redis. ``read`` (filename -> text) reads the files: :func:`read_lua`."""
+    return _expand(read(f"{name}.lua"), set(), read)
+
+
+class LuaScript:
+    """A script of the ``scrapy_redis.store.lua`` package data."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.source = source(name)
+        self.sha = hashlib.sha1(self.source.encode()).hexdigest()
+
+    def __call__(self, client: Any, keys: list[str], args: list[Any]) -> Any:
+        """Run the script on ``client`` (a client or a cluster client)."""
+        options = {NEVER_DECODE: True}
+        try:
+            return client.execute_command("EVALSHA", self.sha, len(keys), *keys, *args, **options)
+        except NoScriptError:
+            return client.execute_command("EVAL", self.source, len(keys), *keys, *args, **options)
+
+    def __repr__(self) -> str:
+        return f"LuaScript({self.name!r})"
+
+
+@cache
+def script(name: str) -> LuaScript:
+    """The (cached) script ``lua/<name>.lua``."""
+    return LuaScript(name)
