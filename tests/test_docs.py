@@ -47,7 +47,7 @@ def default_constants() -> list[str]:
 
 def settings_read_by_src() -> list[str]:
     names: set[str] = set()
-    for path in sorted(SRC.glob("*.py")):
+    for path in sorted(SRC.rglob("*.py")):
         names.update(SETTING_READ.findall(path.read_text(encoding="utf-8")))
     # Read through a loop over this mapping, not by a literal settings.get("...").
     names.update(connection.SETTINGS_PARAMS_MAP)
