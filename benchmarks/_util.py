@@ -3,11 +3,9 @@ redis-server and site child processes, CPU readings."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import shutil
-import signal
 import socket
 import statistics
 import subprocess
@@ -196,15 +194,3 @@ def terminate(proc: subprocess.Popen[Any]) -> None:
 def summary(values: list[float]) -> dict[str, float]:
     """Median, min and max of a non-empty list."""
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
-
-
-async def serve_until_signalled(server: asyncio.AbstractServer) -> None:
-    """Print ``READY <port>`` (what the parent waits for), serve until SIGTERM or SIGINT,
-    then close ``server``."""
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    print(f"READY {server.sockets[0].getsockname()[1]}", flush=True)
-    await stop.wait()
-    server.close()

@@ -35,7 +35,7 @@ import selectors
 from collections import Counter
 from collections.abc import Callable
 
-from _util import serve_until_signalled
+from _serve import serve_until_signalled
 
 
 class Counts:

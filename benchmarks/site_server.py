@@ -25,7 +25,7 @@ import os
 import random
 import sys
 
-from _util import serve_until_signalled
+from _serve import serve_until_signalled
 
 SECTIONS = (
     "garden-tools",

@@ -133,7 +133,7 @@ def _target(spider_name: str, settings: Any) -> Any:
     from scrapy import Spider
     from scrapy.utils.test import get_crawler  # a crawler set up as for a crawl, not run
 
-    from scrapy_redis.scheduling.settings import dupefilter_class_path
+    from scrapy_redis.dupefilters.settings import dupefilter_class_path
     from scrapy_redis.utils import load_configured
 
     spidercls = type("MigratedSpider", (Spider,), {"name": spider_name})

@@ -18,7 +18,7 @@ from scrapy_redis.store.keys import invalid_entries_key
 
 if TYPE_CHECKING:
     from scrapy_redis.fleet.crawl_keys import CrawlKeys
-    from scrapy_redis.fleet.status import CrawlStatus, WorkerStatus
+    from scrapy_redis.fleet.snapshot import CrawlStatus, WorkerStatus
 
 #: The Redis type each of the package's queue classes keeps its requests in.
 QUEUE_TYPES = {"PriorityQueue": "zset", "FifoQueue": "list", "LifoQueue": "list"}

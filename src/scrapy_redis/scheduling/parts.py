@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from scrapy_redis.connection import is_cluster, server_identity
 from scrapy_redis.core.engine import wake_engine
@@ -33,9 +33,35 @@ from scrapy_redis.store.keytypes import KeyUse
 from scrapy_redis.store.outage import OutageGuard, outage_guard
 
 if TYPE_CHECKING:
-    from scrapy_redis.scheduler import Scheduler
+    from collections.abc import Callable
+
+    from scrapy import Spider
+    from scrapy.crawler import Crawler
 
 logger = logging.getLogger("scrapy_redis.scheduler")  # the scheduler's parts log as the scheduler
+
+
+class Scheduler(Protocol):
+    """What the parts read of the scheduler that builds them
+    (:class:`scrapy_redis.scheduler.Scheduler`: its settings, queue, filter and clocks).
+    A protocol, so this package does not import the facade above it."""
+
+    server: Any
+    spider: Spider | None
+    crawler: Crawler | None
+    stats: Any
+    queue: Any
+    df: Any
+    worker_id: str
+    reactor: Any
+    clock: Callable[[], float]
+    idle_before_close: float
+    worker_timeout: float
+    max_deliveries: int
+    enqueue_delay: float
+    enqueue_batch_size: int
+    prefetch: int
+    seen_cache_size: int
 
 
 def dedups_in_script(dupefilter: Any, queue: Any) -> bool:

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from scrapy.settings import SETTINGS_PRIORITIES
-
 from scrapy_redis import defaults
+from scrapy_redis.dupefilters.settings import dupefilter_class_path  # re-exported
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
@@ -40,17 +39,6 @@ def scheduler_kwargs(settings: BaseSettings) -> dict[str, Any]:
         "seen_cache_size": number("SCHEDULER_SEEN_CACHE_SIZE"),
         "shards": None if settings.get("SCHEDULER_SHARDS") is None else number("SCHEDULER_SHARDS"),
     }
-
-
-def dupefilter_class_path(settings: BaseSettings) -> Any:
-    """DUPEFILTER_CLASS if the project set it, else SCHEDULER_DUPEFILTER_CLASS (ours).
-
-    Scrapy's default DUPEFILTER_CLASS filters in one process's memory only, which
-    is never what a shared queue wants.
-    """
-    if (settings.getpriority("DUPEFILTER_CLASS") or 0) > SETTINGS_PRIORITIES["default"]:
-        return settings.get("DUPEFILTER_CLASS")
-    return settings.get("SCHEDULER_DUPEFILTER_CLASS") or defaults.SCHEDULER_DUPEFILTER_CLASS
 
 
 def check_scheduler_args(scheduler: Any) -> None:

@@ -12,10 +12,7 @@ the deletion of the shared keys that may follow happen atomically.
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import time
-import uuid
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -26,6 +23,7 @@ from twisted.internet import task
 from scrapy_redis.connection import is_cluster, one_slot
 from scrapy_redis.store.keys import workers_key
 from scrapy_redis.store.scripts import script
+from scrapy_redis.store.writes import new_worker_id  # re-exported: a worker id is a writer id
 from scrapy_redis.utils import bytes_to_str
 
 if TYPE_CHECKING:
@@ -33,11 +31,6 @@ if TYPE_CHECKING:
 
 #: The scheduler's parts log as the scheduler.
 scheduler_logger = logging.getLogger("scrapy_redis.scheduler")
-
-
-def new_worker_id() -> str:
-    """A unique, readable id: host, pid and a random suffix."""
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
 _CRAWLER_IDS: weakref.WeakKeyDictionary[Crawler, str] = weakref.WeakKeyDictionary()

@@ -26,15 +26,23 @@ exists while a worker writes; a component deletes its records when it closes
 
 from __future__ import annotations
 
+import os
+import socket
+import uuid
 from collections.abc import Hashable
 from typing import TYPE_CHECKING, Any
 
 from scrapy_redis import defaults
-from scrapy_redis.scheduling.workers import new_worker_id
 from scrapy_redis.store.keys import writes_key
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
+
+
+def new_worker_id() -> str:
+    """A writer's (and a worker's) unique, readable id: host, pid and a random suffix."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
 
 _MIN_TTL, _MAX_TTL = 60.0, 86400.0
 _KEYS_CACHED = 1024
