@@ -20,7 +20,7 @@ from scrapy.utils.test import get_crawler
 from helpers import DemoSpider
 from lossy_proxy import LossyProxy
 from scrapy_redis.dupefilter import BloomDupeFilter
-from scrapy_redis.dupefilters.bloom import BloomForgetError, server_has_redisbloom
+from scrapy_redis.dupefilters.bloom import BloomForgetError
 from scrapy_redis.dupefilters.bloom_layout import (
     BLOCK_MIN_BITS,
     FIRST_SHARE,
@@ -29,6 +29,7 @@ from scrapy_redis.dupefilters.bloom_layout import (
     fork_layout,
     layout_from_settings,
 )
+from scrapy_redis.dupefilters.redisbloom import server_has_redisbloom
 from scrapy_redis.exceptions import ConfigurationError, WrongKeyTypeError
 from scrapy_redis.queue import Candidate, Entry, FifoQueue
 

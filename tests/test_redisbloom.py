@@ -13,8 +13,8 @@ from scrapy.utils.test import get_crawler
 
 from helpers import Calls, DemoSpider
 from scrapy_redis.dupefilter import BloomDupeFilter
-from scrapy_redis.dupefilters.bloom import server_has_redisbloom
 from scrapy_redis.dupefilters.bloom_layout import BloomLayout
+from scrapy_redis.dupefilters.redisbloom import server_has_redisbloom
 from test_bloom_dupefilter import bloom, bloom_settings, fingerprints, lose_a_reply, race
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import copy
 import threading
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -36,6 +36,11 @@ from scrapy_redis import defaults
 from scrapy_redis.exceptions import ConfigurationError, RedisUnavailableError
 from scrapy_redis.store import sentinel
 from scrapy_redis.store.bootstrap import report_if_it_stops_the_crawl
+from scrapy_redis.store.identity import (  # server_identity: re-exported
+    ServerIdentity,
+    remember_identity,
+    server_identity,  # noqa: F401
+)
 from scrapy_redis.utils import load_configured
 
 if TYPE_CHECKING:
@@ -230,70 +235,6 @@ def get_redis_from_crawler(crawler: Crawler) -> redis.Redis[Any]:
     return client
 
 
-class ServerIdentity:
-    """The identity (``run_id``, ``master_replid``) of the server a client's connections
-    reached. ``changes`` counts how often it differed from the one before (or could
-    not be read): the server was restarted, restored from a dump or failed over, so
-    its data may be older than what was read from it before."""
-
-    def __init__(self) -> None:
-        self.changes = 0
-        self._last: tuple[str, str] | None = None
-        #: A cluster client's nodes (``host:port``) -> the identity last read there.
-        self._nodes: dict[str, tuple[str, str] | None] = {}
-        self._lock = threading.Lock()
-
-    def observe(self, identity: tuple[str, str] | None) -> None:
-        with self._lock:
-            if identity is None or (self._last is not None and identity != self._last):
-                self.changes += 1
-            self._last = identity
-
-    def observe_node(self, node: str, identity: tuple[str, str] | None) -> None:
-        """A cluster client's connection to ``node``: a node not connected to before (a
-        replica promoted by a failover, or a first connection) or with another identity
-        counts as a change: the data behind some slots may be older than what was read."""
-        with self._lock:
-            if identity is None or self._nodes.get(node, ()) != identity:
-                self.changes += 1
-            self._nodes[node] = identity
-
-    def on_connect(
-        self, user_callback: Callable[[Any], None] | None, cluster: bool = False
-    ) -> Callable[[Any], None]:
-        """A ``redis_connect_func`` that handshakes as usual, then reads the identity (of
-        each node, for a cluster client)."""
-
-        def connected(conn: Any) -> None:
-            if user_callback is not None:
-                user_callback(conn)
-            else:
-                conn.on_connect()
-            identity = _read_identity(conn)
-            if cluster:
-                self.observe_node(
-                    f"{getattr(conn, 'host', '')}:{getattr(conn, 'port', '')}", identity
-                )
-            else:
-                self.observe(identity)
-
-        return connected
-
-
-#: A client -> the identity of its server (clients built by get_redis_from_settings).
-_identities: weakref.WeakKeyDictionary[Any, ServerIdentity] = weakref.WeakKeyDictionary()
-
-
-def server_identity(client: Any) -> ServerIdentity:
-    """The :class:`ServerIdentity` of ``client`` (one that never changes if it was not
-    built by :func:`get_redis_from_settings`)."""
-    try:
-        identity = _identities.get(client)
-    except TypeError:  # not weakly referenceable
-        identity = None
-    return identity if identity is not None else ServerIdentity()
-
-
 def _new_client(params: dict[str, Any]) -> redis.Redis[Any]:
     """:func:`get_redis`, with the identity check on every connection when it can be
     hooked (clients of redis.Redis, RedisCluster and their subclasses)."""
@@ -305,31 +246,8 @@ def _new_client(params: dict[str, Any]) -> redis.Redis[Any]:
     user_callback = params.get("redis_connect_func")
     params["redis_connect_func"] = identity.on_connect(user_callback, cluster)
     client = get_redis(**params)
-    _identities[client] = identity
+    remember_identity(client, identity)
     return client
-
-
-def _read_identity(conn: Any) -> tuple[str, str] | None:
-    """``run_id`` and ``master_replid`` of the server ``conn`` is connected to (None if
-    the user may not run INFO)."""
-    conn.send_command("INFO", "server")
-    conn.send_command("INFO", "replication")
-    fields: dict[str, str] = {}
-    denied = False
-    for _ in range(2):
-        try:
-            text = conn.read_response()
-        except redis.ResponseError:
-            denied = True
-            continue
-        if isinstance(text, bytes):
-            text = text.decode("utf-8", "replace")
-        for line in str(text).splitlines():
-            name, _, value = line.partition(":")
-            fields[name] = value.strip()
-    if denied or "run_id" not in fields:
-        return None
-    return fields["run_id"], fields.get("master_replid", "")
 
 
 def ensure_reachable(client: redis.Redis[Any]) -> None:

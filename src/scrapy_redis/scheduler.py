@@ -32,7 +32,8 @@ from scrapy_redis import connection, defaults
 from scrapy_redis.core.compat import Derived, PerInstance
 from scrapy_redis.exceptions import warn_from_settings
 from scrapy_redis.queue import Base
-from scrapy_redis.scheduling.lanes import LanedQueue, check_lane_count, split_into_lanes
+from scrapy_redis.scheduling.lane_split import check_lane_count, split_into_lanes
+from scrapy_redis.scheduling.lanes import LanedQueue
 from scrapy_redis.scheduling.parts import Parts, assemble, assemble_plain, dedups_in_script
 from scrapy_redis.scheduling.settings import check_scheduler_args, scheduler_kwargs
 from scrapy_redis.scheduling.workers import crawler_worker_id, new_worker_id
@@ -91,7 +92,7 @@ class Scheduler:
     enqueue_batch_size = defaults.SCHEDULER_ENQUEUE_BATCH_SIZE
     prefetch = defaults.SCHEDULER_PREFETCH
     seen_cache_size = defaults.SCHEDULER_SEEN_CACHE_SIZE
-    #: SCHEDULER_SHARDS (None: by the server, see lanes.lane_count()).
+    #: SCHEDULER_SHARDS (None: by the server, see lane_split.lane_count()).
     shards: int | None = defaults.SCHEDULER_SHARDS
     crawler = Derived["Crawler | None"](lambda self: getattr(self.spider, "crawler", None))
     #: After close: whether this worker, the last one, deleted the shared data.
@@ -135,25 +136,27 @@ class Scheduler:
         self.server = server
         self.persist = persist
         self.flush_on_start = flush_on_start
-        self.queue_key = queue_key
-        self.queue_cls = queue_cls
+        self.queue_key, self.queue_cls = queue_key, queue_cls
         self.df = dupefilter
-        self.dupefilter_key = dupefilter_key
-        self.dupefilter_cls = dupefilter_cls
+        self.dupefilter_key, self.dupefilter_cls = dupefilter_key, dupefilter_cls
         self.idle_before_close = idle_before_close
         self.serializer = resolve_serializer(
             defaults.SCHEDULER_SERIALIZER if serializer is None else serializer
         )
         self.worker_timeout, self.max_deliveries = worker_timeout, max_deliveries
         self.enqueue_delay, self.enqueue_batch_size = enqueue_delay, enqueue_batch_size
-        self.prefetch, self.seen_cache_size = prefetch, seen_cache_size
-        self.shards = shards
+        self.prefetch, self.seen_cache_size, self.shards = prefetch, seen_cache_size, shards
         check_scheduler_args(self)
+        self._attach(crawler, clock)
+        self._df_from_spider = dupefilter is None
+
+    def _attach(self, crawler: Crawler | None, clock: Callable[[], float]) -> None:
+        """Keep the crawler (None: built without one), its stats and worker id, and the
+        clock of pacing and of the grace period."""
         self.clock = clock
         self.crawler = crawler
         self.stats = crawler.stats if crawler is not None else None
         self.worker_id = _worker_id(crawler)
-        self._df_from_spider = dupefilter is None
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:

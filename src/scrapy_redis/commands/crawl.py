@@ -17,7 +17,8 @@ from scrapy.utils.misc import load_object
 from scrapy_redis import connection, defaults
 from scrapy_redis.connection import is_cluster
 from scrapy_redis.scheduler import Scheduler
-from scrapy_redis.scheduling.lanes import LanedQueue, split_into_lanes
+from scrapy_redis.scheduling.lane_split import split_into_lanes
+from scrapy_redis.scheduling.lanes import LanedQueue
 from scrapy_redis.spiders import RedisMixin
 from scrapy_redis.start.settings import normalize_redis_key, start_mode
 from scrapy_redis.store.keys import format_key, lanes_key

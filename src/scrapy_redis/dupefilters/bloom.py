@@ -25,20 +25,25 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
-import msgpack  # type: ignore[import-untyped]
-
 from scrapy_redis import defaults
 from scrapy_redis.connection import is_cluster
 from scrapy_redis.dupefilter import RFPDupeFilter
 from scrapy_redis.dupefilters.bloom_layout import (
-    REDISBLOOM_EXPANSION,
     BloomLayout,
     Layer,
     blocks_of,
     hex_digests,
     layout_from_settings,
 )
-from scrapy_redis.exceptions import ConfigurationError, ScrapyRedisError, WrongKeyTypeError
+from scrapy_redis.dupefilters.bloom_meta import MAX_LAYERS, BloomMeta
+from scrapy_redis.dupefilters.redisbloom import (
+    BACKENDS,
+    RedisBloomBackend,
+    backend_setting,
+    choose_backend,
+    pack,
+)
+from scrapy_redis.exceptions import ConfigurationError, ScrapyRedisError
 from scrapy_redis.queues.seen_sets import SeenBits, SeenMembers
 from scrapy_redis.store.keys import bloom_block_key, bloom_blocks_key
 from scrapy_redis.store.scripts import script
@@ -46,96 +51,21 @@ from scrapy_redis.store.scripts import script
 if TYPE_CHECKING:
     from scrapy import Request
     from scrapy.crawler import Crawler
-    from scrapy.settings import BaseSettings
     from typing_extensions import Self
 
 logger = logging.getLogger(__name__)
 
-BACKENDS = ("auto", "lua", "redisbloom")
 #: Fingerprints per script call (a call blocks the server while it runs).
 BATCH_SIZE = 500
-_MAX_LAYERS = 64
-_MAX_BLOCKS = 1 << 24
 #: Block key names kept per filter (a batch names the blocks it falls in).
 _NAMES_KEPT = 1 << 16
-
-
-def _pack(value: Any) -> bytes:
-    packed: bytes = msgpack.packb(value, use_bin_type=False)
-    return packed
 
 
 class BloomForgetError(ScrapyRedisError, NotImplementedError):
     """A Bloom filter cannot forget one URL."""
 
 
-def backend_setting(settings: BaseSettings) -> str:
-    """BLOOMFILTER_BACKEND, checked."""
-    value = str(settings.get("BLOOMFILTER_BACKEND", defaults.BLOOMFILTER_BACKEND)).lower()
-    if value not in BACKENDS:
-        raise ConfigurationError(
-            f"BLOOMFILTER_BACKEND = {value!r} is not one of {', '.join(map(repr, BACKENDS))}."
-        )
-    return value
-
-
-#: The fields of BF.INFO read, under the names used here.
-_INFO_FIELDS = {
-    "Capacity": "capacity",
-    "Number of filters": "layers",
-    "Number of items inserted": "count",
-}
-
-
-def redisbloom_info(reply: Any) -> dict[str, int]:
-    """``capacity``, ``layers`` and ``count`` from a BF.INFO reply: a flat list of names and
-    values (from a script, or a redis-py without a parser for it) or a dict (redis-py 8)."""
-    if isinstance(reply, dict):
-        pairs = list(reply.items())
-    else:
-        pairs = list(zip(reply[::2], reply[1::2], strict=True))
-    info = {}
-    for name, value in pairs:
-        text = name.decode() if isinstance(name, bytes) else str(name)
-        if text in _INFO_FIELDS:
-            info[_INFO_FIELDS[text]] = int(value)
-    return info
-
-
-def server_has_redisbloom(server: Any) -> bool:
-    """Whether the server knows ``BF.MADD`` (``COMMAND INFO`` answers nil for an unknown command;
-    unlike ``MODULE LIST`` it needs no admin rights)."""
-    # (no reply parsing; on a Redis Cluster any node answers: the nodes run alike)
-    options = {"target_nodes": server.get_default_node()} if is_cluster(server) else {}
-    reply = server.execute_command("COMMAND INFO", "BF.MADD", **options)
-    if isinstance(reply, dict):  # a redis-py that parses the reply
-        return any(reply.values())
-    return bool(reply) and reply[0] is not None
-
-
-def choose_backend(server: Any, setting: str, key: str) -> str:
-    """The backend ("lua" or "redisbloom") of the filter ``key``, by BLOOMFILTER_BACKEND:
-    "auto" keeps a filter that exists where it is, and makes a new one with RedisBloom if
-    the server has it."""
-    if setting == "lua":
-        return "lua"
-    has_module = server_has_redisbloom(server)
-    if setting == "redisbloom" and not has_module:
-        raise ConfigurationError(
-            "BLOOMFILTER_BACKEND = 'redisbloom' but the Redis server has no BF.* commands "
-            "(RedisBloom, Redis Stack or Redis >= 8). Set BLOOMFILTER_BACKEND = 'lua' (or "
-            "'auto') to keep the Bloom filter in plain strings."
-        )
-    if setting == "auto":
-        kind = server.type(key)
-        if kind in (b"hash", "hash"):
-            return "lua"
-        if kind not in (b"none", "none"):  # a RedisBloom filter, or what open() reports
-            return "redisbloom" if has_module else "lua"
-    return "redisbloom" if has_module else "lua"
-
-
-class BloomDupeFilter(RFPDupeFilter):
+class BloomDupeFilter(BloomMeta, RedisBloomBackend, RFPDupeFilter):
     """Redis Bloom-filter request duplicates filter (see the module's docstring).
 
     Built like :class:`RFPDupeFilter` (``from_crawler``: a one-time key; ``from_spider``:
@@ -196,11 +126,6 @@ class BloomDupeFilter(RFPDupeFilter):
         lane._forget_layers()
         return lane
 
-    @property
-    def meta_key(self) -> str:
-        """The filter's meta hash: its key."""
-        return self.key
-
     def open(self) -> None:
         """Choose the backend and open (or make) the filter; done by the first use otherwise."""
         if self.backend is None:
@@ -237,7 +162,7 @@ class BloomDupeFilter(RFPDupeFilter):
         writes = self.writes
         number = writes.take_for(tuple(fingerprints))
         digests = hex_digests(fingerprints)
-        for _ in range(_MAX_LAYERS):
+        for _ in range(MAX_LAYERS):
             blocks, numbers = self._blocks(digests)
             keys = [writes.key(self.meta_key), *self._own_keys(), *blocks]
             args = [writes.ttl_ms, number, self._params(), numbers, *digests]
@@ -284,7 +209,7 @@ class BloomDupeFilter(RFPDupeFilter):
                     name = self._block_key(index, block)
                 keys.append(name)
             numbers.append(touched)
-        return keys, _pack(numbers)
+        return keys, pack(numbers)
 
     def _block_key(self, layer: int, block: int) -> str:
         """The key of ``block`` of ``layer``, kept (up to :data:`_NAMES_KEPT`)."""
@@ -309,7 +234,7 @@ class BloomDupeFilter(RFPDupeFilter):
                 upcoming.describe(),
                 upcoming.blocks,
             ]
-            self._packed_params = _pack(params)
+            self._packed_params = pack(params)
         return self._packed_params
 
     def _forget_layers(self) -> None:
@@ -363,87 +288,6 @@ class BloomDupeFilter(RFPDupeFilter):
             )  # fmt: skip
         self._update_stats(count)
 
-    def _module_params(self) -> bytes:
-        """How BF.INSERT makes the filter if it does not exist (``lua/_redisbloom.lua``)."""
-        return _pack([self.layout.capacity, repr(self.layout.error_rate), REDISBLOOM_EXPANSION])
-
-    def _module_batch(self, fingerprints: list[str]) -> bytes:
-        writes, key = self.writes, self.key
-        number = writes.take_for(tuple(fingerprints))
-        args = [writes.ttl_ms, number, self._module_params(), *fingerprints]
-        flags, info = script("bloom_module_add")(self.server, [key, writes.key(key)], args)
-        writes.confirmed()
-        self._after_module_batch(redisbloom_info(info))
-        return bytes(flags)
-
-    def _read_module_info(self) -> dict[str, int]:
-        """The RedisBloom filter's BF.INFO; empty if it does not exist yet (the first
-        BF.INSERT makes it)."""
-        if not self.server.exists(self.key):
-            return {}
-        return redisbloom_info(self.server.execute_command("BF.INFO", self.key))
-
-    def _after_module_batch(self, info: dict[str, int]) -> None:
-        """Keep the RedisBloom filter's ``info``; warn if RedisBloom added a layer."""
-        before = self.module_info.get("layers", 1)
-        self.module_info = info
-        if info.get("layers", 1) > before:
-            logger.warning(
-                "Bloom filter %s (RedisBloom) is past its capacity: %d URLs in %d layers, "
-                "room for %d. Set BLOOMFILTER_CAPACITY to the crawl's size to keep it at its "
-                "smallest (for a new filter: RedisBloom keeps the sizes it was made with).",
-                self.key, info.get("count", 0), info["layers"], info.get("capacity", 0),
-            )  # fmt: skip
-        self._update_stats(info.get("count", 0))
-
-    def _load_meta(self) -> None:
-        """Make the filter if it does not exist; check that its stored layout is ours."""
-        ours = self.layout.describe()
-        flat = [part for pair in ours.items() for part in pair] + [self.layout.layer(0).blocks]
-        keys = [self.meta_key, bloom_blocks_key(self.key, is_cluster(self.server))]
-        made, raw = script("bloom_open")(self.server, keys, flat)
-        if made == b"wrongtype":
-            raise self._wrong_type(raw.decode())
-        meta = {raw[i].decode(): raw[i + 1].decode() for i in range(0, len(raw), 2)}
-        self.generation = meta.get("generation", "")
-        if made:
-            self._delete_blocks(keep=self.generation)  # of the filters deleted before
-        for field, value in ours.items():
-            if meta.get(field) != value:
-                raise ConfigurationError(self._disagreement(field, meta.get(field), value))
-        layers = int(meta.get("layers", "0"))
-        if not 1 <= layers <= _MAX_LAYERS:
-            raise ConfigurationError(f"The Bloom filter {self.meta_key} has {layers} layers.")
-        self.layers = [self.layout.layer(i) for i in range(layers)]
-        self._forget_layers()
-        for i, layer in enumerate(self.layers):
-            if meta.get(f"layer:{i}") != layer.describe():
-                raise ConfigurationError(
-                    self._disagreement(f"layer:{i}", meta.get(f"layer:{i}"), layer.describe())
-                )
-
-    def _wrong_type(self, kind: str) -> WrongKeyTypeError:
-        return WrongKeyTypeError(
-            f"{self.key} is a {kind}, not a Bloom filter (a SET holds the fingerprints of "
-            "RFPDupeFilter). Set SCHEDULER_DUPEFILTER_KEY to another key, or delete this one "
-            "(its URLs may then be crawled again)."
-        )
-
-    def _disagreement(self, field: str, stored: str | None, ours: str) -> str:
-        if field in ("version", "hash"):
-            return (
-                f"The Bloom filter {self.meta_key} is stored in format {field} = {stored!r}; "
-                f"this scrapy-redis reads {ours!r}. Use the scrapy-redis version that made "
-                "it, or clear it (BloomDupeFilter.clear(), or delete its keys: its URLs may "
-                "then be crawled again) to start a new one."
-            )
-        return (
-            f"The Bloom filter {self.meta_key} was made with {field} = {stored!r}; these "
-            f"settings give {ours!r}. Set BLOOMFILTER_CAPACITY and BLOOMFILTER_ERROR_RATE "
-            "(or BLOOMFILTER_BIT and BLOOMFILTER_HASH_NUMBER) as when it was made, or clear "
-            "it (BloomDupeFilter.clear(), or delete its keys) to start a new one."
-        )
-
     def capacity(self) -> int:
         """URLs the known layers hold at their error rates."""
         if self.backend == "redisbloom":
@@ -484,22 +328,6 @@ class BloomDupeFilter(RFPDupeFilter):
         self._delete_blocks(keep=None)
         self.server.unlink(bloom_blocks_key(self.key, is_cluster(self.server)))
         self.backend, self.layers, self.module_info = None, [], {}
-
-    def _delete_blocks(self, keep: str | None) -> None:
-        """Delete the blocks listed in ``<key>:bloom`` but those of generation ``keep``."""
-        cluster = is_cluster(self.server)
-        listing = bloom_blocks_key(self.key, cluster)
-        for field, value in self.server.hgetall(listing).items():
-            generation, _, layer = field.decode().partition(":")
-            if not layer or generation == keep:
-                continue
-            blocks = min(int(value), _MAX_BLOCKS)
-            keys = [
-                bloom_block_key(self.key, generation, int(layer), b, cluster) for b in range(blocks)
-            ]
-            for i in range(0, len(keys), 1000):
-                self.server.unlink(*keys[i : i + 1000])
-            self.server.hdel(listing, field)
 
     def forget(self, *args: Any, **kwargs: Any) -> None:
         """Impossible: a Bloom filter's bits are shared by many URLs."""

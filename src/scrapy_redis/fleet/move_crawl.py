@@ -203,7 +203,7 @@ def _scheduler(spider_name: str, settings: Any) -> Any:
     return scheduler
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("spider", help="the spider name (formats the key templates)")
     parser.add_argument("--from", dest="source", required=True, help="the source REDIS_URL")
@@ -212,7 +212,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--delete-source", action="store_true")
     parser.add_argument("--force", action="store_true")
     parser.add_argument("-s", dest="set", action="append", default=[], metavar="NAME=VALUE")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _arguments(argv)
     settings = project_settings(args.set)
     target_settings = settings.copy()
     if args.target:
