@@ -40,6 +40,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import catalog
 from _util import LOGS, RESULTS, ROOT, Redis
 from e2e import E2EPlan, e2e_benchmark
 from original_venv import ORIGINAL_VERSION, original_python
@@ -58,6 +59,7 @@ def parser() -> argparse.ArgumentParser:
     """The command line: what to run, then sizes and paths."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add = parser.add_argument
+    add("--list", action="store_true", help="list the benchmarks and what each measures, and exit")
     add(
         "--quick",
         action="store_true",
@@ -238,6 +240,9 @@ def write(data: dict[str, Any], output: Path) -> None:
 def main() -> None:
     cli = parser()
     args = cli.parse_args()
+    if args.list:
+        print(catalog.text(), end="")
+        return
     if args.leases_only and args.skip_leases:
         cli.error("--leases-only and --skip-leases exclude each other")
     plan = plan_of(args)
