@@ -46,8 +46,14 @@ class InvalidStartMessageError(ScrapyRedisError, ValueError):
     """A start message read from ``redis_key`` cannot be turned into a request."""
 
 
-class ScrapyRedisDeprecationWarning(DeprecationWarning):
-    """A deprecated scrapy-redis name, setting or signature was used."""
+class ScrapyRedisDeprecationWarning(Warning):
+    """A deprecated scrapy-redis name, setting or signature was used.
+
+    A :class:`Warning`, not a :class:`DeprecationWarning`, as Scrapy's own
+    ``ScrapyDeprecationWarning``: Python hides DeprecationWarnings raised from
+    library code by default, and the projects still using a deprecated name
+    would never see it.
+    """
 
 
 def warn_from_settings(component: str) -> None:
