@@ -22,6 +22,11 @@ class WrongKeyTypeError(ConfigurationError):
     """A Redis key the crawl uses exists with another type (the message names it)."""
 
 
+class ScriptsUnavailableError(ConfigurationError):
+    """The Redis client cannot run scrapy-redis's Lua scripts: a test's stand-in for the
+    client (fakeredis, a hand-written fake), the message names the fix."""
+
+
 class RedisUnavailableError(ScrapyRedisError, ConnectionError):
     """Redis could not be reached when a component started."""
 

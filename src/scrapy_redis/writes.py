@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy_redis import defaults
 from scrapy_redis.keys import writes_key
+from scrapy_redis.stand_ins import delete_keys
 from scrapy_redis.workers import new_worker_id
 
 if TYPE_CHECKING:
@@ -93,4 +94,4 @@ class WriteIds:
         keys = list(self._keys.values())
         self._keys.clear()
         if keys:
-            server.unlink(*keys)
+            delete_keys(server, *keys)
