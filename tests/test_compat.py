@@ -423,9 +423,9 @@ def test_resuming_crawl_goes_through_spider_log(settings_dict, server, scheduler
 
 
 class LoggingSpider(DemoSpider):
-    logged: list = []  # noqa: RUF012 - what the spider's own log() was given
+    logged: list = []
 
-    def log(self, message, level=logging.DEBUG, **kw):  # noqa: ARG002
+    def log(self, message, level=logging.DEBUG, **kw):
         LoggingSpider.logged.append(message)
 
 

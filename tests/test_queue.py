@@ -273,11 +273,18 @@ def test_deprecated_alias_warns_under_default_filters(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}
     result = subprocess.run(
         [sys.executable, "-c", "import project_queue; project_queue.open_queue()"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60, check=False,
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     assert result.returncode == 0, result.stderr
-    assert "ScrapyRedisDeprecationWarning: scrapy_redis.queue.SpiderPriorityQueue is " \
+    assert (
+        "ScrapyRedisDeprecationWarning: scrapy_redis.queue.SpiderPriorityQueue is "
         "deprecated, use scrapy_redis.queue.PriorityQueue" in result.stderr
+    )
 
 
 def _producer(url: str, queue_name: str, worker: int, count: int) -> None:

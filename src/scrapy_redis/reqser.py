@@ -141,9 +141,9 @@ def spider_method(spider: Spider, name: Any, *, private: bool = True) -> Callabl
     """The callback (or errback) ``name`` of ``spider``, for a name read from Redis.
 
     It must name a method bound to ``spider`` that the spider's own classes
-    define (CrawlSpider's ``_callback`` included), or Scrapy's base ``Spider.parse``; not
-    another method of the base ``Spider`` (``log``, ``_set_crawler``) nor scrapy-redis (``setup_redis``,
-    ``_stop_polling``); not a name starting with ``__`` (``__init__``), a static or
+    define (CrawlSpider's ``_callback`` included), or the base ``Spider.parse``;
+    not another method of Scrapy's base ``Spider`` (``log``, ``_set_crawler``)
+    nor of scrapy-redis (``setup_redis``, ``_stop_polling``); not a name starting with ``__`` (``__init__``), a static or
     class method (``close``, ``from_crawler``) or another attribute; and, unless
     ``private``, not a name starting with ``_``. ValueError otherwise.
     """

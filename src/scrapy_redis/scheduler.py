@@ -69,6 +69,7 @@ def log_resuming(spider: Any, pending: int) -> None:
     else:
         getattr(spider, "logger", logger).info(message)
 
+
 __all__ = ["Scheduler", "dedups_in_script"]
 
 

@@ -16,6 +16,7 @@ these paths.
 
 from __future__ import annotations
 
+import contextlib
 import weakref
 from typing import Any
 
@@ -46,10 +47,8 @@ def check_client(client: Any, name: str) -> None:
         reason = None
     if reason is None:
         reason = _why_not(client)
-        try:
+        with contextlib.suppress(TypeError):
             _CHECKED[client] = reason
-        except TypeError:
-            pass
     if reason:
         raise cannot_run(client, name, reason)
 
