@@ -143,9 +143,10 @@ def spider_method(spider: Spider, name: Any, *, private: bool = True) -> Callabl
     It must name a method bound to ``spider`` that the spider's own classes
     define (CrawlSpider's ``_callback`` included), or the base ``Spider.parse``;
     not another method of Scrapy's base ``Spider`` (``log``, ``_set_crawler``)
-    nor of scrapy-redis (``setup_redis``, ``_stop_polling``); not a name starting with ``__`` (``__init__``), a static or
-    class method (``close``, ``from_crawler``) or another attribute; and, unless
-    ``private``, not a name starting with ``_``. ValueError otherwise.
+    nor of scrapy-redis (``setup_redis``, ``_stop_polling``); not a name starting
+    with ``__`` (``__init__``), a static or class method (``close``,
+    ``from_crawler``) or another attribute; and, unless ``private``, not a name
+    starting with ``_``. ValueError otherwise.
     """
     if isinstance(name, str) and not name.startswith("__" if private else "_"):
         method = getattr(spider, name, None)
