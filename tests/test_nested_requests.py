@@ -49,7 +49,7 @@ def test_requests_in_meta_and_cb_kwargs_round_trip(server):
 
 
 def test_requests_nest_in_requests_up_to_the_limit(server):
-    spider, queue = _queue(server)
+    _, queue = _queue(server)
     request = Request("http://example.com/0")
     for n in range(1, MAX_DEPTH + 1):
         request = Request(f"http://example.com/{n}", meta={"original_request": request})
@@ -71,7 +71,7 @@ def test_other_values_are_still_refused(server):
 
 
 def test_pickle_stores_them_as_before(server):
-    spider, queue = _queue(server, picklecompat)
+    _, queue = _queue(server, picklecompat)
     outer = Request("http://example.com", meta={"original_request": Request("http://e.com")})
     decoded = queue._decode_request(queue._encode_request(outer))
     assert decoded.meta["original_request"].url == "http://e.com"

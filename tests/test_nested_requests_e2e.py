@@ -17,8 +17,15 @@ from pathlib import Path
 
 import pytest
 
-from test_e2e import DOMAIN, DemoSite, expected_hits, expected_pages, start_worker, wait_all
-from test_e2e import wait_for_requests
+from test_e2e import (
+    DOMAIN,
+    DemoSite,
+    expected_hits,
+    expected_pages,
+    start_worker,
+    wait_all,
+    wait_for_requests,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
