@@ -51,6 +51,10 @@ setup(
             # builds the project's egg with setuptools.
             "scrapyd>=1.6",
             "scrapyd-client>=2",
+            # tests/test_stand_ins.py: users test their spiders with fakeredis as a stand-in
+            # for the client, with and without its Lua support (lupa); it is the user's
+            # stand-in under test there, never a substitute for Redis in our tests.
+            "fakeredis[lua]>=2.20",
         ],
         "docs": ["sphinx>=7.4"],
     },

@@ -17,7 +17,7 @@ from unittest import mock
 
 import pytest
 import redis
-from scrapy import Request
+from scrapy import Request, Spider, signals
 from scrapy.settings import Settings
 from scrapy.utils.misc import build_from_crawler
 from scrapy.utils.test import get_crawler
@@ -27,7 +27,9 @@ from helpers import DemoSpider, make_spider
 from redis_server import RedisServer
 from scrapy_redis import connection
 from scrapy_redis.dupefilter import RFPDupeFilter
+from scrapy_redis.exceptions import UndecodableRequestError
 from scrapy_redis.pipelines import RedisPipeline
+from scrapy_redis.queue import FifoQueue
 from scrapy_redis.scheduler import Scheduler
 from scrapy_redis.scheduling.workers import crawler_worker_id
 from scrapy_redis.spiders import RedisSpider
@@ -402,7 +404,7 @@ def test_package_metadata():
     version = re.search(r'VERSION = "([^"]+)"', (ROOT / "setup.py").read_text()).group(1)
     assert scrapy_redis.__version__ == version
     assert isinstance(scrapy_redis.__author__, str) and scrapy_redis.__author__
-    assert isinstance(scrapy_redis.__email__, str)
+    assert isinstance(scrapy_redis.__email__, str) and scrapy_redis.__email__
     assert scrapy_redis.get_redis is connection.get_redis
     assert scrapy_redis.get_redis_from_settings is connection.get_redis_from_settings
 
@@ -417,7 +419,64 @@ def test_resuming_crawl_goes_through_spider_log(settings_dict, server, scheduler
     [record] = [r for r in caplog.records if "Resuming crawl" in r.getMessage()]
     assert record.getMessage() == "Resuming crawl (2 requests scheduled)"
     assert record.name == "demo"  # the spider's logger, as spider.log() writes
-    assert record.levelno == logging.DEBUG
+    assert record.levelno == logging.INFO  # seen with the quick start's LOG_LEVEL = "INFO"
+
+
+class LoggingSpider(DemoSpider):
+    logged: list = []
+
+    def log(self, message, level=logging.DEBUG, **kw):
+        LoggingSpider.logged.append(message)
+
+
+def test_resuming_crawl_calls_a_spiders_own_or_patched_log(settings_dict, schedulers):
+    """Users' tests patch spider.log and assert the call the original made."""
+    first = schedulers({**settings_dict, "SCHEDULER_PERSIST": True})
+    first.enqueue_request(Request("http://example.com/1"))
+    first.close("shutdown")
+    crawler = get_crawler(LoggingSpider, {**settings_dict, "SCHEDULER_PERSIST": True})
+    scheduler = build_from_crawler(Scheduler, crawler)
+    spider = crawler.spider = LoggingSpider.from_crawler(crawler)
+    with mock.patch.object(spider, "log", mock.Mock(spec=spider.log)) as patched:
+        scheduler.open(spider)
+    patched.assert_has_calls([mock.call("Resuming crawl (1 requests scheduled)")])
+    scheduler.close("shutdown")
+    scheduler.open(spider)  # its own log(), not patched
+    assert LoggingSpider.logged == ["Resuming crawl (1 requests scheduled)"]
+    scheduler.close("shutdown")
+
+
+def test_setup_redis_connects_spider_idle_last(settings_dict, server):
+    """The original's tests assert the last signals.connect() call is spider_idle's."""
+    crawler = get_crawler(StartSpider, settings_dict)
+    with mock.patch.object(crawler.signals, "connect") as connect:
+        spider = StartSpider.from_crawler(crawler)
+    assert connect.call_args == mock.call(spider.spider_idle, signal=signals.spider_idle)
+
+
+def test_request_to_the_inherited_parse_round_trips(server):
+    """A callback that is scrapy.Spider's own parse (the spider defines none) is stored
+    by name and rebuilt, as the original's request_from_dict() did."""
+    spider = Spider(name="plain")
+    queue = FifoQueue(server, spider, "plain:requests")
+    request = Request("http://example.com", callback=spider.parse, meta={"foo": "bar"})
+    decoded = queue._decode_request(queue._encode_request(request))
+    assert decoded.callback == spider.parse
+    assert decoded.meta == {"foo": "bar"}
+
+
+def test_custom_serializer_returning_other_than_bytes(server):
+    """A serializer whose dumps() returns what it was given (users' tests do): the round
+    trip works, and a decoding failure says why instead of failing in the pickle check."""
+    serializer = mock.Mock(dumps=mock.Mock(side_effect=lambda x: x))
+    serializer.loads = mock.Mock(side_effect=lambda x: x)
+    spider = make_spider()
+    queue = FifoQueue(server, spider, "demo:requests", serializer=serializer)
+    request = Request("http://example.com", callback=spider.parse)
+    assert queue._decode_request(queue._encode_request(request)).url == request.url
+    serializer.loads = mock.Mock(side_effect=ValueError("bad entry"))
+    with pytest.raises(UndecodableRequestError, match="bad entry"):
+        queue._decode_request({"url": "http://example.com", "meta": {}, "priority": 0})
 
 
 @pytest.mark.parametrize(

@@ -276,7 +276,7 @@ def test_dmoz_interrupted_then_resumed_by_two_workers(site, server, redis_url, t
     wait_all([first], finish_reason="shutdown")
     assert server.exists("dmoz:requests"), "the crawl ended before it was interrupted"
 
-    resumed = {**persist, "LOG_LEVEL": "DEBUG"}  # "Resuming crawl": the spider's logger, DEBUG
+    resumed = {**persist, "LOG_LEVEL": "INFO"}  # the quick start's level shows "Resuming crawl"
     workers = [
         start_worker("dmoz", redis_url, tmp_path / "dmoz-1.log", resumed, {"start_url": site.url}),
         start_worker("dmoz", redis_url, tmp_path / "dmoz-2.log", resumed, env=site_env),
@@ -291,7 +291,7 @@ def test_dmoz_interrupted_then_resumed_by_two_workers(site, server, redis_url, t
     stored = {member.decode() for member in server.smembers("dmoz:dupefilter")}
     assert stored == fingerprints(site, set(expected) - {"/"})
     assert keys(server) == {"dmoz:items", "dmoz:dupefilter"}
-    assert any("Resuming crawl" in worker.log for worker in workers)
+    assert any("INFO: Resuming crawl (" in worker.log for worker in workers)
 
 
 # -- the demo command and the items consumer -----------------------------------------------

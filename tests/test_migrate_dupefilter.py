@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 from scrapy import Request
 
 from scrapy_redis.dupefilter import request_fingerprint
 from scrapy_redis.migrate_dupefilter import main, migrate
+from test_e2e import EXAMPLE
 from test_seen_sets import BucketFilter, bucketed
 
 URLS = [f"http://example.com/{n}" for n in range(2500)]
@@ -106,3 +111,41 @@ def test_the_command_moves_the_set_out_of_the_bloom_filters_way(redis_url, serve
     assert "Deleted demo:dupefilter:old." in out
     assert not server.exists("demo:dupefilter:old")
     assert int(server.hget("demo:dupefilter", "count")) == len(URLS)
+
+
+def run_in_project(redis_url: str, module: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``python -m MODULE ARGS`` as a user runs it: from example-project's directory, in a
+    process of its own (no reactor installed, unlike this test session)."""
+    return subprocess.run(
+        [sys.executable, "-m", module, *args],
+        cwd=EXAMPLE,
+        env={**os.environ, "REDIS_URL": redis_url},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_the_command_runs_from_a_project_directory(redis_url, server):
+    server.sadd("myspider:dupefilter", *(request_fingerprint(Request(url)) for url in URLS))
+    lean = "scrapy_redis.dupefilter.LeanDupeFilter"
+    result = run_in_project(
+        redis_url, "scrapy_redis.migrate_dupefilter", "myspider", "-s", f"DUPEFILTER_CLASS={lean}"
+    )
+    assert result.returncode == 0, result.stderr
+    assert f"Copied {len(URLS)} fingerprints from myspider:dupefilter into LeanDupeFilter" in (
+        result.stdout
+    )
+    assert "Traceback" not in result.stderr
+
+
+def test_move_crawl_runs_from_a_project_directory_on_an_empty_crawl(redis_url, server):
+    """A smoke test (its behaviour is tested in test_move_crawl.py): it runs as a user runs
+    it, from a project directory without a reactor, and exits 0 on an empty crawl."""
+    target = redis_url.rsplit("/", 1)[0] + "/1"
+    result = run_in_project(
+        redis_url, "scrapy_redis.move_crawl", "myspider", "--from", redis_url, "--to", target
+    )
+    assert result.returncode == 0, result.stderr
+    assert "Moved 0 requests" in result.stdout

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import multiprocessing
+import os
 import pickle
 import random
 import re
 import string
+import subprocess
+import sys
 import zlib
 
 import msgpack
@@ -251,6 +254,37 @@ def test_deprecated_aliases_warn(server, alias, target):
     with pytest.warns(ScrapyRedisDeprecationWarning, match=target.__name__):
         queue = alias(server, make_spider(), "q")
     assert isinstance(queue, target)
+
+
+_PROJECT_QUEUE = """
+import redis
+from scrapy import Spider
+from scrapy_redis.queue import SpiderPriorityQueue
+
+def open_queue():
+    return SpiderPriorityQueue(redis.Redis(), Spider(name="demo"), "demo:requests")
+"""
+
+
+def test_deprecated_alias_warns_under_default_filters(tmp_path):
+    """Python hides a DeprecationWarning raised from library code by default: a project's
+    module using the alias must see ours, as Scrapy's own (Warning subclasses) are seen."""
+    (tmp_path / "project_queue.py").write_text(_PROJECT_QUEUE)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}
+    result = subprocess.run(
+        [sys.executable, "-c", "import project_queue; project_queue.open_queue()"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert (
+        "ScrapyRedisDeprecationWarning: scrapy_redis.queue.SpiderPriorityQueue is "
+        "deprecated, use scrapy_redis.queue.PriorityQueue" in result.stderr
+    )
 
 
 def _producer(url: str, queue_name: str, worker: int, count: int) -> None:

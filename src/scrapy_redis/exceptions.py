@@ -22,6 +22,11 @@ class WrongKeyTypeError(ConfigurationError):
     """A Redis key the crawl uses exists with another type (the message names it)."""
 
 
+class ScriptsUnavailableError(ConfigurationError):
+    """The Redis client cannot run scrapy-redis's Lua scripts: a test's stand-in for the
+    client (fakeredis, a hand-written fake), the message names the fix."""
+
+
 class RedisUnavailableError(ScrapyRedisError, ConnectionError):
     """Redis could not be reached when a component started."""
 
@@ -46,8 +51,14 @@ class InvalidStartMessageError(ScrapyRedisError, ValueError):
     """A start message read from ``redis_key`` cannot be turned into a request."""
 
 
-class ScrapyRedisDeprecationWarning(DeprecationWarning):
-    """A deprecated scrapy-redis name, setting or signature was used."""
+class ScrapyRedisDeprecationWarning(Warning):
+    """A deprecated scrapy-redis name, setting or signature was used.
+
+    A :class:`Warning`, not a :class:`DeprecationWarning`, as Scrapy's own
+    ``ScrapyDeprecationWarning``: Python hides DeprecationWarnings raised from
+    library code by default, and the projects still using a deprecated name
+    would never see it.
+    """
 
 
 def warn_from_settings(component: str) -> None:

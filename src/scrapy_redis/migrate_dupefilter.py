@@ -6,6 +6,7 @@ python -m scrapy_redis.migrate_dupefilter --help
 from scrapy_redis.dupefilters.migrate import (
     BatchFilter,
     RecordingFilter,
+    install_project_reactor,
     main,
     make_way,
     migrate,
@@ -19,6 +20,7 @@ from scrapy_redis.dupefilters.migrate import (
 __all__ = [
     "BatchFilter",
     "RecordingFilter",
+    "install_project_reactor",
     "main",
     "make_way",
     "migrate",

@@ -12,7 +12,7 @@ from scrapy.utils.serialize import ScrapyJSONEncoder
 from scrapy_redis import connection, defaults
 from scrapy_redis.connection import is_cluster
 from scrapy_redis.core.compat import PerInstance
-from scrapy_redis.exceptions import warn_from_settings
+from scrapy_redis.exceptions import ScriptsUnavailableError, warn_from_settings
 from scrapy_redis.store.keys import format_key
 from scrapy_redis.store.outage import OUTAGE_ERRORS, OutageGuard, outage_guard
 from scrapy_redis.store.scripts import script
@@ -141,7 +141,11 @@ class RedisPipeline:
                 number[key] = len(number) + 1
                 keys += [key, self._writes.key(key)]
             args += [number[key], write, data]
-        script("push_items")(self.server, keys, args)
+        try:
+            script("push_items")(self.server, keys, args)
+        except ScriptsUnavailableError:  # a test's stand-in for the client: the original's
+            for key, data, _write in pending:
+                self.server.rpush(key, data)
 
     def item_key(self, item: Any, spider: Spider | None) -> str:
         """The list ``item`` goes to (override to route items)."""

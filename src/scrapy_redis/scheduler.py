@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from scrapy import Spider
 from scrapy.utils.misc import build_from_crawler
 
 from scrapy_redis import connection, defaults
@@ -52,6 +53,23 @@ if TYPE_CHECKING:
     from typing_extensions import Self
 
 logger = logging.getLogger(__name__)
+
+
+def log_resuming(spider: Any, pending: int) -> None:
+    """Log "Resuming crawl (N requests scheduled)" where the user sees it.
+
+    The original called ``spider.log(message)``: a spider whose ``log`` is its own
+    or patched (users' tests do) still gets that call. Otherwise the message goes to
+    the spider's logger at INFO, seen with ``LOG_LEVEL = "INFO"`` (Scrapy deprecated
+    ``Spider.log()``, which logged it at DEBUG).
+    """
+    message = f"Resuming crawl ({pending} requests scheduled)"
+    log = getattr(spider, "log", None)
+    if callable(log) and getattr(log, "__func__", None) is not Spider.log:
+        log(message)
+    else:
+        getattr(spider, "logger", logger).info(message)
+
 
 __all__ = ["Scheduler", "dedups_in_script"]
 
@@ -205,9 +223,8 @@ class Scheduler:
         if ours:
             check_lane_count(self.server, self.queue, self.df, record=True)
         parts.feed.recover()
-        if pending := len(self.queue):  # the original's spider.log(): spider's logger, DEBUG
-            spider_logger = getattr(spider, "logger", logger)
-            spider_logger.debug("Resuming crawl (%(count)d requests scheduled)", {"count": pending})
+        if pending := len(self.queue):
+            log_resuming(spider, pending)
         self._opening = False
         return self.df.open() if not self._df_from_spider and hasattr(self.df, "open") else None
 

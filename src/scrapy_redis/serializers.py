@@ -70,8 +70,11 @@ class Serializer(Protocol):
     def loads(self, s: bytes) -> Any: ...
 
 
-def looks_like_pickle(data: bytes) -> bool:
-    """Whether ``data`` seems to be a pickle (protocol 2 or later)."""
+def looks_like_pickle(data: Any) -> bool:
+    """Whether ``data`` seems to be a pickle (protocol 2 or later); False for what is not
+    bytes (what a custom serializer's ``dumps`` returned: the original stored it as is)."""
+    if not isinstance(data, (bytes, bytearray)):
+        return False
     return len(data) > 2 and data[0] == 0x80 and 2 <= data[1] <= 5 and data.endswith(b".")
 
 

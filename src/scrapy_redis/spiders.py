@@ -137,11 +137,12 @@ class RedisMixin:
         return config
 
     def _connect_signals(self, crawler: Crawler) -> None:
-        crawler.signals.connect(self.spider_idle, signal=signals.spider_idle)
         crawler.signals.connect(self._on_activity, signal=signals.response_received)
         crawler.signals.connect(self._start_polling, signal=signals.spider_opened)
         crawler.signals.connect(self._stop_polling, signal=signals.spider_closed)
         crawler.signals.connect(self._on_dropped, signal=signals.request_dropped)
+        # Last, as the original's only connect: users' tests assert the last call.
+        crawler.signals.connect(self.spider_idle, signal=signals.spider_idle)
 
     # -- reading messages -------------------------------------------------------------
 

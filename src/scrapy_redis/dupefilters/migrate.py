@@ -128,6 +128,23 @@ def make_way(server: Any, source: str, dupefilter: Any) -> str:
     return aside if server.exists(aside) else source
 
 
+def install_project_reactor(settings: Any) -> None:
+    """Install the reactor the project's settings name (TWISTED_REACTOR), as ``scrapy``
+    commands do: Scrapy's crawler, built here to build the filter, refuses to be set up
+    without one ("We expected a Twisted reactor to be installed"; 2.13:
+    "get_reactor_settings() called without an installed reactor"). None is run."""
+    import sys
+
+    from scrapy.utils.reactor import install_reactor
+
+    if "twisted.internet.reactor" in sys.modules:
+        return
+    if reactor_path := settings.get("TWISTED_REACTOR"):
+        install_reactor(reactor_path, settings.get("ASYNCIO_EVENT_LOOP"))
+    else:
+        from twisted.internet import reactor  # noqa: F401 - installs the default one
+
+
 def _target(spider_name: str, settings: Any) -> Any:
     """The project's DUPEFILTER_CLASS, built as the scheduler builds it for SPIDER."""
     from scrapy import Spider
@@ -137,6 +154,7 @@ def _target(spider_name: str, settings: Any) -> Any:
     from scrapy_redis.utils import load_configured
 
     spidercls = type("MigratedSpider", (Spider,), {"name": spider_name})
+    install_project_reactor(settings)
     crawler = get_crawler(spidercls, settings.copy_to_dict())
     spider = crawler.spidercls.from_crawler(crawler)
     crawler.spider = spider

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from scrapy_redis.core.logsafe import shorten
+from scrapy_redis.encoding.nested_requests import NESTED, decode_nested, encode_nested
 from scrapy_redis.encoding.reqser import dict_to_request, owned_dict_to_request, request_to_dict
 from scrapy_redis.exceptions import UndecodableRequestError, UnserializableRequestError
 from scrapy_redis.serializers import MsgpackSerializer, looks_like_pickle, with_defaults
@@ -25,12 +26,22 @@ PICKLE_SERIALIZERS = frozenset({"pickle", "scrapy_redis.picklecompat"})
 
 
 def encode_request(request: Request, spider: Spider, serializer: Any) -> bytes:
-    """The bytes stored for ``request``; UnserializableRequestError with the reason."""
+    """The bytes stored for ``request``; UnserializableRequestError with the reason.
+
+    A request dict the serializer refuses is tried again with the requests its meta
+    holds stored as requests (see :mod:`scrapy_redis.encoding.nested_requests`)."""
     try:
-        data = serializer.dumps(request_to_dict(request, spider))
+        data = request_to_dict(request, spider)
+        try:
+            stored = serializer.dumps(data)
+        except Exception:
+            nested = encode_nested(data, spider)
+            if nested is None:
+                raise
+            stored = serializer.dumps(nested)
     except Exception as exc:  # any serializer, any failure: normalised here, once
         raise UnserializableRequestError(shorten(str(exc) or repr(exc), 1000)) from exc
-    return data.encode() if isinstance(data, str) else data
+    return stored.encode() if isinstance(stored, str) else stored
 
 
 def decode_request(encoded: bytes, spider: Spider, serializer: Any, key: str) -> Request:
@@ -41,8 +52,13 @@ def decode_request(encoded: bytes, spider: Spider, serializer: Any, key: str) ->
             data = serializer.loads_stored(encoded)
             if "_class" in data:  # a subclass may have other defaults than Request
                 data = with_defaults(data)
+            if NESTED in data:
+                data = decode_nested(data, spider)
             return owned_dict_to_request(data, spider)
-        return dict_to_request(serializer.loads(encoded), spider)
+        data = serializer.loads(encoded)
+        if isinstance(data, dict) and NESTED in data:
+            return owned_dict_to_request(decode_nested(dict(data), spider), spider)
+        return dict_to_request(data, spider)
     except Exception as exc:  # untrusted data: every failure is a decoding failure
         pickled = looks_like_pickle(encoded) and not is_pickle(serializer)
         raise UndecodableRequestError(

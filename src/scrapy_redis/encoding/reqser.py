@@ -141,11 +141,12 @@ def spider_method(spider: Spider, name: Any, *, private: bool = True) -> Callabl
     """The callback (or errback) ``name`` of ``spider``, for a name read from Redis.
 
     It must name a method bound to ``spider`` that the spider's own classes
-    define (CrawlSpider's ``_callback`` included), not Scrapy's base ``Spider``
-    (``log``, ``_set_crawler``) nor scrapy-redis (``setup_redis``,
-    ``_stop_polling``); not a name starting with ``__`` (``__init__``), a static or
-    class method (``close``, ``from_crawler``) or another attribute; and, unless
-    ``private``, not a name starting with ``_``. ValueError otherwise.
+    define (CrawlSpider's ``_callback`` included), or the base ``Spider.parse``;
+    not another method of Scrapy's base ``Spider`` (``log``, ``_set_crawler``)
+    nor of scrapy-redis (``setup_redis``, ``_stop_polling``); not a name starting
+    with ``__`` (``__init__``), a static or class method (``close``,
+    ``from_crawler``) or another attribute; and, unless ``private``, not a name
+    starting with ``_``. ValueError otherwise.
     """
     if isinstance(name, str) and not name.startswith("__" if private else "_"):
         method = getattr(spider, name, None)
@@ -153,6 +154,10 @@ def spider_method(spider: Spider, name: Any, *, private: bool = True) -> Callabl
             return method  # type: ignore[return-value]
     raise ValueError(f"spider has no method {short_repr(name)}")
 
+
+#: Methods of Scrapy's base Spider that a request may name: ``parse`` (inherited by a
+#: spider that does not define it, the request then fails as Scrapy's would).
+_BASE_CALLBACKS = frozenset({"parse"})
 
 # (spider class, attribute name) -> whether a class of the spider's own defines it.
 _CALLBACKS: dict[tuple[type[Any], str], bool] = {}
@@ -164,7 +169,7 @@ def _is_callback(cls: type[Any], name: str) -> bool:
         owner = next((klass for klass in cls.__mro__ if name in vars(klass)), None)
         if owner is None:  # an instance attribute: never written by request_to_dict()
             return False
-        known = _CALLBACKS[(cls, name)] = not (
+        known = _CALLBACKS[(cls, name)] = name in _BASE_CALLBACKS or not (
             owner is Spider or owner is object or owner.__module__.startswith("scrapy_redis.")
         )
     return known

@@ -289,7 +289,9 @@ class EnqueueBuffer:
             logger.warning(
                 "Unable to serialize request: %(request)s - reason: %(reason)s - kept in this "
                 "worker's memory; no more unserializable requests will be logged (stats being "
-                "collected)",
+                "collected: scheduler/unserializable). To store such requests in Redis, set "
+                "SCHEDULER_SERIALIZER = 'scrapy_redis.picklecompat' on every worker (only if "
+                "everyone who can write to this Redis is trusted)",
                 {"request": shorten(request), "reason": shorten(exc, 1000)},
                 extra={"spider": self.context.spider},
             )

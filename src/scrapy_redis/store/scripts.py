@@ -21,6 +21,8 @@ from typing import Any
 from redis.client import NEVER_DECODE
 from redis.exceptions import NoScriptError
 
+from scrapy_redis.store.stand_ins import check_client
+
 _INCLUDE = re.compile(r"^--#include (_\w+\.lua)$", re.MULTILINE)
 
 
@@ -59,7 +61,10 @@ class LuaScript:
         self.sha = hashlib.sha1(self.source.encode()).hexdigest()
 
     def __call__(self, client: Any, keys: list[str], args: list[Any]) -> Any:
-        """Run the script on ``client`` (a client or a cluster client)."""
+        """Run the script on ``client`` (a client or a cluster client);
+        ScriptsUnavailableError, before anything runs, if ``client`` is a test's stand-in
+        that cannot run it (see :mod:`scrapy_redis.store.stand_ins`)."""
+        check_client(client, self.name)
         options = {NEVER_DECODE: True}
         try:
             return client.execute_command("EVALSHA", self.sha, len(keys), *keys, *args, **options)

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy_redis import defaults
 from scrapy_redis.store.keys import writes_key
+from scrapy_redis.store.stand_ins import delete_keys
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
@@ -101,4 +102,4 @@ class WriteIds:
         keys = list(self._keys.values())
         self._keys.clear()
         if keys:
-            server.unlink(*keys)
+            delete_keys(server, *keys)
