@@ -28,6 +28,7 @@ import os
 from typing import Any
 from urllib.parse import urlsplit
 
+from scrapy_redis.dashboard.sessions import Sessions, cookie_name, cookie_values
 from scrapy_redis.dashboard.throttle import Throttle
 from scrapy_redis.exceptions import ConfigurationError
 
@@ -36,8 +37,6 @@ Request = Any
 
 #: The environment variable holding the dashboard's token (or pass ``--token``).
 TOKEN_ENV = "SCRAPY_REDIS_DASHBOARD_TOKEN"
-#: The session cookie set by the login form.
-COOKIE = "scrapy_redis_dashboard"
 #: The header carrying the page's CSRF token on POST requests.
 CSRF_HEADER = "X-CSRF-Token"
 #: The fewest characters a token may have when the dashboard listens beyond loopback.
@@ -108,21 +107,29 @@ class Guard:
     """The rules above, for one dashboard process (``secret`` is per process)."""
 
     def __init__(
-        self, token: str | None, secret: bytes | None = None, throttle: Throttle | None = None
+        self,
+        token: str | None,
+        secret: bytes | None = None,
+        throttle: Throttle | None = None,
+        sessions: Sessions | None = None,
     ) -> None:
         self.token = token or None
         self.secret = secret or os.urandom(32)
         self.throttle = throttle or Throttle()
-
-    def session(self) -> str:
-        """The session cookie's value (it is not the token itself)."""
-        return _digest(self.secret, f"session:{self.token}")
+        self.sessions = sessions or Sessions()
 
     def token_matches(self, given: str) -> bool:
-        return self.token is not None and hmac.compare_digest(given.encode(), self.token.encode())
+        """Whether ``given`` is the token, in a time that depends on neither (their
+        keyed hashes are compared, so not even their lengths show)."""
+        if self.token is None:
+            return False
+        return hmac.compare_digest(
+            _digest(self.secret, f"token:{given}"), _digest(self.secret, f"token:{self.token}")
+        )
 
     def attempt(self, request: Request, given: str) -> bool:
-        """Whether ``given`` is the token; a wrong one counts against the client's address."""
+        """Whether ``given`` is the token; a wrong one counts against the client's address
+        (and all addresses); the right one is accepted whatever failed before."""
         matches = self.token_matches(given)
         if matches:
             self.throttle.succeeded(_client(request))
@@ -131,7 +138,7 @@ class Guard:
         return matches
 
     def retry_after(self, request: Request) -> int:
-        """Seconds before the client may try a token again (0: now)."""
+        """Seconds during which a wrong token of the client is answered 429 (0: none)."""
         return self.throttle.retry_after(_client(request))
 
     def bearer_given(self, request: Request) -> str | None:
@@ -144,6 +151,10 @@ class Guard:
         given = self.bearer_given(request)
         return given is not None and self.token_matches(given)
 
+    def session_of(self, request: Request) -> str | None:
+        """The open session whose cookie ``request`` sends (None: none)."""
+        return self.sessions.first_valid(cookie_values(request, cookie_name(request)))
+
     def authenticated(self, request: Request) -> bool:
         """Whether ``request`` may see the dashboard (always, without a token). A bearer
         token, when sent, decides (and counts as an attempt); else the session cookie."""
@@ -152,8 +163,7 @@ class Guard:
         given = self.bearer_given(request)
         if given is not None:
             return self.attempt(request, given)
-        cookie = request.getCookie(COOKIE.encode())
-        return cookie is not None and hmac.compare_digest(cookie, self.session().encode())
+        return self.session_of(request) is not None
 
     def host_allowed(self, request: Request) -> bool:
         """Whether the ``Host`` header names a loopback address (always true with a
@@ -164,9 +174,10 @@ class Guard:
         return is_loopback(host)
 
     def csrf_token(self, request: Request) -> str:
-        """The token the page sends back with its POST requests."""
-        cookie = request.getCookie(COOKIE.encode()) or b""
-        return _digest(self.secret, f"csrf:{cookie.decode(errors='replace')}")
+        """The token the page sends back with its POST requests: bound to the session
+        (with a token), else the same for every page of this process (loopback)."""
+        session = self.session_of(request) if self.token is not None else None
+        return _digest(self.secret, f"csrf:{session or ''}")
 
     def action_refusal(self, request: Request) -> str | None:
         """Why a POST ``request`` may not change the crawl (None: it may; see the
