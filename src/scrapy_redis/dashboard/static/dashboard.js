@@ -108,12 +108,16 @@ function render(status, time) {
     ? `Purge the queue (${crawl.alive} worker(s) alive)…` : "Purge the queue…";
   fillWorkers(section, status.workers);
   fillKeys(section, status.start_keys);
-  const now = time;
-  draw(section.querySelector(".chart-queue"), crawl.history, now, [
-    ["queued", "#1f6feb"], ["leased", "#f0a020"], ["start", "#2e7d32"]]);
-  draw(section.querySelector(".chart-rates"), crawl.history, now, [
-    ["pps", "#1f6feb", "pages/s"], ["ips", "#b3261e", "items/s"]]);
   return section;
+}
+
+// The plots of a crawl, drawn once its section is in the page (they take its width).
+function drawCharts(spider, now) {
+  const crawl = crawls.get(spider);
+  draw(crawl.section.querySelector(".chart-queue"), crawl.history, now, [
+    ["queued", "#1f6feb"], ["leased", "#f0a020"], ["start", "#2e7d32"]]);
+  draw(crawl.section.querySelector(".chart-rates"), crawl.history, now, [
+    ["pps", "#1f6feb", "pages/s"], ["ips", "#b3261e", "items/s"]]);
 }
 
 // The diagnosis marks setting names and commands with `backticks`: shown as code.
@@ -216,6 +220,7 @@ async function readCrawls() {
     if (sections.some((section, n) => main.children[n] !== section) || main.children.length !== sections.length) {
       main.replaceChildren(...sections);
     }
+    for (const status of crawlsFirst) drawCharts(status.spider, data.time);
   } catch (error) {
     problem(error.message.startsWith("Cannot read") ? error.message : `Cannot read the crawls: ${error.message}`);
   }
