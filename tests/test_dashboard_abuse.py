@@ -190,8 +190,10 @@ def test_each_login_has_its_own_session_and_csrf_token_and_a_logout_ends_it(
     first, second = cookie_of(url, log_in(url)), cookie_of(url, log_in(url))
     assert first != second
     assert f"Max-Age={12 * 3600}" in log_in(url).headers["Set-Cookie"]
-    pages = {session: http(url, headers={"Cookie": f"{name}={session}"}) for session in (first, second)}
-    tokens = {session: csrf_token(page.text) for session, page in pages.items()}
+    tokens = {
+        session: csrf_token(http(url, headers={"Cookie": f"{name}={session}"}).text)
+        for session in (first, second)
+    }
     assert tokens[first] != tokens[second]
     push = url + "api/actions/push"
     body = {"spider": "myspider_redis", "messages": ["http://a.test/"]}

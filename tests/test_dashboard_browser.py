@@ -237,7 +237,11 @@ const counts = window.statusReads = { inflight: 0, most: 0, started: 0 };
 const original = window.fetch;
 window.fetch = async (...args) => {
   const status = String(args[0]).includes("/api/status");
-  if (status) { counts.inflight++; counts.started++; counts.most = Math.max(counts.most, counts.inflight); }
+  if (status) {
+    counts.inflight++;
+    counts.started++;
+    counts.most = Math.max(counts.most, counts.inflight);
+  }
   try { return await original(...args); } finally { if (status) counts.inflight--; }
 };
 """
@@ -271,7 +275,8 @@ def test_the_page_at_420_px_shows_everything_and_says_where_it_reads(
         assert not find("#logout").is_displayed()  # no token: no session to end
 
         width, scroll_width, cut = browser.execute_script(CUT_OFF)
-        browser.save_screenshot(str(os.environ.get("DASHBOARD_NARROW_SCREENSHOT", tmp_path / "narrow.png")))
+        screenshot = os.environ.get("DASHBOARD_NARROW_SCREENSHOT", tmp_path / "narrow.png")
+        browser.save_screenshot(str(screenshot))  # to look at
         assert width <= 420
         assert cut == [], cut
         assert scroll_width <= width

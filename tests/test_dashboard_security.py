@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from dashboard_process import EXAMPLE, MODULE, DashboardProcess, cookie_name, csrf_token, http
+from dashboard_process import EXAMPLE, MODULE, DashboardProcess, csrf_token, http
 from scrapy_redis.dashboard.security import MIN_TOKEN_LENGTH, TOKEN_ENV, check_binding
 from scrapy_redis.dashboard.throttle import FAILURE_WINDOW, LOCKOUT, MAX_FAILURES, Throttle
 from scrapy_redis.exceptions import ConfigurationError

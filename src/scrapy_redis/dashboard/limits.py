@@ -34,9 +34,7 @@ def body_limit(path: bytes) -> int:
 
 
 def _refusal(limit: int) -> bytes:
-    body = json.dumps(
-        {"error": f"request body too large: at most {limit} bytes here"}
-    ).encode()
+    body = json.dumps({"error": f"request body too large: at most {limit} bytes here"}).encode()
     head = (
         "HTTP/1.1 413 Content Too Large\r\n"
         "Content-Type: application/json\r\n"
@@ -50,6 +48,7 @@ class CappedRequest(Request):
     """A ``twisted.web`` request that refuses a body over :func:`body_limit`."""
 
     _limit = BODY_LIMIT
+    _body: BytesIO
     _received = 0
     _refused = False
 
@@ -60,7 +59,7 @@ class CappedRequest(Request):
         if length is not None and length > self._limit:
             self.requestHeaders.removeHeader(b"Expect")  # no "100 Continue" after it
             self._refuse()
-        self.content = BytesIO()
+        self._body = self.content = BytesIO()
 
     def handleContentChunk(self, data: bytes) -> None:
         if self._refused:
@@ -69,11 +68,11 @@ class CappedRequest(Request):
         if self._received > self._limit:
             self._refuse()
             return
-        self.content.write(data)
+        self._body.write(data)
 
     def requestReceived(self, command: bytes, path: bytes, version: bytes) -> None:
         if not self._refused:
-            Request.requestReceived(self, command, path, version)
+            Request.requestReceived(self, command, path, version)  # type: ignore[no-untyped-call]
 
     def _refuse(self) -> None:
         """Answer 413, stop reading, and close the connection after :data:`GRACE`."""
@@ -81,6 +80,7 @@ class CappedRequest(Request):
         transport: Any = self.channel.transport
         transport.write(_refusal(self._limit))
         transport.pauseProducing()
-        from twisted.internet import reactor
+        from twisted.internet import reactor as installed
 
-        reactor.callLater(GRACE, transport.loseConnection)  # type: ignore[attr-defined]
+        reactor: Any = installed
+        reactor.callLater(GRACE, transport.loseConnection)

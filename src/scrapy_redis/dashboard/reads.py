@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError
@@ -38,7 +38,7 @@ class Snapshot:
     took: float
 
 
-def describe_error(error: BaseException) -> str:
+def describe_error(error: BaseException | None) -> str:
     """One line saying why a read failed."""
     if isinstance(error, RedisError):
         return f"Redis: {error}"
@@ -66,9 +66,9 @@ class SharedRead:
 
     def get(self) -> Deferred[Snapshot]:
         """The last read if younger than ``max_age``, else the next one to finish."""
-        if self.last is not None and self._waiting is None and not self._stale:
-            if self.clock() - self.last.finished < self.max_age:
-                return succeed(self.last)
+        last = self.last
+        if last is not None and self._waiting is None and not self._stale and self._fresh(last):
+            return succeed(last)
         waiter: Deferred[Snapshot] = Deferred()
         if self._waiting is None:
             self._start()
@@ -78,6 +78,9 @@ class SharedRead:
         assert self._waiting is not None
         self._waiting.append(waiter)
         return waiter
+
+    def _fresh(self, snapshot: Snapshot) -> bool:
+        return self.clock() - snapshot.finished < self.max_age
 
     def changed(self) -> None:
         """The crawls changed (an action): the next answer comes from a read begun now."""
@@ -105,8 +108,7 @@ class SharedRead:
         return Snapshot(None, error, number, self.clock(), 0.0)
 
     def _done(self, snapshot: Snapshot, began: float) -> None:
-        took = snapshot.finished - began
-        self.last = Snapshot(snapshot.data, snapshot.error, snapshot.number, snapshot.finished, took)
+        self.last = replace(snapshot, took=snapshot.finished - began)
         waiting, self._waiting = self._waiting or [], None
         if self._next:
             self._start()

@@ -6,17 +6,17 @@
 * Bound elsewhere it refuses to start without a token of at least
   :data:`MIN_TOKEN_LENGTH` characters (``--token`` or the environment variable
   :data:`TOKEN_ENV`); with a token every request needs it: as ``Authorization:
-  Bearer <token>`` (scripts, Prometheus) or as the session cookie the login form
-  sets. Wrong tokens from one address make it wait (see
-  :mod:`scrapy_redis.dashboard.throttle`).
-* A POST (an action, a login) from a browser must come from the dashboard's own
-  page: its ``Origin``, when sent, must name the host (and port) of the ``Host``
+  Bearer <token>`` (scripts, Prometheus) or as the cookie of a session the login form
+  opened (:mod:`scrapy_redis.dashboard.sessions`). Wrong tokens are answered 429 after
+  too many (see :mod:`scrapy_redis.dashboard.throttle`); the right one never is.
+* A POST (an action, a login, a logout) from a browser must come from the dashboard's
+  own page: its ``Origin``, when sent, must name the host (and port) of the ``Host``
   header, whatever its scheme (behind a TLS reverse proxy the browser says
-  ``https`` while the dashboard itself is reached over ``http``). An action also
-  needs the CSRF token of the page (the ``X-CSRF-Token`` header, a synchronizer
-  token derived from a per-process secret and the session), which another site
-  cannot read. A request authenticated by the bearer token needs neither (a
-  browser never adds that header on its own).
+  ``https`` while the dashboard itself is reached over ``http``). An action (and a
+  logout) also needs the CSRF token of the page (the ``X-CSRF-Token`` header, a
+  synchronizer token derived from a per-process secret and the session id), which
+  another site cannot read. A request authenticated by the bearer token needs neither
+  (a browser never adds that header on its own).
 """
 
 from __future__ import annotations

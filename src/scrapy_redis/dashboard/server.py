@@ -124,7 +124,7 @@ def check_redis(settings: BaseSettings) -> str:
         return f"unknown ({describe_error(exc)})"
     try:
         server.ping()
-    except Exception as exc:  # noqa: BLE001 - any failure to answer is "unreachable"
+    except Exception as exc:  # any failure to answer is "unreachable"
         print(
             f"warning: Redis at {described} is unreachable ({describe_error(exc)}): the "
             "dashboard starts anyway and shows the crawls once it answers.",

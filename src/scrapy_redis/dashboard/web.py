@@ -250,7 +250,8 @@ class Dashboard(Resource):
             body = None
         if not isinstance(body, dict):
             return _json(request, 400, {"error": "the body must be a JSON object"})
-        return self._later(request, lambda: self._act(action, body), lambda r: _json(request, 200, r))
+        work = lambda: self._act(action, body)  # noqa: E731
+        return self._later(request, work, lambda r: _json(request, 200, r))
 
     def _act(self, action: str, body: dict[str, Any]) -> dict[str, Any]:
         try:
