@@ -81,21 +81,35 @@ def read_answer(sock: socket.socket, timeout: float = 20) -> bytes:
 
 
 @pytest.mark.parametrize(
-    ("path", "limit"), [("/login", BODY_LIMIT), ("/api/actions/push", ACTION_BODY_LIMIT)]
+    ("path", "limit", "read"),
+    [("/login", BODY_LIMIT, 401), ("/api/actions/push", ACTION_BODY_LIMIT, 400)],
 )
 def test_a_body_announced_too_large_is_refused_before_it_is_sent(
-    token_dashboard, server, path, limit
+    token_dashboard, server, path, limit, read
 ):
     """Content-Length: 300 MB, and not a byte of it sent: the answer comes at once."""
+    bearer = f"Authorization: Bearer {TOKEN}\r\n" if path != "/login" else ""
     with socket.create_connection(address(token_dashboard.url)) as sock:
-        sock.sendall(head(path, f"Content-Length: {300 * 1024 * 1024}\r\nExpect: 100-continue\r\n"))
+        announce = f"Content-Length: {300 * 1024 * 1024}\r\nExpect: 100-continue\r\n"
+        sock.sendall(head(path, announce + bearer))
         answer = read_answer(sock)
     assert answer.startswith(b"HTTP/1.1 413 "), answer[:200]
     assert f"at most {limit} bytes".encode() in answer
     assert b"100 Continue" not in answer
     url = token_dashboard.url + path.lstrip("/")
-    assert http(url, "POST", b"token=" + b"x" * (limit - 6), FORM).status == 401  # read
-    assert http(url, "POST", b"token=" + b"x" * (limit - 5), FORM).status == 413
+    headers = {**FORM, **({"Authorization": f"Bearer {TOKEN}"} if bearer else {})}
+    assert http(url, "POST", b"token=" + b"x" * (limit - 6), headers).status == read
+    assert http(url, "POST", b"token=" + b"x" * (limit - 5), headers).status == 413
+
+
+def test_only_an_authenticated_action_may_send_more_than_the_login_limit(token_dashboard, server):
+    url = token_dashboard.url + "api/actions/push"
+    body = {"spider": "myspider_redis", "messages": ["http://a.test/" + "x" * 8000]}
+    assert http(url, "POST", body, {"Authorization": "Bearer wrong"}).status == 413
+    assert http(url, "POST", body).status == 413
+    reply = http(url, "POST", body, {"Authorization": f"Bearer {TOKEN}"})
+    assert reply.status == 200, reply.text
+    assert server.llen(START_KEY) == 1
 
 
 def test_a_chunked_body_is_refused_once_past_the_limit_and_never_read_whole(

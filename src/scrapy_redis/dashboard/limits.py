@@ -4,7 +4,8 @@
 the resource sees it, and the dashboard then holds several copies while it parses
 it. :class:`CappedRequest` decides from the request line and headers alone how much
 body it accepts (:data:`ACTION_BODY_LIMIT` for ``/api/actions/``,
-:data:`BODY_LIMIT` for anything else: the login form, a logout), and refuses a
+:data:`BODY_LIMIT` for anything else: the login form, a logout, and an action
+not authenticated yet: see :meth:`DashboardSite.body_limit`), and refuses a
 longer one with ``413 Content Too Large`` as soon as it is announced
 (``Content-Length``) or, when chunked, as soon as the chunks received pass the limit.
 It then stops reading the connection and closes it: the rest of the body is never
@@ -17,7 +18,7 @@ import json
 from io import BytesIO
 from typing import Any
 
-from twisted.web.server import Request
+from twisted.web.server import Request, Site
 
 #: Bytes of body accepted by ``/login``, ``/logout`` and any other path.
 BODY_LIMIT = 4 * 1024
@@ -44,6 +45,22 @@ def _refusal(limit: int) -> bytes:
     return head.encode() + body
 
 
+class DashboardSite(Site):
+    """The dashboard's site: its requests are :class:`CappedRequest`."""
+
+    def __init__(self, resource: Any) -> None:
+        Site.__init__(self, resource, requestFactory=CappedRequest)  # type: ignore[no-untyped-call]
+
+    def body_limit(self, request: Request, path: bytes) -> int:
+        """The limit of :func:`body_limit`, but :data:`BODY_LIMIT` for a request that is
+        not authenticated (it will be refused: it need not send more)."""
+        limit = body_limit(path)
+        guard = getattr(self.resource, "guard", None)
+        if limit > BODY_LIMIT and guard is not None and not guard.identified(request):
+            return BODY_LIMIT
+        return limit
+
+
 class CappedRequest(Request):
     """A ``twisted.web`` request that refuses a body over :func:`body_limit`."""
 
@@ -54,8 +71,10 @@ class CappedRequest(Request):
 
     def gotLength(self, length: int | None) -> None:
         # The request line is parsed (the channel holds it) but not yet given to us.
-        path = getattr(self.channel, "_path", b"") or b""
-        self._limit = body_limit(path.split(b"?", 1)[0])
+        path = (getattr(self.channel, "_path", b"") or b"").split(b"?", 1)[0]
+        site = getattr(self.channel, "site", None)
+        limit = site.body_limit(self, path) if isinstance(site, DashboardSite) else None
+        self._limit = body_limit(path) if limit is None else limit
         if length is not None and length > self._limit:
             self.requestHeaders.removeHeader(b"Expect")  # no "100 Continue" after it
             self._refuse()

@@ -155,6 +155,13 @@ class Guard:
         """The open session whose cookie ``request`` sends (None: none)."""
         return self.sessions.first_valid(cookie_values(request, cookie_name(request)))
 
+    def identified(self, request: Request) -> bool:
+        """Whether ``request`` would be authenticated, without counting an attempt (its
+        headers are enough: it is asked before the body is read)."""
+        if self.token is None:
+            return True
+        return self.bearer(request) or self.session_of(request) is not None
+
     def authenticated(self, request: Request) -> bool:
         """Whether ``request`` may see the dashboard (always, without a token). A bearer
         token, when sent, decides (and counts as an attempt); else the session cookie."""

@@ -10,12 +10,11 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from twisted.internet.error import CannotListenError
-from twisted.web.server import Site
 
 from scrapy_redis import defaults
 from scrapy_redis.connection import describe_server, from_settings
 from scrapy_redis.dashboard.fleet import Fleet
-from scrapy_redis.dashboard.limits import CappedRequest
+from scrapy_redis.dashboard.limits import DashboardSite
 from scrapy_redis.dashboard.reads import describe_error
 from scrapy_redis.dashboard.security import TOKEN_ENV, Guard, check_binding
 from scrapy_redis.dashboard.web import Dashboard
@@ -50,7 +49,7 @@ def serve(
     server = from_settings(settings)
     fleet = Fleet(server, settings)
     dashboard = Dashboard(fleet, Guard(token), reactor, interval, describe_server(server))
-    site = Site(dashboard, requestFactory=CappedRequest)  # type: ignore[no-untyped-call]
+    site = DashboardSite(dashboard)
     site.displayTracebacks = False
     listening: IListeningPort = reactor.listenTCP(port, site, interface=host)
     return listening
