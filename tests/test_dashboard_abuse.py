@@ -110,6 +110,8 @@ def test_only_an_authenticated_action_may_send_more_than_the_login_limit(token_d
     reply = http(url, "POST", body, {"Authorization": f"Bearer {TOKEN}"})
     assert reply.status == 200, reply.text
     assert server.llen(START_KEY) == 1
+    scrape = http(token_dashboard.url + "metrics", headers={"Authorization": f"Bearer {TOKEN}"})
+    assert "scrapy_redis_dashboard_token_failures_total 1\n" in scrape.text  # "wrong" counted
 
 
 def test_a_chunked_body_is_refused_once_past_the_limit_and_never_read_whole(

@@ -60,6 +60,14 @@ class DashboardSite(Site):
             return BODY_LIMIT
         return limit
 
+    def refused(self, request: Request) -> None:
+        """``request`` was refused for its body: a bearer token it sent counts as an
+        attempt (a wrong one is a failure, as if answered 401)."""
+        guard = getattr(self.resource, "guard", None)
+        given = guard.bearer_given(request) if guard is not None else None
+        if guard is not None and guard.token is not None and given is not None:
+            guard.attempt(request, given)
+
 
 class CappedRequest(Request):
     """A ``twisted.web`` request that refuses a body over :func:`body_limit`."""
@@ -96,6 +104,9 @@ class CappedRequest(Request):
     def _refuse(self) -> None:
         """Answer 413, stop reading, and close the connection after :data:`GRACE`."""
         self._refused = True
+        site = getattr(self.channel, "site", None)
+        if isinstance(site, DashboardSite):
+            site.refused(self)
         transport: Any = self.channel.transport
         transport.write(_refusal(self._limit))
         transport.pauseProducing()
