@@ -114,6 +114,15 @@ def test_only_an_authenticated_action_may_send_more_than_the_login_limit(token_d
     assert "scrapy_redis_dashboard_token_failures_total 1\n" in scrape.text  # "wrong" counted
 
 
+def test_a_body_nested_too_deep_is_a_bad_request(local_dashboard, server):
+    headers = {"X-CSRF-Token": csrf_token(http(local_dashboard.url).text)}
+    deep = b"[" * 200_000 + b"]" * 200_000  # within the action limit
+    reply = http(local_dashboard.url + "api/actions/push", "POST", deep, headers)
+    assert reply.status == 400, reply.text
+    assert reply.json() == {"error": "the body must be a JSON object"}
+    assert "Traceback" not in "".join(local_dashboard.output)
+
+
 def test_a_chunked_body_is_refused_once_past_the_limit_and_never_read_whole(
     local_dashboard, server
 ):

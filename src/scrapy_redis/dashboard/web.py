@@ -246,7 +246,7 @@ class Dashboard(Resource):
             return _json(request, 403, {"error": refusal})
         try:
             body = json.loads(request.content.read() if request.content else b"")
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested too deep to parse
             body = None
         if not isinstance(body, dict):
             return _json(request, 400, {"error": "the body must be a JSON object"})
