@@ -25,6 +25,7 @@ from redis_server import free_port
 from scrapy_redis.dashboard.limits import ACTION_BODY_LIMIT, BODY_LIMIT
 from scrapy_redis.dashboard.sessions import Sessions
 from scrapy_redis.dashboard.throttle import GLOBAL_MAX_FAILURES, LOCKOUT, Throttle
+from scrapy_redis.keys import lanes_key
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -194,6 +195,25 @@ def test_an_action_is_followed_by_a_fresh_read(local_dashboard, server):
     assert http(url + "api/actions/push", "POST", body, {"X-CSRF-Token": token}).status == 200
     crawls = http(url + "api/status").json()["crawls"]
     assert next(c for c in crawls if c["spider"] == "myspider_redis")["start_pending"] == 1
+
+
+def test_a_value_in_redis_the_dashboard_cannot_use_is_an_answer_never_a_500(
+    local_dashboard, server
+):
+    """A lanes record that is not a number (the status of every crawl may report it as
+    unreadable, or the read fail): the dashboard answers, saying so, never 500."""
+    server.set(lanes_key("myspider_redis:requests", False), "3x")
+    status = http(local_dashboard.url + "api/status")
+    assert status.status in (200, 503), status.text
+    if status.status == 503:
+        assert "3x" in status.json()["error"]
+    metrics = http(local_dashboard.url + "metrics")
+    assert metrics.status == 200
+    headers = {"X-CSRF-Token": csrf_token(http(local_dashboard.url).text)}
+    body = {"spider": "myspider_redis", "messages": ["http://a.test/"]}
+    push = http(local_dashboard.url + "api/actions/push", "POST", body, headers)
+    assert push.status != 500, push.text
+    assert "Traceback" not in "".join(local_dashboard.output)
 
 
 # -- sessions --------------------------------------------------------------------------------

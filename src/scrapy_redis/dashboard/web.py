@@ -32,7 +32,7 @@ from twisted.web.server import NOT_DONE_YET
 
 from scrapy_redis.dashboard import metrics
 from scrapy_redis.dashboard.fleet import ActionError
-from scrapy_redis.dashboard.reads import SharedRead, Snapshot
+from scrapy_redis.dashboard.reads import SharedRead, Snapshot, describe_error
 from scrapy_redis.dashboard.sessions import cookie_name
 
 if TYPE_CHECKING:
@@ -277,9 +277,12 @@ class Dashboard(Resource):
         return NOT_DONE_YET
 
     def _failed(self, request: Request, failure: Failure) -> bytes:
+        """An action that failed: 400 if refused, else 503 saying why (a Redis error, or
+        a value in Redis it cannot use), never a 500."""
         if isinstance(failure.value, ActionError):
             return _json(request, 400, {"error": str(failure.value)})
-        if isinstance(failure.value, RedisError):
-            return _json(request, 503, {"error": f"Redis: {failure.value}"})
-        logger.error("dashboard request failed: %s", failure.getTraceback())
-        return _json(request, 500, {"error": f"{type(failure.value).__name__}: {failure.value}"})
+        error = describe_error(failure.value)
+        logger.error("dashboard action failed: %s", error)
+        if not isinstance(failure.value, RedisError):
+            logger.debug("the action failed: %s", failure.getTraceback())
+        return _json(request, 503, {"error": error})
