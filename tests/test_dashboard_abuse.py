@@ -9,6 +9,7 @@ the sessions' and back-off's clocks given directly to their classes.
 from __future__ import annotations
 
 import http.client as http_client
+import json
 import re
 import socket
 import subprocess
@@ -392,3 +393,20 @@ def test_redis_unreachable_is_said_at_start_and_answered_not_failed():
     finally:
         dashboard.stop()
     assert "Traceback" not in "".join(dashboard.output)
+
+
+def test_with_json_the_verb_prints_its_address_and_redis_as_json(redis_url):
+    command = [sys.executable, "-m", "scrapy", "redis", "dashboard", "--json", "--port", "0"]
+    env = DashboardProcess(redis_url).env
+    process = subprocess.Popen(command, cwd=EXAMPLE, env=env, text=True, stdout=subprocess.PIPE)
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+    finally:
+        process.terminate()
+        process.wait(30)
+        assert process.stdout is not None
+        process.stdout.close()
+    document = json.loads(line)
+    assert re.fullmatch(r"http://127\.0\.0\.1:\d+/", document["url"]), document
+    assert document["redis"] == redis_url

@@ -82,9 +82,16 @@ def options(settings: BaseSettings, args: argparse.Namespace) -> tuple[str, int,
     )
 
 
-def run(settings: BaseSettings, args: argparse.Namespace, announce: Any = print) -> int:
-    """Serve as ``args`` say until the reactor stops; ``announce`` gets the line naming
-    the address. 2 after a configuration error (printed on stderr)."""
+def listening_line(url: str, redis: str) -> str:
+    """The line saying where the dashboard listens and which Redis it reads."""
+    return f"Dashboard: {url} (Redis: {redis})"
+
+
+def run(settings: BaseSettings, args: argparse.Namespace, announce: Any = None) -> int:
+    """Serve as ``args`` say until the reactor stops; ``announce(url, redis)`` is told
+    the dashboard's address and the Redis it reads (password masked); by default it
+    prints :func:`listening_line`. 2 after a configuration error, or a port taken
+    (printed on stderr)."""
     from twisted.internet import reactor as installed
 
     reactor: Any = installed
@@ -98,7 +105,11 @@ def run(settings: BaseSettings, args: argparse.Namespace, announce: Any = print)
         print(f"error: {port_taken(host, port, exc)}", file=sys.stderr)
         return 2
     redis = check_redis(settings)
-    announce(f"Dashboard: {url_of(host, listening.getHost().port)} (Redis: {redis})")
+    url = url_of(host, listening.getHost().port)
+    if announce is None:
+        print(listening_line(url, redis), flush=True)
+    else:
+        announce(url, redis)
     reactor.run()
     return 0
 
@@ -149,4 +160,4 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s: %(message)s"
     )
-    return run(settings, parser.parse_args(argv), lambda line: print(line, flush=True))
+    return run(settings, parser.parse_args(argv))
