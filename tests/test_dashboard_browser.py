@@ -12,14 +12,16 @@ from __future__ import annotations
 import os
 import re
 import signal
+import threading
 import time
 from contextlib import ExitStack
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from scrapy.settings import Settings
 
 from browser import chromium_driver
-from dashboard_process import DashboardProcess
+from dashboard_process import DashboardProcess, cookie_name
 from scrapy_redis.status import crawl_status
 from test_e2e import DOMAIN, PROBLEM, start_worker, wait_for_requests
 
@@ -310,4 +312,54 @@ def test_the_page_waits_for_its_read_before_the_next(server, redis_url, browser)
         wait(browser, lambda: counts()["started"] >= 3, lambda: f"3 reads ({counts()})", 30)
         assert counts()["most"] == 1, counts()
     finally:
+        dashboard.stop()
+
+
+class _Planting(BaseHTTPRequestHandler):
+    """Another program of 127.0.0.1: its page sets cookies for the whole host."""
+
+    cookies: tuple[str, ...] = ()
+
+    def do_GET(self) -> None:
+        self.send_response(200)
+        for cookie in self.cookies:
+            self.send_header("Set-Cookie", cookie)
+        self.send_header("Content-Type", "text/html")
+        self.end_headers()
+        self.wfile.write(b"<p>planted</p>")
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+def test_a_login_survives_cookies_planted_from_another_port_and_logs_out(
+    server, redis_url, browser
+):
+    from selenium.webdriver.common.by import By
+
+    token = "correct-horse-battery-staple"
+    dashboard = DashboardProcess(redis_url, "--token", token, "--interval", "0.5").start()
+    name = cookie_name(dashboard.url)
+    _Planting.cookies = (f"{name}=junk; Path=/api", "scrapy_redis_dashboard=junk; Path=/")
+    planter = ThreadingHTTPServer(("127.0.0.1", 0), _Planting)
+    threading.Thread(target=planter.serve_forever, daemon=True).start()
+    try:
+        browser.get(dashboard.url)  # to the login form
+        browser.find_element(By.NAME, "token").send_keys(token)
+        browser.find_element(By.CSS_SELECTOR, "form.login button").click()
+        shows = lambda: f"the page (it shows {browser.page_source[300:600]!r})"  # noqa: E731
+        wait(browser, lambda: browser.find_elements(By.ID, "logout"), shows)
+        browser.get(f"http://127.0.0.1:{planter.server_port}/")
+        assert {cookie["name"] for cookie in browser.get_cookies()} >= {name}
+        browser.get(dashboard.url)
+        push_through_the_form(browser, "http://example.com/after-planting")
+        assert server.lrange(START_KEY, 0, -1) == [b"http://example.com/after-planting"]
+
+        browser.find_element(By.ID, "logout").click()
+        wait(browser, lambda: browser.current_url.endswith("/login"), lambda: "the login form")
+        browser.get(dashboard.url)
+        assert browser.current_url.endswith("/login")  # the session is over
+    finally:
+        planter.shutdown()
+        planter.server_close()
         dashboard.stop()

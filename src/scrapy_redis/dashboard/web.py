@@ -57,7 +57,9 @@ _SECURITY_HEADERS = {
     "form-action 'self'; base-uri 'none'",
     "X-Frame-Options": "DENY",
     "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
+    # same-origin, not no-referrer: under no-referrer a browser sends "Origin: null" with a
+    # form POST, and the login form would be refused as cross-origin.
+    "Referrer-Policy": "same-origin",
     "Cache-Control": "no-store",
 }
 _ACTIONS = "/api/actions/"
