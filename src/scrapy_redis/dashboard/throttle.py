@@ -73,6 +73,7 @@ class Throttle:
         self.failures = 0
         self._failures: dict[str, deque[float]] = {}
         self._locked_until: dict[str, float] = {}
+        self._swept = -math.inf
 
     def retry_after(self, address: str) -> int:
         """Whole seconds before a wrong token from ``address`` is answered 401 again
@@ -87,7 +88,9 @@ class Throttle:
     def failed(self, address: str) -> None:
         """``address`` sent a wrong token: a back-off starts at a limit reached."""
         now = self.clock()
-        self._forget(now)
+        if now - self._swept >= 1.0:  # a sweep of every address at most once a second
+            self._forget(now)
+            self._swept = now
         self.failures += 1
         self._count(EVERYONE, self.global_limit, now)
         key = client_key(address)
@@ -100,6 +103,8 @@ class Throttle:
 
     def _count(self, key: str, limit: int, now: float) -> None:
         failures = self._failures.setdefault(key, deque())
+        while failures and failures[0] <= now - self.window:
+            failures.popleft()
         failures.append(now)
         if len(failures) >= limit:
             del self._failures[key]
