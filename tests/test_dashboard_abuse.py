@@ -188,14 +188,19 @@ def test_concurrent_viewers_and_metrics_share_one_status_read(local_dashboard, s
     assert "scrapy_redis_dashboard_status_age_seconds " in scrapes[0].result().text
 
 
-def test_an_action_is_followed_by_a_fresh_read(local_dashboard, server):
-    url = local_dashboard.url
-    assert http(url + "api/status").status == 200
-    token = csrf_token(http(url).text)
-    body = {"spider": "myspider_redis", "messages": ["http://a.test/"]}
-    assert http(url + "api/actions/push", "POST", body, {"X-CSRF-Token": token}).status == 200
-    crawls = http(url + "api/status").json()["crawls"]
-    assert next(c for c in crawls if c["spider"] == "myspider_redis")["start_pending"] == 1
+def test_an_action_is_followed_by_a_fresh_read(redis_url, server):
+    """A read serves everyone for --interval (here 60 s), but not past an action."""
+    dashboard = DashboardProcess(redis_url, "--interval", "60", entry=MODULE).start()
+    try:
+        url = dashboard.url
+        assert http(url + "api/status").status == 200
+        token = csrf_token(http(url).text)
+        body = {"spider": "myspider_redis", "messages": ["http://a.test/"]}
+        assert http(url + "api/actions/push", "POST", body, {"X-CSRF-Token": token}).status == 200
+        crawls = http(url + "api/status").json()["crawls"]
+        assert next(c for c in crawls if c["spider"] == "myspider_redis")["start_pending"] == 1
+    finally:
+        dashboard.stop()
 
 
 def test_a_value_in_redis_the_dashboard_cannot_use_is_an_answer_never_a_500(
