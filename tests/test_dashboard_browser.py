@@ -352,6 +352,8 @@ def test_a_login_survives_cookies_planted_from_another_port_and_logs_out(
         browser.get(f"http://127.0.0.1:{planter.server_port}/")
         assert {cookie["name"] for cookie in browser.get_cookies()} >= {name}
         browser.get(dashboard.url)
+        form = f'[data-spider="{SPIDER}"] form.push'
+        wait(browser, lambda: browser.find_elements(By.CSS_SELECTOR, form), lambda: "the form")
         push_through_the_form(browser, "http://example.com/after-planting")
         assert server.lrange(START_KEY, 0, -1) == [b"http://example.com/after-planting"]
 
