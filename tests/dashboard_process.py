@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -115,6 +116,11 @@ def http(
         name, _, rest = header.partition("=")
         reply.cookies[name] = rest.split(";", 1)[0]
     return reply
+
+
+def cookie_name(url: str) -> str:
+    """The name of the session cookie of the dashboard at ``url`` (it ends with its port)."""
+    return f"scrapy_redis_dashboard_{urllib.parse.urlsplit(url).port}"
 
 
 def csrf_token(page: str) -> str:

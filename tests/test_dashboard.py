@@ -14,7 +14,7 @@ import redis
 from scrapy import Request
 from scrapy.settings import Settings
 
-from dashboard_process import EXAMPLE, MODULE, DashboardProcess, csrf_token, http
+from dashboard_process import EXAMPLE, MODULE, DashboardProcess, cookie_name, csrf_token, http
 from helpers import DemoSpider, dying_worker, leased_entries
 from redis_server import free_port
 from scrapy_redis.dashboard import metrics
@@ -304,11 +304,11 @@ def test_the_login_form_sets_a_session_cookie_and_actions_still_need_csrf(token_
     assert http(url + "login", "POST", b"token=wrong", form).status == 401
     login = http(url + "login", "POST", f"token={TOKEN}".encode(), form)
     assert login.status == 302
-    session = login.cookies["scrapy_redis_dashboard"]
+    session = login.cookies[cookie_name(url)]
     assert TOKEN not in session
     assert "HttpOnly" in login.headers["Set-Cookie"]
     assert "SameSite=Strict" in login.headers["Set-Cookie"]
-    cookie = {"Cookie": f"scrapy_redis_dashboard={session}"}
+    cookie = {"Cookie": f"{cookie_name(url)}={session}"}
     page = http(url, headers=cookie)
     assert page.status == 200
     body = {"spider": "myspider_redis", "messages": ["http://b.test/"]}

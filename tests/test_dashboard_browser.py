@@ -10,15 +10,18 @@ is made so).
 from __future__ import annotations
 
 import os
+import re
 import signal
+import threading
 import time
 from contextlib import ExitStack
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from scrapy.settings import Settings
 
 from browser import chromium_driver
-from dashboard_process import DashboardProcess
+from dashboard_process import DashboardProcess, cookie_name
 from scrapy_redis.fleet.status import crawl_status
 from test_e2e import DOMAIN, PROBLEM, start_worker, wait_for_requests
 
@@ -217,4 +220,148 @@ def test_purging_from_the_page_asks_first(server, redis_url, settings_dict, sche
         result = browser.find_element(By.CSS_SELECTOR, f'[data-spider="{SPIDER}"] .action-result')
         assert result.text == f"Purged about 3 request(s) of {SPIDER}."
     finally:
+        dashboard.stop()
+
+
+#: Elements whose right edge passes the page's width at 420 px (none should).
+CUT_OFF = """
+const width = document.documentElement.clientWidth;
+const cut = [...document.querySelectorAll("header *, .crawl, .crawl *")]
+  .filter((e) => e.offsetParent !== null && !e.closest(".table-scroll table"))
+  .filter((e) => e.getBoundingClientRect().right > width + 0.5)
+  .map((e) => `${e.tagName.toLowerCase()}.${e.className} (${e.getBoundingClientRect().right} px)`);
+return [width, document.documentElement.scrollWidth, cut];
+"""
+
+#: Counts the page's /api/status requests in flight (wraps its fetch).
+COUNT_READS = """
+const counts = window.statusReads = { inflight: 0, most: 0, started: 0 };
+const original = window.fetch;
+window.fetch = async (...args) => {
+  const status = String(args[0]).includes("/api/status");
+  if (status) {
+    counts.inflight++;
+    counts.started++;
+    counts.most = Math.max(counts.most, counts.inflight);
+  }
+  try { return await original(...args); } finally { if (status) counts.inflight--; }
+};
+"""
+
+
+def test_the_page_at_420_px_shows_everything_and_says_where_it_reads(
+    server, redis_url, settings_dict, schedulers, browser, tmp_path
+):
+    from scrapy import Request
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    scheduler = schedulers({**settings_dict, "SCHEDULER_QUEUE_KEY": "myspider_redis:requests"})
+    for n in range(3):
+        scheduler.enqueue_request(Request(f"http://example.com/{n}"))
+    assert scheduler.send_enqueued()
+    server.rpush("mycrawler:start_urls", "http://example.com/")  # no worker: a diagnosis
+    dashboard = DashboardProcess(redis_url, "--interval", "0.5").start()
+    try:
+        browser.set_window_size(420, 1400)
+        browser.get(dashboard.url)
+        wait(browser, lambda: shown(browser, "queued") == "3", lambda: "3 queued")
+        find = lambda selector: browser.find_element(By.CSS_SELECTOR, selector)  # noqa: E731
+        diagnosis = find('[data-spider="mycrawler_redis"] .diagnosis')
+        wait(browser, diagnosis.is_displayed, lambda: "the diagnosis")
+        assert "`" not in diagnosis.text
+        assert diagnosis.find_element(By.TAG_NAME, "code").text == "scrapy crawl mycrawler_redis"
+        assert find("#redis").text == redis_url  # redis://127.0.0.1:<port>/0
+        assert re.search(r"\d+\.\d s old", find("#updated").text), find("#updated").text
+        assert not find("#logout").is_displayed()  # no token: no session to end
+
+        width, scroll_width, cut = browser.execute_script(CUT_OFF)
+        screenshot = os.environ.get("DASHBOARD_NARROW_SCREENSHOT", tmp_path / "narrow.png")
+        browser.save_screenshot(str(screenshot))  # to look at
+        assert width <= 420
+        assert cut == [], cut
+        assert scroll_width <= width
+        table = find(f'[data-spider="{SPIDER}"] .table-scroll')
+        browser.execute_script("arguments[0].scrollLeft = 10000", table)
+        last = find(f'[data-spider="{SPIDER}"] tr[data-worker] td:last-child')
+        right = browser.execute_script("return arguments[0].getBoundingClientRect().right", last)
+        assert right <= width  # the last worker column can be scrolled to
+
+        push_through_the_form(browser, "http://example.com/pushed")
+        find(f'[data-spider="{SPIDER}"] form.purge button').click()
+        WebDriverWait(browser, 5).until(expected_conditions.alert_is_present())
+        browser.switch_to.alert.dismiss()
+        result = find(f'[data-spider="{SPIDER}"] .action-result')
+        assert result.text == "Purge cancelled: nothing was deleted."
+    finally:
+        dashboard.stop()
+
+
+def test_the_page_waits_for_its_read_before_the_next(server, redis_url, browser):
+    dashboard = DashboardProcess(redis_url, "--interval", "0.2").start()
+    try:
+        from selenium.webdriver.common.by import By
+
+        browser.get(dashboard.url)
+        sections = lambda: browser.find_elements(By.CSS_SELECTOR, "[data-spider]")  # noqa: E731
+        wait(browser, lambda: len(sections()) == 3, lambda: "the 3 spiders")
+        browser.execute_script(COUNT_READS)
+        server.execute_command("CLIENT", "PAUSE", "3000", "ALL")  # each read takes 3 s
+        counts = lambda: browser.execute_script("return window.statusReads")  # noqa: E731
+        wait(browser, lambda: counts()["started"] >= 3, lambda: f"3 reads ({counts()})", 30)
+        assert counts()["most"] == 1, counts()
+    finally:
+        dashboard.stop()
+
+
+class _Planting(BaseHTTPRequestHandler):
+    """Another program of 127.0.0.1: its page sets cookies for the whole host."""
+
+    cookies: tuple[str, ...] = ()
+
+    def do_GET(self) -> None:
+        self.send_response(200)
+        for cookie in self.cookies:
+            self.send_header("Set-Cookie", cookie)
+        self.send_header("Content-Type", "text/html")
+        self.end_headers()
+        self.wfile.write(b"<p>planted</p>")
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+def test_a_login_survives_cookies_planted_from_another_port_and_logs_out(
+    server, redis_url, browser
+):
+    from selenium.webdriver.common.by import By
+
+    token = "correct-horse-battery-staple"
+    dashboard = DashboardProcess(redis_url, "--token", token, "--interval", "0.5").start()
+    name = cookie_name(dashboard.url)
+    _Planting.cookies = (f"{name}=junk; Path=/api", "scrapy_redis_dashboard=junk; Path=/")
+    planter = ThreadingHTTPServer(("127.0.0.1", 0), _Planting)
+    threading.Thread(target=planter.serve_forever, daemon=True).start()
+    try:
+        browser.get(dashboard.url)  # to the login form
+        browser.find_element(By.NAME, "token").send_keys(token)
+        browser.find_element(By.CSS_SELECTOR, "form.login button").click()
+        shows = lambda: f"the page (it shows {browser.page_source[300:600]!r})"  # noqa: E731
+        wait(browser, lambda: browser.find_elements(By.ID, "logout"), shows)
+        browser.get(f"http://127.0.0.1:{planter.server_port}/")
+        assert {cookie["name"] for cookie in browser.get_cookies()} >= {name}
+        browser.get(dashboard.url)
+        form = f'[data-spider="{SPIDER}"] form.push'
+        wait(browser, lambda: browser.find_elements(By.CSS_SELECTOR, form), lambda: "the form")
+        push_through_the_form(browser, "http://example.com/after-planting")
+        assert server.lrange(START_KEY, 0, -1) == [b"http://example.com/after-planting"]
+
+        browser.find_element(By.ID, "logout").click()
+        wait(browser, lambda: browser.current_url.endswith("/login"), lambda: "the login form")
+        browser.get(dashboard.url)
+        assert browser.current_url.endswith("/login")  # the session is over
+    finally:
+        planter.shutdown()
+        planter.server_close()
         dashboard.stop()

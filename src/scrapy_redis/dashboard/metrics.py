@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from operator import itemgetter
-from typing import Any
+from typing import Any, NamedTuple
 
 #: The content type of the format.
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -105,4 +105,36 @@ def render(statuses: Sequence[Status]) -> str:
         lines += _family(name, "counter", help_text, _per_crawl(statuses, _stat(stat)))
     for name, field, help_text in _WORKER_GAUGES:
         lines += _family(name, "gauge", help_text, _per_worker(statuses, field))
+    return "\n".join(lines) + "\n"
+
+
+class Reads(NamedTuple):
+    """The dashboard's own numbers: whether its last status read worked, how many reads
+    it started, the last one's age and duration (seconds), and the wrong tokens sent."""
+
+    ok: bool
+    started: int
+    age: float
+    took: float
+    token_failures: int
+
+
+def render_dashboard(reads: Reads, error: str | None = None) -> str:
+    """The exposition of the dashboard's own numbers (``error``: why the read failed,
+    as a comment line)."""
+    families = [
+        ("scrapy_redis_dashboard_status_ok", "gauge", "1 if the last status read worked.",
+         int(reads.ok)),
+        ("scrapy_redis_dashboard_status_reads_total", "counter",
+         "Status reads started (one at a time, shared by every viewer).", reads.started),
+        ("scrapy_redis_dashboard_status_age_seconds", "gauge",
+         "Seconds since the status shown was read.", round(reads.age, 3)),
+        ("scrapy_redis_dashboard_status_read_seconds", "gauge",
+         "Seconds the last status read took.", round(reads.took, 3)),
+        ("scrapy_redis_dashboard_token_failures_total", "counter",
+         "Wrong tokens sent (login form or bearer).", reads.token_failures),
+    ]  # fmt: skip
+    lines = [f"# error: {' '.join(error.split())}"] if error else []
+    for name, kind, help_text, value in families:
+        lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}", f"{name} {value}"]
     return "\n".join(lines) + "\n"

@@ -6,17 +6,17 @@
 * Bound elsewhere it refuses to start without a token of at least
   :data:`MIN_TOKEN_LENGTH` characters (``--token`` or the environment variable
   :data:`TOKEN_ENV`); with a token every request needs it: as ``Authorization:
-  Bearer <token>`` (scripts, Prometheus) or as the session cookie the login form
-  sets. Wrong tokens from one address make it wait (see
-  :mod:`scrapy_redis.dashboard.throttle`).
-* A POST (an action, a login) from a browser must come from the dashboard's own
-  page: its ``Origin``, when sent, must name the host (and port) of the ``Host``
+  Bearer <token>`` (scripts, Prometheus) or as the cookie of a session the login form
+  opened (:mod:`scrapy_redis.dashboard.sessions`). Wrong tokens are answered 429 after
+  too many (see :mod:`scrapy_redis.dashboard.throttle`); the right one never is.
+* A POST (an action, a login, a logout) from a browser must come from the dashboard's
+  own page: its ``Origin``, when sent, must name the host (and port) of the ``Host``
   header, whatever its scheme (behind a TLS reverse proxy the browser says
-  ``https`` while the dashboard itself is reached over ``http``). An action also
-  needs the CSRF token of the page (the ``X-CSRF-Token`` header, a synchronizer
-  token derived from a per-process secret and the session), which another site
-  cannot read. A request authenticated by the bearer token needs neither (a
-  browser never adds that header on its own).
+  ``https`` while the dashboard itself is reached over ``http``). An action (and a
+  logout) also needs the CSRF token of the page (the ``X-CSRF-Token`` header, a
+  synchronizer token derived from a per-process secret and the session id), which
+  another site cannot read. A request authenticated by the bearer token needs neither
+  (a browser never adds that header on its own).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ import os
 from typing import Any
 from urllib.parse import urlsplit
 
+from scrapy_redis.dashboard.sessions import Sessions, cookie_name, cookie_values
 from scrapy_redis.dashboard.throttle import Throttle
 from scrapy_redis.exceptions import ConfigurationError
 
@@ -36,8 +37,6 @@ Request = Any
 
 #: The environment variable holding the dashboard's token (or pass ``--token``).
 TOKEN_ENV = "SCRAPY_REDIS_DASHBOARD_TOKEN"
-#: The session cookie set by the login form.
-COOKIE = "scrapy_redis_dashboard"
 #: The header carrying the page's CSRF token on POST requests.
 CSRF_HEADER = "X-CSRF-Token"
 #: The fewest characters a token may have when the dashboard listens beyond loopback.
@@ -108,21 +107,29 @@ class Guard:
     """The rules above, for one dashboard process (``secret`` is per process)."""
 
     def __init__(
-        self, token: str | None, secret: bytes | None = None, throttle: Throttle | None = None
+        self,
+        token: str | None,
+        secret: bytes | None = None,
+        throttle: Throttle | None = None,
+        sessions: Sessions | None = None,
     ) -> None:
         self.token = token or None
         self.secret = secret or os.urandom(32)
         self.throttle = throttle or Throttle()
-
-    def session(self) -> str:
-        """The session cookie's value (it is not the token itself)."""
-        return _digest(self.secret, f"session:{self.token}")
+        self.sessions = sessions or Sessions()
 
     def token_matches(self, given: str) -> bool:
-        return self.token is not None and hmac.compare_digest(given.encode(), self.token.encode())
+        """Whether ``given`` is the token, in a time that depends on neither (their
+        keyed hashes are compared, so not even their lengths show)."""
+        if self.token is None:
+            return False
+        return hmac.compare_digest(
+            _digest(self.secret, f"token:{given}"), _digest(self.secret, f"token:{self.token}")
+        )
 
     def attempt(self, request: Request, given: str) -> bool:
-        """Whether ``given`` is the token; a wrong one counts against the client's address."""
+        """Whether ``given`` is the token; a wrong one counts against the client's address
+        (and all addresses); the right one is accepted whatever failed before."""
         matches = self.token_matches(given)
         if matches:
             self.throttle.succeeded(_client(request))
@@ -131,7 +138,7 @@ class Guard:
         return matches
 
     def retry_after(self, request: Request) -> int:
-        """Seconds before the client may try a token again (0: now)."""
+        """Seconds during which a wrong token of the client is answered 429 (0: none)."""
         return self.throttle.retry_after(_client(request))
 
     def bearer_given(self, request: Request) -> str | None:
@@ -144,6 +151,17 @@ class Guard:
         given = self.bearer_given(request)
         return given is not None and self.token_matches(given)
 
+    def session_of(self, request: Request) -> str | None:
+        """The open session whose cookie ``request`` sends (None: none)."""
+        return self.sessions.first_valid(cookie_values(request, cookie_name(request)))
+
+    def identified(self, request: Request) -> bool:
+        """Whether ``request`` would be authenticated, without counting an attempt (its
+        headers are enough: it is asked before the body is read)."""
+        if self.token is None:
+            return True
+        return self.bearer(request) or self.session_of(request) is not None
+
     def authenticated(self, request: Request) -> bool:
         """Whether ``request`` may see the dashboard (always, without a token). A bearer
         token, when sent, decides (and counts as an attempt); else the session cookie."""
@@ -152,8 +170,7 @@ class Guard:
         given = self.bearer_given(request)
         if given is not None:
             return self.attempt(request, given)
-        cookie = request.getCookie(COOKIE.encode())
-        return cookie is not None and hmac.compare_digest(cookie, self.session().encode())
+        return self.session_of(request) is not None
 
     def host_allowed(self, request: Request) -> bool:
         """Whether the ``Host`` header names a loopback address (always true with a
@@ -164,9 +181,10 @@ class Guard:
         return is_loopback(host)
 
     def csrf_token(self, request: Request) -> str:
-        """The token the page sends back with its POST requests."""
-        cookie = request.getCookie(COOKIE.encode()) or b""
-        return _digest(self.secret, f"csrf:{cookie.decode(errors='replace')}")
+        """The token the page sends back with its POST requests: bound to the session
+        (with a token), else the same for every page of this process (loopback)."""
+        session = self.session_of(request) if self.token is not None else None
+        return _digest(self.secret, f"csrf:{session or ''}")
 
     def action_refusal(self, request: Request) -> str | None:
         """Why a POST ``request`` may not change the crawl (None: it may; see the

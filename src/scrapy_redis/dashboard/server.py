@@ -9,11 +9,13 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
-from twisted.web.server import Site
+from twisted.internet.error import CannotListenError
 
 from scrapy_redis import defaults
-from scrapy_redis.connection import from_settings
+from scrapy_redis.connection import describe_server, from_settings
 from scrapy_redis.dashboard.fleet import Fleet
+from scrapy_redis.dashboard.limits import DashboardSite
+from scrapy_redis.dashboard.reads import describe_error
 from scrapy_redis.dashboard.security import TOKEN_ENV, Guard, check_binding
 from scrapy_redis.dashboard.web import Dashboard
 from scrapy_redis.exceptions import ConfigurationError
@@ -44,8 +46,10 @@ def serve(
         raise ConfigurationError(f"--interval must be more than 0 seconds, not {interval}")
     if reactor is None:
         from twisted.internet import reactor
-    fleet = Fleet(from_settings(settings), settings)
-    site = Site(Dashboard(fleet, Guard(token), reactor, interval))  # type: ignore[no-untyped-call]
+    server = from_settings(settings)
+    fleet = Fleet(server, settings)
+    dashboard = Dashboard(fleet, Guard(token), reactor, interval, describe_server(server))
+    site = DashboardSite(dashboard)
     site.displayTracebacks = False
     listening: IListeningPort = reactor.listenTCP(port, site, interface=host)
     return listening
@@ -78,9 +82,16 @@ def options(settings: BaseSettings, args: argparse.Namespace) -> tuple[str, int,
     )
 
 
-def run(settings: BaseSettings, args: argparse.Namespace, announce: Any = print) -> int:
-    """Serve as ``args`` say until the reactor stops; ``announce`` gets the line naming
-    the address. 2 after a configuration error (printed on stderr)."""
+def listening_line(url: str, redis: str) -> str:
+    """The line saying where the dashboard listens and which Redis it reads."""
+    return f"Dashboard: {url} (Redis: {redis})"
+
+
+def run(settings: BaseSettings, args: argparse.Namespace, announce: Any = None) -> int:
+    """Serve as ``args`` say until the reactor stops; ``announce(url, redis)`` is told
+    the dashboard's address and the Redis it reads (password masked); by default it
+    prints :func:`listening_line`. 2 after a configuration error, or a port taken
+    (printed on stderr)."""
     from twisted.internet import reactor as installed
 
     reactor: Any = installed
@@ -90,9 +101,49 @@ def run(settings: BaseSettings, args: argparse.Namespace, announce: Any = print)
     except ConfigurationError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    announce(f"Dashboard: {url_of(host, listening.getHost().port)}")
+    except CannotListenError as exc:
+        print(f"error: {port_taken(host, port, exc)}", file=sys.stderr)
+        return 2
+    redis = check_redis(settings)
+    url = url_of(host, listening.getHost().port)
+    if announce is None:
+        print(listening_line(url, redis), flush=True)
+    else:
+        announce(url, redis)
     reactor.run()
     return 0
+
+
+def port_taken(host: str, port: int, error: CannotListenError) -> str:
+    """One line saying why the dashboard cannot listen on ``host``:``port``, and what to do."""
+    reason = getattr(error.socketError, "strerror", None) or str(error.socketError)
+    return (
+        f"the dashboard cannot listen on {host}:{port}: {reason} (another dashboard or "
+        "program has it?). Pass another --port (or set DASHBOARD_PORT), or --port 0 for "
+        "a free one."
+    )
+
+
+def check_redis(settings: BaseSettings) -> str:
+    """The project's Redis (password masked); a warning on stderr if it does not answer
+    (the dashboard starts anyway, and shows the crawls once it does)."""
+    try:
+        server = from_settings(settings)
+        described = describe_server(server)
+    except Exception as exc:  # a bad REDIS_URL is serve()'s to refuse; say it anyway
+        return f"unknown ({describe_error(exc)})"
+    try:
+        server.ping()
+    except Exception as exc:  # any failure to answer is "unreachable"
+        print(
+            f"warning: Redis at {described} is unreachable ({describe_error(exc)}): the "
+            "dashboard starts anyway and shows the crawls once it answers.",
+            file=sys.stderr,
+            flush=True,
+        )
+    finally:
+        server.close()
+    return described
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -109,4 +160,4 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s: %(message)s"
     )
-    return run(settings, parser.parse_args(argv), lambda line: print(line, flush=True))
+    return run(settings, parser.parse_args(argv))

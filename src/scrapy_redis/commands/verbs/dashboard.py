@@ -28,11 +28,11 @@ def run(args: argparse.Namespace, context: Context) -> int:
         level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s: %(message)s"
     )
 
-    def announce(line: str) -> None:
+    def announce(url: str, redis: str) -> None:
         if args.json:
-            context.json({"url": line.split(": ", 1)[1]})
+            context.json({"url": url, "redis": redis})
         else:
-            context.write(line)
-            context.stdout.flush()
+            context.write(server.listening_line(url, redis))
+        context.stdout.flush()
 
     return server.run(context.settings, args, announce)

@@ -95,9 +95,7 @@ function render(status, time) {
   section.classList.toggle("idle", !active(status));
   record(crawl.history, status, time);
   section.querySelector(".queue").textContent = `${status.queue_class} ${status.queue_key}`;
-  const diagnosis = section.querySelector(".diagnosis");
-  diagnosis.hidden = !status.diagnosis;
-  diagnosis.textContent = status.diagnosis || "";
+  showDiagnosis(section.querySelector(".diagnosis"), status.diagnosis || "");
   for (const name of ["queued", "leased", "start_pending", "start_leased", "fingerprints",
     "items", "invalid", "start_invalid", "dead_letters"]) {
     setField(section, name, status[name]);
@@ -110,12 +108,29 @@ function render(status, time) {
     ? `Purge the queue (${crawl.alive} worker(s) alive)…` : "Purge the queue…";
   fillWorkers(section, status.workers);
   fillKeys(section, status.start_keys);
-  const now = time;
-  draw(section.querySelector(".chart-queue"), crawl.history, now, [
-    ["queued", "#1f6feb"], ["leased", "#f0a020"], ["start", "#2e7d32"]]);
-  draw(section.querySelector(".chart-rates"), crawl.history, now, [
-    ["pps", "#1f6feb", "pages/s"], ["ips", "#b3261e", "items/s"]]);
   return section;
+}
+
+// The plots of a crawl, drawn once its section is in the page (they take its width).
+function drawCharts(spider, now) {
+  const crawl = crawls.get(spider);
+  draw(crawl.section.querySelector(".chart-queue"), crawl.history, now, [
+    ["queued", "#1f6feb"], ["leased", "#f0a020"], ["start", "#2e7d32"]]);
+  draw(crawl.section.querySelector(".chart-rates"), crawl.history, now, [
+    ["pps", "#1f6feb", "pages/s"], ["ips", "#b3261e", "items/s"]]);
+}
+
+// The diagnosis marks setting names and commands with `backticks`: shown as code.
+function showDiagnosis(element, text) {
+  element.hidden = !text;
+  if (element.dataset.text === text) return;
+  element.dataset.text = text;
+  element.replaceChildren(...text.split("`").map((part, index) => {
+    if (index % 2 === 0) return document.createTextNode(part);
+    const code = document.createElement("code");
+    code.textContent = part;
+    return code;
+  }));
 }
 
 function niceMax(value) {
@@ -172,11 +187,25 @@ function problem(text) {
   document.getElementById("problem").textContent = text;
 }
 
-async function refresh() {
+// The read the page shows: its number (the server reads once for every viewer, so
+// the same read may come twice), its age and how long it took.
+let shownRead = 0;
+
+function showRead(read, time) {
+  const when = time ? `updated ${new Date(time * 1000).toLocaleTimeString()}, ` : "";
+  const took = read.took >= 0.1 ? ` (read in ${read.took.toFixed(1)} s)` : "";
+  document.getElementById("updated").textContent = `${when}${read.age.toFixed(1)} s old${took}`;
+}
+
+async function readCrawls() {
   try {
     const response = await fetch("/api/status", { credentials: "same-origin" });
     const data = await response.json();
+    if (data.read) showRead(data.read, response.ok ? data.time : null);
     if (!response.ok) throw new Error(data.error || response.statusText);
+    problem("");
+    if (data.read.number === shownRead) return;
+    shownRead = data.read.number;
     const main = document.getElementById("crawls");
     // Crawls with something in Redis first, then the project's other spiders.
     const crawlsFirst = data.crawls.slice().sort(
@@ -191,11 +220,24 @@ async function refresh() {
     if (sections.some((section, n) => main.children[n] !== section) || main.children.length !== sections.length) {
       main.replaceChildren(...sections);
     }
-    document.getElementById("updated").textContent = `updated ${new Date(data.time * 1000).toLocaleTimeString()}`;
-    problem("");
+    for (const status of crawlsFirst) drawCharts(status.spider, data.time);
   } catch (error) {
-    problem(`Cannot read the crawls: ${error.message}`);
+    problem(error.message.startsWith("Cannot read") ? error.message : `Cannot read the crawls: ${error.message}`);
   }
+}
+
+// One read at a time: a refresh asked while one runs gets that one.
+let reading = null;
+
+function refresh() {
+  if (!reading) reading = readCrawls().finally(() => { reading = null; });
+  return reading;
+}
+
+// The next refresh starts INTERVAL after the previous one ended, however long it took.
+async function poll() {
+  await refresh();
+  setTimeout(poll, INTERVAL);
 }
 
 // Post an action; its result, or null (the error is shown, and given to `failed`).
@@ -252,16 +294,31 @@ async function purge(section, spider) {
   const workers = alive ? ` ${alive} worker(s) of it are alive: what they push next mixes`
     + " with a crawl half deleted (stop them first)." : "";
   const question = `Delete every queued and leased request of ${spider}?${workers} This cannot be undone.`;
-  if (!window.confirm(question)) return;
+  const result = section.querySelector(".action-result");
+  if (!window.confirm(question)) {
+    cancelled(result);
+    return;
+  }
   let refusal = "";
   const body = { spider, confirm: spider, force: alive > 0 };
   if (await act(section, "purge", body, (message) => { refusal = message; })) return;
   // A worker started since the page last looked: the server said so. Ask again.
-  if (!body.force && refusal.includes('"force": true')
-    && window.confirm(`${refusal}\n\nPurge anyway, while they run?`)) {
-    act(section, "purge", { ...body, force: true });
+  if (!body.force && refusal.includes('"force": true')) {
+    if (window.confirm(`${refusal}\n\nPurge anyway, while they run?`)) act(section, "purge", { ...body, force: true });
+    else cancelled(result);
   }
 }
 
-refresh();
-setInterval(refresh, INTERVAL);
+// A dismissed question: the result of an earlier action no longer shows.
+function cancelled(result) {
+  result.classList.remove("failed");
+  result.textContent = "Purge cancelled: nothing was deleted.";
+}
+
+async function logout() {
+  await fetch("/logout", { method: "POST", credentials: "same-origin", headers: { "X-CSRF-Token": CSRF } });
+  window.location.assign("/login");
+}
+
+document.getElementById("logout").addEventListener("click", logout);
+poll();
