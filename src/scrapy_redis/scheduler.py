@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from redis.exceptions import RedisError
 from scrapy.utils.misc import build_from_crawler
 
 from scrapy_redis import connection, defaults
@@ -36,7 +37,14 @@ from scrapy_redis.keytypes import check_key_types
 from scrapy_redis.lanes import LanedQueue, check_lane_count, split_into_lanes
 from scrapy_redis.outage import OUTAGE_ERRORS
 from scrapy_redis.queue import Base
-from scrapy_redis.scheduler_parts import Parts, assemble, assemble_plain, dedups_in_script
+from scrapy_redis.scheduler_parts import (
+    Parts,
+    assemble,
+    assemble_plain,
+    dedups_in_script,
+    fingerprint_count,
+    log_cleared,
+)
 from scrapy_redis.scheduler_settings import check_scheduler_args, scheduler_kwargs
 from scrapy_redis.serializers import resolve_serializer
 from scrapy_redis.utils import load_configured
@@ -202,6 +210,14 @@ class Scheduler:
         if ours:
             check_lane_count(self.server, self.queue, self.df, record=True)
         parts.feed.recover()
+        logger.info(
+            "Sharing the queue %(queue)s at %(server)s",
+            {
+                "queue": getattr(self.queue, "key", None),
+                "server": connection.describe_server(self.server),
+            },
+            extra={"spider": spider},
+        )
         if pending := len(self.queue):  # the original's spider.log(): spider's logger, DEBUG
             spider_logger = getattr(spider, "logger", logger)
             spider_logger.debug("Resuming crawl (%(count)d requests scheduled)", {"count": pending})
@@ -339,11 +355,23 @@ class Scheduler:
         if membership is not None:
             if membership.joined:  # (not if open() failed before it joined)
                 keys = None if keep else self._parts.shared_keys()
+                counts = None if keep else self._shared_counts()
                 flushed = membership.leave(keys, after_flush=self._clear_filter)
                 self.cleared_shared_data = flushed
+                if flushed and counts is not None:
+                    log_cleared(counts, self.spider)
         elif not keep and self.queue is not None:  # open() replaced by a subclass
             self.flush()
             self.cleared_shared_data = True
+
+    def _shared_counts(self) -> tuple[int | None, int | None]:
+        """The requests queued and the fingerprints recorded (None: cannot tell), read
+        before the last worker deletes them."""
+        try:
+            queued: int | None = len(self.queue)
+        except (TypeError, NotImplementedError, RedisError):
+            queued = None
+        return queued, fingerprint_count([self.df, *getattr(self.queue, "filters", ())])
 
 
 def _worker_id(crawler: Crawler | None) -> str:

@@ -13,6 +13,7 @@ from scrapy_redis import defaults
 from scrapy_redis.crawl_keys import SpiderServers, crawl_keys, spider_settings
 from scrapy_redis.dashboard import actions
 from scrapy_redis.exceptions import InvalidStartMessageError
+from scrapy_redis.messages import StartMessageRules
 from scrapy_redis.operations import purge_queue
 from scrapy_redis.status import crawl_status, project_spiders
 from scrapy_redis.workers import alive_workers
@@ -82,12 +83,13 @@ class Fleet:
         key = body.get("key") or keys.start_keys[0]
         if key not in keys.start_keys:
             raise ActionError(f"{key!r} is not a start key of {spider}: {list(keys.start_keys)}")
-        messages = body.get("messages")
+        messages, cls = body.get("messages"), self._spidercls(spider)
         if not isinstance(messages, list) or not all(isinstance(m, str) for m in messages):
             raise ActionError("'messages' must be a list of strings")
         try:
+            rules = StartMessageRules.from_settings(spider_settings(self.settings, cls))
             pushed = actions.push_start_messages(
-                self.server_of(spider), key, messages, keys.start_mode
+                self.server_of(spider), key, messages, keys.start_mode, rules
             )
         except InvalidStartMessageError as exc:
             raise ActionError(f"invalid start message: {exc}") from exc
