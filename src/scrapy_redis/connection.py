@@ -32,7 +32,7 @@ from redis.cluster import ClusterNode, RedisCluster
 from redis.crc import key_slot
 from redis.exceptions import RedisClusterException
 
-from scrapy_redis import defaults, sentinel
+from scrapy_redis import defaults, permissions, sentinel
 from scrapy_redis.bootstrap import report_if_it_stops_the_crawl
 from scrapy_redis.exceptions import ConfigurationError, RedisUnavailableError
 from scrapy_redis.utils import load_configured
@@ -138,15 +138,47 @@ def get_redis(**kwargs: Any) -> redis.Redis[Any]:
     if url:
         for name in _URL_OVERRIDES:
             kwargs.pop(name, None)
+        check_url(url)
         if is_cluster_url(url):
             cls = redis_cls if _is_cluster_class(redis_cls) else RedisCluster
             return cluster_from_url(url, cls, **kwargs)  # type: ignore[return-value]
-        return redis_cls.from_url(url, **kwargs)  # type: ignore[no-any-return]
+        try:
+            return redis_cls.from_url(url, **kwargs)  # type: ignore[no-any-return]
+        except ValueError as exc:  # a port or an option redis-py cannot read
+            raise _url_error(url, str(exc).rstrip(".")) from None
     return redis_cls(**kwargs)  # type: ignore[no-any-return]
 
 
 #: URL schemes naming a Redis Cluster (plain and TLS).
 CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
+
+#: URL schemes REDIS_URL may use.
+URL_SCHEMES = ("redis", "rediss", "unix", *CLUSTER_SCHEMES, *sentinel.SCHEMES)
+
+
+def check_url(url: object) -> None:
+    """ConfigurationError, naming the forms REDIS_URL may take, if ``url`` is not a Redis URL
+    (``localhost:6379``, ``http://...``)."""
+    text = str(url)
+    scheme = urlsplit(text).scheme.lower() if "://" in text else ""
+    if scheme in URL_SCHEMES:
+        return
+    if scheme:
+        hint = f"did you mean {'redis://' + text.split('://', 1)[1]!r}?"
+    else:
+        hint = f"did you mean {'redis://' + text!r}?"
+    raise _url_error(text, f"not a Redis URL ({hint})")
+
+
+def _url_error(url: str, reason: str) -> ConfigurationError:
+    error = ConfigurationError(
+        f"REDIS_URL {mask_url(url)!r}: {reason}. Use redis://[user:password@]host:port/db "
+        "(TLS: rediss://; a socket: unix:///path/to/redis.sock; a cluster: "
+        "redis+cluster://host:port[,host:port...]; sentinels: "
+        f"{sentinel.FORM})."
+    )
+    report_if_it_stops_the_crawl(error)
+    return error
 
 
 def is_cluster(client: Any) -> bool:
@@ -350,6 +382,8 @@ def ensure_reachable(client: redis.Redis[Any]) -> None:
         )
         report_if_it_stops_the_crawl(error)
         raise error from None
+    except redis.ResponseError as exc:  # the handshake refused: SELECT, AUTH, HELLO
+        raise refused_at_connect(client, exc) from None
     if cluster_node:
         where = describe_server(client)
         host_port = where.split("://", 1)[1].split("@")[-1].rsplit("/", 1)[0]
@@ -361,6 +395,26 @@ def ensure_reachable(client: redis.Redis[Any]) -> None:
         )
         report_if_it_stops_the_crawl(misdirected)
         raise misdirected
+
+
+def refused_at_connect(client: Any, exc: redis.ResponseError) -> ConfigurationError:
+    """The error, naming the fix, of a server refusing a new connection (reported as one
+    line if it stops the crawl)."""
+    where, text = describe_server(client), str(exc).rstrip(".")
+    if "DB index is out of range" in text:
+        database = where.rsplit("/", 1)[-1]
+        error = ConfigurationError(
+            f"Redis at {where} has no database {database}: REDIS_URL's /db (or REDIS_DB) "
+            "must be below the server's 'databases' setting (16 by default; a Redis Cluster "
+            "has database 0 only)."
+        )
+    else:
+        error = ConfigurationError(
+            f"Redis at {where} refused the connection: {text}. Check the user and password "
+            f"in REDIS_URL (or REDIS_PARAMS){permissions.acl_hint(client, exc)}."
+        )
+    report_if_it_stops_the_crawl(error)
+    return error
 
 
 def _is_cluster_node(client: Any) -> bool:

@@ -36,6 +36,7 @@ from scrapy_redis.keys import format_key
 from scrapy_redis.keytypes import check_key_types
 from scrapy_redis.lanes import LanedQueue, check_lane_count, split_into_lanes
 from scrapy_redis.outage import OUTAGE_ERRORS
+from scrapy_redis.permissions import check_access
 from scrapy_redis.queue import Base
 from scrapy_redis.scheduler_parts import (
     Parts,
@@ -185,6 +186,7 @@ class Scheduler:
             kwargs["dupefilter"] = build_df(dupefilter_cls)
         server = connection.from_settings(settings)
         connection.ensure_reachable(server)
+        check_access(server, _keys_to_check(kwargs, crawler), "scheduler", crawler)
         return cls(server, crawler=crawler, **kwargs)
 
     # -- lifecycle -------------------------------------------------------------------
@@ -372,6 +374,17 @@ class Scheduler:
         except (TypeError, NotImplementedError, RedisError):
             queued = None
         return queued, fingerprint_count([self.df, *getattr(self.queue, "filters", ())])
+
+
+def _keys_to_check(kwargs: dict[str, Any], crawler: Crawler | None) -> list[tuple[str, str]]:
+    """The queue's and the filter's keys, checked for access before the engine opens."""
+    spider = getattr(crawler, "spider", None)
+    if spider is None:
+        return []
+    return [
+        (format_key(kwargs["queue_key"], spider.name), "SCHEDULER_QUEUE_KEY"),
+        (format_key(kwargs["dupefilter_key"], spider.name), "SCHEDULER_DUPEFILTER_KEY"),
+    ]
 
 
 def _worker_id(crawler: Crawler | None) -> str:

@@ -32,6 +32,7 @@ from scrapy_redis.messages import (
     unknown_keys,
 )
 from scrapy_redis.outage import OUTAGE_ERRORS, outage_guard
+from scrapy_redis.permissions import check_access
 from scrapy_redis.scheduler_api import shared_scheduler
 from scrapy_redis.spider_idle import IdleTimer
 from scrapy_redis.spider_polling import Poller
@@ -119,6 +120,7 @@ class RedisMixin:
         config = self._apply_settings(read_start_settings(self, crawler.settings))
         self.server = connection.from_settings(crawler.settings)  # the original's lookup
         connection.ensure_reachable(self.server)  # fail fast, naming the server
+        check_access(self.server, [(k, "redis_key") for k in config.keys], "spider", crawler)
         guard = outage_guard(crawler)
         self.redis_start_messages = StartMessageReader.build(
             self.server, config, guard, self._inc, self
