@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import json
 import re
+from types import SimpleNamespace
 
 import pytest
 
+from scrapy_redis.permissions import check_access
 from test_commands import Project, write_project
 
 pytestmark = pytest.mark.timeout(180)
@@ -111,3 +113,9 @@ def test_a_user_without_the_crawls_keys_is_told_which_to_grant(project_at, acl_u
     assert_verb_refuses(project, ["status"], *expected)
     assert_verb_refuses(project, ["push", "demo", "https://a.test/"],
                         "may not use the key 'demo:requests'", *expected)  # fmt: skip
+
+
+def test_the_access_check_lets_a_cluster_and_a_full_user_through(cluster, server):
+    crawling = SimpleNamespace(crawling=True)
+    for client in (cluster, server):
+        check_access(client, [("{demo}:requests", "SCHEDULER_QUEUE_KEY")], "scheduler", crawling)
