@@ -10,6 +10,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from scrapy_redis.connection import check_url
+from scrapy_redis.exceptions import ConfigurationError
 from scrapy_redis.permissions import check_access
 from test_commands import Project, write_project
 
@@ -119,3 +121,15 @@ def test_the_access_check_lets_a_cluster_and_a_full_user_through(cluster, server
     crawling = SimpleNamespace(crawling=True)
     for client in (cluster, server):
         check_access(client, [("{demo}:requests", "SCHEDULER_QUEUE_KEY")], "scheduler", crawling)
+
+
+@pytest.mark.parametrize(
+    ("url", "meant"),
+    [("me:s3cret@h:1", "redis://me:***@h:1"), ("http://me:s3cret@h:1/2", "redis://me:***@h:1/2"),
+     ("/run/redis.sock", "unix:///run/redis.sock")],
+)  # fmt: skip
+def test_the_url_meant_is_suggested_without_the_password(url, meant):
+    with pytest.raises(ConfigurationError) as refused:
+        check_url(url)
+    assert f"did you mean {meant!r}?" in str(refused.value)
+    assert "s3cret" not in str(refused.value)

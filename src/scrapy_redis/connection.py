@@ -163,16 +163,16 @@ def check_url(url: object) -> None:
     scheme = urlsplit(text).scheme.lower() if "://" in text else ""
     if scheme in URL_SCHEMES:
         return
-    if scheme:
-        hint = f"did you mean {'redis://' + text.split('://', 1)[1]!r}?"
-    else:
-        hint = f"did you mean {'redis://' + text!r}?"
+    rest = text.split("://", 1)[1] if scheme else text
+    meant = f"unix://{rest}" if rest.startswith("/") else f"redis://{rest}"
+    hint = f"did you mean {mask_url(meant)!r}?"
     raise _url_error(text, f"not a Redis URL ({hint})")
 
 
 def _url_error(url: str, reason: str) -> ConfigurationError:
+    shown = mask_url(url) if "://" in url else mask_url(f"redis://{url}")[len("redis://") :]
     error = ConfigurationError(
-        f"REDIS_URL {mask_url(url)!r}: {reason}. Use redis://[user:password@]host:port/db "
+        f"REDIS_URL {shown!r}: {reason}. Use redis://[user:password@]host:port/db "
         "(TLS: rediss://; a socket: unix:///path/to/redis.sock; a cluster: "
         "redis+cluster://host:port[,host:port...]; sentinels: "
         f"{sentinel.FORM})."
