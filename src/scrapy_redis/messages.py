@@ -156,8 +156,9 @@ def _spider_method(spider: Spider, name: str | None) -> Callable[..., Any] | Non
 
 
 def unknown_keys(fields: dict[str, Any]) -> list[str]:
-    """The keys of a message that are none of the documented ones (form data, or a typo)."""
-    return [str(name) for name in fields if name not in _TYPES]
+    """The keys of a message that are none of the documented ones (form data, or a typo;
+    a ``null`` value counts as not given)."""
+    return [str(name) for name, value in fields.items() if name not in _TYPES and value is not None]
 
 
 class UnknownKeys:
