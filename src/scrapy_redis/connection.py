@@ -34,8 +34,12 @@ from redis.exceptions import RedisClusterException
 
 from scrapy_redis import defaults
 from scrapy_redis.exceptions import ConfigurationError, RedisUnavailableError
-from scrapy_redis.store import sentinel
+from scrapy_redis.store import permissions, sentinel
 from scrapy_redis.store.bootstrap import report_if_it_stops_the_crawl
+from scrapy_redis.store.describe import (  # re-exported: the original's module's neighbours
+    connection_hint,
+    describe_server,
+)
 from scrapy_redis.store.identity import (  # server_identity: re-exported
     ServerIdentity,
     remember_identity,
@@ -144,15 +148,47 @@ def get_redis(**kwargs: Any) -> redis.Redis[Any]:
     if url:
         for name in _URL_OVERRIDES:
             kwargs.pop(name, None)
+        check_url(url)
         if is_cluster_url(url):
             cls = redis_cls if _is_cluster_class(redis_cls) else RedisCluster
             return cluster_from_url(url, cls, **kwargs)  # type: ignore[return-value]
-        return redis_cls.from_url(url, **kwargs)  # type: ignore[no-any-return]
+        try:
+            return redis_cls.from_url(url, **kwargs)  # type: ignore[no-any-return]
+        except ValueError as exc:  # a port or an option redis-py cannot read
+            raise _url_error(url, str(exc).rstrip(".")) from None
     return redis_cls(**kwargs)  # type: ignore[no-any-return]
 
 
 #: URL schemes naming a Redis Cluster (plain and TLS).
 CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
+
+#: URL schemes REDIS_URL may use.
+URL_SCHEMES = ("redis", "rediss", "unix", *CLUSTER_SCHEMES, *sentinel.SCHEMES)
+
+
+def check_url(url: object) -> None:
+    """ConfigurationError, naming the forms REDIS_URL may take, if ``url`` is not a Redis URL
+    (``localhost:6379``, ``http://...``)."""
+    text = str(url)
+    scheme = urlsplit(text).scheme.lower() if "://" in text else ""
+    if scheme in URL_SCHEMES:
+        return
+    rest = text.split("://", 1)[1] if scheme else text
+    meant = f"unix://{rest}" if rest.startswith("/") else f"redis://{rest}"
+    hint = f"did you mean {mask_url(meant)!r}?"
+    raise _url_error(text, f"not a Redis URL ({hint})")
+
+
+def _url_error(url: str, reason: str) -> ConfigurationError:
+    shown = mask_url(url) if "://" in url else mask_url(f"redis://{url}")[len("redis://") :]
+    error = ConfigurationError(
+        f"REDIS_URL {shown!r}: {reason}. Use redis://[user:password@]host:port/db "
+        "(TLS: rediss://; a socket: unix:///path/to/redis.sock; a cluster: "
+        "redis+cluster://host:port[,host:port...]; sentinels: "
+        f"{sentinel.FORM})."
+    )
+    report_if_it_stops_the_crawl(error)
+    return error
 
 
 def is_cluster(client: Any) -> bool:
@@ -271,6 +307,8 @@ def ensure_reachable(client: redis.Redis[Any]) -> None:
         )
         report_if_it_stops_the_crawl(error)
         raise error from None
+    except redis.ResponseError as exc:  # the handshake refused: SELECT, AUTH, HELLO
+        raise refused_at_connect(client, exc) from None
     if cluster_node:
         where = describe_server(client)
         host_port = where.split("://", 1)[1].split("@")[-1].rsplit("/", 1)[0]
@@ -284,6 +322,26 @@ def ensure_reachable(client: redis.Redis[Any]) -> None:
         raise misdirected
 
 
+def refused_at_connect(client: Any, exc: redis.ResponseError) -> ConfigurationError:
+    """The error, naming the fix, of a server refusing a new connection (reported as one
+    line if it stops the crawl)."""
+    where, text = describe_server(client), str(exc).rstrip(".")
+    if "DB index is out of range" in text:
+        database = where.rsplit("/", 1)[-1]
+        error = ConfigurationError(
+            f"Redis at {where} has no database {database}: REDIS_URL's /db (or REDIS_DB) "
+            "must be below the server's 'databases' setting (16 by default; a Redis Cluster "
+            "has database 0 only)."
+        )
+    else:
+        error = ConfigurationError(
+            f"Redis at {where} refused the connection: {text}. Check the user and password "
+            f"in REDIS_URL (or REDIS_PARAMS){permissions.acl_hint(client, exc)}."
+        )
+    report_if_it_stops_the_crawl(error)
+    return error
+
+
 def _is_cluster_node(client: Any) -> bool:
     """Whether the server of a plain client runs in cluster mode (False if INFO is denied)."""
     try:
@@ -292,58 +350,6 @@ def _is_cluster_node(client: Any) -> bool:
         return False
     # (a client of one's own, or a test's stand-in, may answer anything else)
     return isinstance(info, dict) and str(info.get("cluster_enabled")) == "1"
-
-
-def connection_hint(where: str, exc: BaseException) -> str:
-    """More to check when connecting to ``where`` failed with ``exc`` (TLS, Sentinel)."""
-    text = str(exc)
-    if "CERTIFICATE_VERIFY_FAILED" in text:
-        return (
-            " The server's TLS certificate is not trusted: give the CA that signed it as "
-            "ssl_ca_certs, in REDIS_URL (?ssl_ca_certs=/path/to/ca.crt) or in REDIS_PARAMS."
-        )
-    if where.startswith("rediss") and ("EOF" in text or "alert" in text.lower()):
-        return (
-            " The server closed the TLS handshake: if it requires client certificates "
-            "(tls-auth-clients), give ssl_certfile and ssl_keyfile (REDIS_URL or REDIS_PARAMS)."
-        )
-    if "+sentinel://" in where:
-        return (
-            " The sentinels must answer and know the master by that name "
-            "(sentinel credentials and TLS go in REDIS_SENTINEL_PARAMS)."
-        )
-    return ""
-
-
-def describe_server(client: Any) -> str:
-    """A URL naming the server ``client`` talks to, with any password masked (a cluster:
-    ``redis+cluster://`` and the nodes it knows; sentinels: ``redis+sentinel://``)."""
-    if isinstance(client, RedisCluster):
-        return _describe_cluster(client)
-    through_sentinels = sentinel.describe(client)
-    if through_sentinels is not None:
-        return through_sentinels
-    pool = getattr(client, "connection_pool", None)
-    kwargs: dict[str, Any] = getattr(pool, "connection_kwargs", {}) or {}
-    if "path" in kwargs:
-        return f"unix://{kwargs['path']}"
-    connection_class = getattr(pool, "connection_class", None)
-    scheme = "rediss" if "SSL" in getattr(connection_class, "__name__", "") else "redis"
-    auth = ""
-    if kwargs.get("password"):
-        auth = f"{kwargs.get('username') or ''}:***@"
-    host = kwargs.get("host", "localhost")
-    return f"{scheme}://{auth}{host}:{kwargs.get('port', 6379)}/{kwargs.get('db', 0)}"
-
-
-def _describe_cluster(client: RedisCluster) -> str:
-    nodes = sorted({(node.host, int(node.port)) for node in _untyped(client).get_nodes()})
-    kwargs = getattr(client.nodes_manager, "connection_kwargs", {}) or {}
-    connection_class = kwargs.get("connection_class")
-    tls = kwargs.get("ssl") or "SSL" in getattr(connection_class, "__name__", "")
-    auth = f"{kwargs.get('username') or ''}:***@" if kwargs.get("password") else ""
-    hosts = ",".join(f"{host}:{port}" for host, port in nodes)
-    return f"{'rediss' if tls else 'redis'}+cluster://{auth}{hosts}"
 
 
 def _untyped(value: Any) -> Any:

@@ -138,8 +138,16 @@ START_URLS_DONT_FILTER = True
 #: REDIS_START_URLS_KEY: where start messages are read from.
 START_URLS_KEY = "%(name)s:start_urls"
 
+#: REDIS_START_URLS_MAX_SIZE: bytes a start message may have (0: no limit); a longer one is
+#: refused by ``push`` and set aside as invalid by the spiders, before it is decoded.
+START_URLS_MAX_SIZE = 1_048_576
+
 #: REDIS_START_URLS_POLL_INTERVAL: seconds between reads of new start messages while busy.
 START_URLS_POLL_INTERVAL = 1.0
+
+#: REDIS_START_URLS_SCHEMES: URL schemes start messages may use (``file://``, ``s3://`` or
+#: ``data:`` read what the worker can reach, not the web): others are set aside as invalid.
+START_URLS_SCHEMES = ["http", "https"]
 
 #: STATS_FLUSH_INTERVAL: seconds stat updates are kept, merged, before being written (0: at once).
 STATS_FLUSH_INTERVAL = 1.0

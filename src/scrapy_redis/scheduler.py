@@ -35,13 +35,21 @@ from scrapy_redis.exceptions import warn_from_settings
 from scrapy_redis.queue import Base
 from scrapy_redis.scheduling.lane_split import check_lane_count, split_into_lanes
 from scrapy_redis.scheduling.lanes import LanedQueue
-from scrapy_redis.scheduling.parts import Parts, assemble, assemble_plain, dedups_in_script
+from scrapy_redis.scheduling.parts import (
+    Parts,
+    assemble,
+    assemble_plain,
+    dedups_in_script,
+    log_cleared,
+)
+from scrapy_redis.scheduling.reports import log_resuming, log_sharing, shared_counts
 from scrapy_redis.scheduling.settings import check_scheduler_args, scheduler_kwargs
 from scrapy_redis.scheduling.workers import crawler_worker_id, new_worker_id
 from scrapy_redis.serializers import resolve_serializer
 from scrapy_redis.store.keys import format_key
 from scrapy_redis.store.keytypes import check_key_types
 from scrapy_redis.store.outage import OUTAGE_ERRORS
+from scrapy_redis.store.permissions import check_access
 from scrapy_redis.store.writes import WriteIds, writes_ttl
 from scrapy_redis.utils import load_configured
 
@@ -53,22 +61,6 @@ if TYPE_CHECKING:
     from typing_extensions import Self
 
 logger = logging.getLogger(__name__)
-
-
-def log_resuming(spider: Any, pending: int) -> None:
-    """Log "Resuming crawl (N requests scheduled)" where the user sees it.
-
-    The original called ``spider.log(message)``: a spider whose ``log`` is its own
-    or patched (users' tests do) still gets that call. Otherwise the message goes to
-    the spider's logger at INFO, seen with ``LOG_LEVEL = "INFO"`` (Scrapy deprecated
-    ``Spider.log()``, which logged it at DEBUG).
-    """
-    message = f"Resuming crawl ({pending} requests scheduled)"
-    log = getattr(spider, "log", None)
-    if callable(log) and getattr(log, "__func__", None) is not Spider.log:
-        log(message)
-    else:
-        getattr(spider, "logger", logger).info(message)
 
 
 __all__ = ["Scheduler", "dedups_in_script"]
@@ -198,6 +190,7 @@ class Scheduler:
             kwargs["dupefilter"] = build_df(dupefilter_cls)
         server = connection.from_settings(settings)
         connection.ensure_reachable(server)
+        check_access(server, _keys_to_check(kwargs, crawler), "scheduler", crawler)
         return cls(server, crawler=crawler, **kwargs)
 
     # -- lifecycle -------------------------------------------------------------------
@@ -223,6 +216,7 @@ class Scheduler:
         if ours:
             check_lane_count(self.server, self.queue, self.df, record=True)
         parts.feed.recover()
+        log_sharing(self.queue, self.server, spider)
         if pending := len(self.queue):
             log_resuming(spider, pending)
         self._opening = False
@@ -359,11 +353,24 @@ class Scheduler:
         if membership is not None:
             if membership.joined:  # (not if open() failed before it joined)
                 keys = None if keep else self._parts.shared_keys()
+                counts = None if keep else shared_counts(self.queue, self.df)
                 flushed = membership.leave(keys, after_flush=self._clear_filter)
                 self.cleared_shared_data = flushed
+                if flushed and counts is not None:
+                    log_cleared(counts, self.spider)
         elif not keep and self.queue is not None:  # open() replaced by a subclass
             self.flush()
             self.cleared_shared_data = True
+
+def _keys_to_check(kwargs: dict[str, Any], crawler: Crawler | None) -> list[tuple[str, str]]:
+    """The queue's and the filter's keys, checked for access before the engine opens."""
+    spider = getattr(crawler, "spider", None)
+    if spider is None:
+        return []
+    return [
+        (format_key(kwargs["queue_key"], spider.name), "SCHEDULER_QUEUE_KEY"),
+        (format_key(kwargs["dupefilter_key"], spider.name), "SCHEDULER_DUPEFILTER_KEY"),
+    ]
 
 
 def _worker_id(crawler: Crawler | None) -> str:

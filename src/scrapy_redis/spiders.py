@@ -26,11 +26,24 @@ from scrapy_redis.core.logsafe import short_repr, shorten
 from scrapy_redis.scheduling.api import shared_scheduler
 from scrapy_redis.start.filter import FilteredStartRequests
 from scrapy_redis.start.idle import IdleTimer
-from scrapy_redis.start.messages import as_requests, parse_message, request_from_message
+from scrapy_redis.start.messages import (
+    StartMessageRules,
+    UnknownKeys,
+    as_requests,
+    parse_message,
+    request_from_message,
+    unknown_keys,
+)
 from scrapy_redis.start.polling import Poller
 from scrapy_redis.start.reader import StartMessageReader
-from scrapy_redis.start.settings import StartSettings, normalize_redis_key, read_start_settings
+from scrapy_redis.start.settings import (
+    StartSettings,
+    ignored_start_urls,
+    normalize_redis_key,
+    read_start_settings,
+)
 from scrapy_redis.store.outage import OUTAGE_ERRORS, outage_guard
+from scrapy_redis.store.permissions import check_access
 from scrapy_redis.utils import bytes_to_str
 
 if TYPE_CHECKING:
@@ -74,6 +87,7 @@ class RedisMixin:
     _start_settings: StartSettings | None = None
     _filtered = PerInstance(lambda self: FilteredStartRequests(self._inc, self))
     _idle = PerInstance(lambda _: IdleTimer())
+    _unknown_keys = PerInstance(lambda self: UnknownKeys(self._inc, self))
     _poller: Poller | None = None
 
     # provided by scrapy.Spider
@@ -106,6 +120,7 @@ class RedisMixin:
         config = self._apply_settings(read_start_settings(self, crawler.settings))
         self.server = connection.from_settings(crawler.settings)  # the original's lookup
         connection.ensure_reachable(self.server)  # fail fast, naming the server
+        check_access(self.server, [(k, "redis_key") for k in config.keys], "spider", crawler)
         guard = outage_guard(crawler)
         self.redis_start_messages = StartMessageReader.build(
             self.server, config, guard, self._inc, self
@@ -114,16 +129,26 @@ class RedisMixin:
         self._idle = IdleTimer()
         self._poller = None
         logger.info(
-            "Reading start URLs from redis key(s) %(keys)s (batch size: %(size)s, encoding: "
-            "%(encoding)s)",
+            "Reading start URLs from redis key(s) %(keys)s at %(server)s (batch size: "
+            "%(size)s, encoding: %(encoding)s)",
             {
                 "keys": ", ".join(config.keys),
+                "server": connection.describe_server(self.server),
                 "size": config.batch_size,
                 "encoding": config.encoding,
             },
             extra={"spider": self},
         )
+        self._warn_ignored_start_urls(config)
         self._connect_signals(crawler)
+
+    def _warn_ignored_start_urls(self, config: StartSettings) -> None:
+        """Warn if ``start_urls`` is set but unread (start requests are not overridden)."""
+        cls = type(self)
+        if cls.start_requests is not RedisMixin.start_requests or cls.start is not RedisMixin.start:
+            return
+        if warning := ignored_start_urls(self, config.keys):
+            logger.warning("%(warning)s", {"warning": warning}, extra={"spider": self})
 
     def _apply_settings(self, config: StartSettings) -> StartSettings:
         """Keep ``config`` and show its values in the spider's public attributes."""
@@ -163,8 +188,11 @@ class RedisMixin:
 
     def _requests_from_message(self, key: str | None, data: bytes) -> list[Request]:
         self._inc("redis/start_messages/read")
+        rules = self._message_rules()
         try:
+            rules.check_size(data)  # before it is decoded: a huge message costs no memory
             requests = as_requests(self.make_request_from_data(data))
+            rules.check_requests(requests)  # (a make_request_from_data() of one's own too)
         except Exception as exc:  # a bad message must never stop the spider
             self._inc("redis/start_messages/invalid")
             logger.warning(
@@ -185,7 +213,15 @@ class RedisMixin:
     def make_request_from_data(self, data: bytes) -> Request | Iterable[Request] | None:
         """The request for one start message (override to customise)."""
         fields = parse_message(bytes_to_str(data, self.redis_encoding or "utf-8"))
+        if unknown := unknown_keys(fields):
+            self._unknown_keys.found(unknown)
         return request_from_message(fields, self, dont_filter=self._dont_filter())  # type: ignore[arg-type]
+
+    def _message_rules(self) -> StartMessageRules:
+        """REDIS_START_URLS_SCHEMES / _MAX_SIZE (the defaults if our setup_redis() was not
+        called)."""
+        config = self._start_settings
+        return config.message_rules if config is not None else StartMessageRules()
 
     def _dont_filter(self) -> bool:
         """REDIS_START_URLS_DONT_FILTER (read here too if our setup_redis() was not called)."""

@@ -7,11 +7,17 @@ import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TextIO
 
-from scrapy_redis import connection
+from redis.exceptions import NoPermissionError
+
+from scrapy_redis import connection, defaults
 from scrapy_redis.commands.crawl import Crawl, open_crawl
 from scrapy_redis.commands.progress import Progress
-from scrapy_redis.fleet.crawl_keys import SpiderServers
+from scrapy_redis.fleet.crawl_keys import SpiderServers, spider_settings
 from scrapy_redis.fleet.status import spider_loader
+from scrapy_redis.spiders import RedisMixin
+from scrapy_redis.start.settings import normalize_redis_key
+from scrapy_redis.store.keys import format_key
+from scrapy_redis.store.permissions import check_keys
 
 if TYPE_CHECKING:
     from scrapy import Spider
@@ -48,6 +54,19 @@ class Context:
             self._server = server
         return self._server
 
+    def client(self) -> Any:
+        """The Redis client of the project's settings, reachable or not."""
+        return self._server if self._server is not None else connection.from_settings(self.settings)
+
+    def fail(self, error: object, exit_code: int, as_json: bool = False) -> int:
+        """Report ``error`` as one line on stderr (and with ``--json`` as a JSON document on
+        stdout: ``{"error": "...", "exit_code": N}``); the exit code."""
+        message = " ".join(str(error).split())  # one line, whatever the error's text
+        self.warn(f"error: {message}")
+        if as_json:
+            self.json({"error": message, "exit_code": exit_code})
+        return exit_code
+
     def spider_names(self) -> list[str]:
         """The project's spiders (SPIDER_MODULES)."""
         return sorted(spider_loader(self.settings).list())
@@ -65,8 +84,13 @@ class Context:
 
     def crawl(self, name: str, spider_args: list[str] | None = None) -> Crawl:
         """The crawl of the spider ``name`` (its queue, filters, start keys...)."""
-        self.server()  # fail first, naming the server, if Redis cannot be reached
-        return open_crawl(self.settings, self.spider_class(name), parse_spider_args(spider_args))
+        server = self.server()  # fail first, naming the server, if Redis cannot be reached
+        spidercls = self.spider_class(name)
+        try:
+            return open_crawl(self.settings, spidercls, parse_spider_args(spider_args))
+        except NoPermissionError:  # which key? (the reads of open_crawl do not say)
+            check_keys(server, main_keys(self.settings, spidercls), "the command")
+            raise
 
     def write(self, text: str = "") -> None:
         """A line of text for people on stdout."""
@@ -95,6 +119,21 @@ class Context:
         self.stderr.write(f"{question} [y/N] ")
         self.stderr.flush()
         return self.stdin.readline().strip().lower() in ("y", "yes")
+
+
+def main_keys(settings: Settings, spidercls: type[Spider]) -> list[str]:
+    """The keys a crawl's others derive from: its queue, filter, items and start keys."""
+    merged, name = spider_settings(settings, spidercls), spidercls.name
+    templates = [
+        merged.get("SCHEDULER_QUEUE_KEY") or defaults.SCHEDULER_QUEUE_KEY,
+        merged.get("SCHEDULER_DUPEFILTER_KEY") or defaults.SCHEDULER_DUPEFILTER_KEY,
+        merged.get("REDIS_ITEMS_KEY") or defaults.PIPELINE_KEY,
+    ]
+    keys = [format_key(template, name) for template in templates]
+    if issubclass(spidercls, RedisMixin):
+        start = spidercls.redis_key or merged.get("REDIS_START_URLS_KEY", defaults.START_URLS_KEY)
+        keys += normalize_redis_key(start, name)
+    return keys
 
 
 def parse_spider_args(pairs: list[str] | None) -> dict[str, str]:

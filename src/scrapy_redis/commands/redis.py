@@ -7,6 +7,7 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
+from redis.exceptions import NoPermissionError, RedisError
 from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
 from scrapy.utils.project import inside_project
@@ -14,6 +15,7 @@ from scrapy.utils.project import inside_project
 from scrapy_redis.commands import verb_help, verb_modules
 from scrapy_redis.commands.context import CommandError, Context
 from scrapy_redis.exceptions import ScrapyRedisError
+from scrapy_redis.store.permissions import permission_error
 
 if TYPE_CHECKING:
     from types import ModuleType
@@ -67,11 +69,14 @@ class Command(ScrapyCommand):
             os.dup2(devnull, sys.stdout.fileno())  # (no second error when Python exits)
             self.exitcode = 1
         except CommandError as exc:
-            context.warn(f"error: {exc}")
-            self.exitcode = 2
+            self.exitcode = context.fail(exc, 2, opts.json)
+        except NoPermissionError as exc:  # an ACL user without a command or key pattern
+            refusal = permission_error(context.client(), exc, f"'scrapy redis {opts.verb}'")
+            self.exitcode = context.fail(refusal, 1, opts.json)
         except (ScrapyRedisError, ValueError, TypeError) as exc:
-            context.warn(f"error: {exc}")
-            self.exitcode = 1
+            self.exitcode = context.fail(exc, 1, opts.json)
+        except RedisError as exc:  # the server failed a command: one line, no traceback
+            self.exitcode = context.fail(f"Redis: {type(exc).__name__}: {exc}", 1, opts.json)
 
 
 def add_verb(verbs: argparse._SubParsersAction, name: str, module: ModuleType) -> None:  # type: ignore[type-arg]

@@ -5,9 +5,10 @@ Plain functions of a Redis client and key names, free of web concerns, that scri
 may call too. The changes themselves are made by :mod:`scrapy_redis.fleet.operations`, which
 the ``scrapy redis`` commands use as well: the push of start messages, the recovery of
 expired leases, the purge of a queue (each one Redis command or one of the package's
-Lua scripts). What is the dashboard's own: the check of the messages pushed (a URL, or
-a JSON object with a ``url``; ``scrapy redis push`` runs the spider's
-``make_request_from_data()`` instead), and the sums over several keys.
+Lua scripts). The messages pushed are checked as ``scrapy redis push`` checks them (one function:
+:class:`~scrapy_redis.fleet.operations.MessageCheck`), as read by the default
+``make_request_from_data()`` (a URL, or a JSON object with a ``url``: the command runs
+the spider's own); the sums over several keys are the dashboard's own.
 """
 
 from __future__ import annotations
@@ -17,30 +18,40 @@ from typing import Any
 
 from scrapy_redis import defaults
 from scrapy_redis.exceptions import InvalidStartMessageError
-from scrapy_redis.fleet.operations import push_messages, recover_expired
+from scrapy_redis.fleet.operations import MessageCheck, push_messages, recover_expired
 from scrapy_redis.queues.deadletters import requeue_dead_letters
 from scrapy_redis.queues.leases import Recovery
-from scrapy_redis.start.messages import parse_message
+from scrapy_redis.start.messages import StartMessageRules
 
 
-def check_messages(messages: Sequence[str]) -> list[str]:
+def check_messages(messages: Sequence[str], rules: StartMessageRules | None = None) -> list[str]:
     """The start messages to push, stripped; InvalidStartMessageError naming the first
-    that is neither a URL nor a JSON object with a ``url``."""
+    that ``scrapy redis push`` would refuse too
+    (:class:`~scrapy_redis.fleet.operations.MessageCheck`: not a URL nor a JSON object
+    with a ``url``, a scheme REDIS_START_URLS_SCHEMES does not allow, longer than
+    REDIS_START_URLS_MAX_SIZE, an unknown key)."""
     checked = [message.strip() for message in messages if message.strip()]
     if not checked:
         raise InvalidStartMessageError("no message to push")
+    check = MessageCheck(rules or StartMessageRules())
     for message in checked:
-        fields = parse_message(message)
-        if not isinstance(fields.get("url"), str):
-            raise InvalidStartMessageError(f"no 'url' in {message[:200]!r}")
+        check(message)
     return checked
 
 
-def push_start_messages(server: Any, key: str, messages: Sequence[str], mode: str = "list") -> int:
+def push_start_messages(
+    server: Any,
+    key: str,
+    messages: Sequence[str],
+    mode: str = "list",
+    rules: StartMessageRules | None = None,
+) -> int:
     """Push ``messages``, checked, to the start key ``key`` kept as ``mode`` ("list",
     "set" or "zset", see REDIS_START_URLS_AS_SET / _AS_ZSET); how many were added (a set
-    or sorted set does not add a message twice)."""
-    return push_messages(server, key, mode, check_messages(messages))
+    or sorted set does not add a message twice). ``rules``: the spider's
+    (REDIS_START_URLS_SCHEMES, REDIS_START_URLS_MAX_SIZE; default: the defaults)."""
+    check = MessageCheck(rules or StartMessageRules())
+    return push_messages(server, key, mode, check_messages(messages, rules), check=check)
 
 
 def requeue_expired(

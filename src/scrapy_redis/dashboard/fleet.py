@@ -16,6 +16,7 @@ from scrapy_redis.fleet.crawl_keys import SpiderServers, crawl_keys, spider_sett
 from scrapy_redis.fleet.operations import purge_queue
 from scrapy_redis.fleet.status import crawl_status, project_spiders
 from scrapy_redis.scheduling.workers import alive_workers
+from scrapy_redis.start.messages import StartMessageRules
 
 if TYPE_CHECKING:
     from scrapy import Spider
@@ -82,12 +83,13 @@ class Fleet:
         key = body.get("key") or keys.start_keys[0]
         if key not in keys.start_keys:
             raise ActionError(f"{key!r} is not a start key of {spider}: {list(keys.start_keys)}")
-        messages = body.get("messages")
+        messages, cls = body.get("messages"), self._spidercls(spider)
         if not isinstance(messages, list) or not all(isinstance(m, str) for m in messages):
             raise ActionError("'messages' must be a list of strings")
         try:
+            rules = StartMessageRules.from_settings(spider_settings(self.settings, cls))
             pushed = actions.push_start_messages(
-                self.server_of(spider), key, messages, keys.start_mode
+                self.server_of(spider), key, messages, keys.start_mode, rules
             )
         except InvalidStartMessageError as exc:
             raise ActionError(f"invalid start message: {exc}") from exc

@@ -5,13 +5,16 @@ Redis command or one of the package's Lua scripts; none needs a running crawl.""
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from scrapy_redis.connection import is_cluster
-from scrapy_redis.exceptions import ScrapyRedisError
+from scrapy_redis.core.logsafe import short_repr, shorten
+from scrapy_redis.exceptions import InvalidStartMessageError, ScrapyRedisError
 from scrapy_redis.queues.leases import LeaseBook, Recovery, lease_flush_keys
 from scrapy_redis.queues.priority import priority_of_member
 from scrapy_redis.scheduling.workers import new_worker_id
+from scrapy_redis.start.messages import StartMessageRules, check_start_message
 from scrapy_redis.store.keys import (
     derived_pattern,
     priority_list_key,
@@ -27,12 +30,24 @@ PURGE_ATTEMPTS = 10
 
 
 def push_messages(
-    server: Any, key: str, mode: str, messages: Sequence[str], score: float = 0.0
+    server: Any,
+    key: str,
+    mode: str,
+    messages: Sequence[str],
+    score: float = 0.0,
+    check: MessageCheck | None = None,
 ) -> int:
     """Push ``messages`` to the start key ``key`` as the spiders read it (``mode``, see
     REDIS_START_URLS_AS_SET / _AS_ZSET): RPUSH to a list, SADD to a set, ZADD with
     ``score`` to a sorted set; a command per :data:`PUSH_BATCH`. How many were added (a
-    set or sorted set adds a message it holds already once)."""
+    set or sorted set adds a message it holds already once).
+
+    Every message is checked first (:func:`~scrapy_redis.start.messages.check_start_message`,
+    with ``check``'s rules and spider; default: the default rules, no spider): one
+    refused raises InvalidStartMessageError naming it, and nothing is pushed."""
+    check = check or MessageCheck()
+    for message in messages:
+        check(message)
     added = 0
     for start in range(0, len(messages), PUSH_BATCH):
         batch = list(messages[start : start + PUSH_BATCH])
@@ -44,6 +59,32 @@ def push_messages(
             server.rpush(key, *batch)
             added += len(batch)
     return added
+
+
+@dataclass(frozen=True)
+class MessageCheck:
+    """How a start message is checked before it is pushed: ``rules`` (REDIS_START_URLS_*),
+    the ``spider`` whose ``make_request_from_data()`` reads it (None: a URL or a JSON
+    object with the documented keys), and whether unknown keys pass (``--force``)."""
+
+    rules: StartMessageRules = field(default_factory=StartMessageRules)
+    spider: Any = None
+    allow_unknown_keys: bool = False
+
+    def __call__(self, message: str) -> None:
+        """InvalidStartMessageError naming ``message`` and why it is refused."""
+        reason = self.refusal(message)
+        if reason is not None:
+            raise InvalidStartMessageError(f"{short_repr(message, 200)}: {reason}")
+
+    def refusal(self, message: str) -> str | None:
+        """Why ``message`` is refused (None: it may be pushed). Any error of the spider's
+        ``make_request_from_data()`` refuses it, as the spider would skip it."""
+        try:
+            check_start_message(message, self.rules, self.spider, self.allow_unknown_keys)
+        except Exception as exc:  # as the spider does: any failure makes the message invalid
+            return shorten(exc)
+        return None
 
 
 def recover_expired(

@@ -12,6 +12,8 @@ import dataclasses
 import logging
 from typing import TYPE_CHECKING, Any, Protocol
 
+from redis.exceptions import RedisError
+
 from scrapy_redis.connection import is_cluster, server_identity
 from scrapy_redis.core.engine import wake_engine
 from scrapy_redis.dupefilter import RFPDupeFilter
@@ -239,3 +241,36 @@ def _leased_feed(
     news = parts.context.news.of_queue(queue.key)  # on a cluster, the lane's own channel
     context = dataclasses.replace(parts.context, queue=queue, news=news)
     return LeasedFeed(context, book, pacing, parts.buffer.send_now)
+
+
+def fingerprint_count(filters: list[Any]) -> int | None:
+    """The fingerprints recorded by ``filters`` (a lane's filters and the scheduler's are
+    the same, each counted once); None if one of them cannot tell."""
+    total, seen = 0, set()
+    for dupefilter in filters:
+        key = getattr(dupefilter, "key", None)
+        if dupefilter is None or key in seen:
+            continue
+        seen.add(key)
+        try:
+            if callable(getattr(dupefilter, "count", None)):
+                total += int(dupefilter.count())
+            elif isinstance(key, str):
+                total += int(dupefilter.server.scard(key))
+            else:
+                return None
+        except (RedisError, TypeError, ValueError, AttributeError):
+            return None
+    return total
+
+
+def log_cleared(counts: tuple[int | None, int | None], spider: Any) -> None:
+    """The one INFO line of the last worker deleting the crawl's shared data."""
+    queued, fingerprints = ("unknown" if n is None else f"{n:,}" for n in counts)
+    logger.info(
+        "Deleted this crawl's queue (%(queued)s requests) and duplicate filter "
+        "(%(fingerprints)s fingerprints): this was the last worker and SCHEDULER_PERSIST "
+        "is False (set it to True to keep them for the next crawl)",
+        {"queued": queued, "fingerprints": fingerprints},
+        extra={"spider": spider},
+    )

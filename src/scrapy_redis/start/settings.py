@@ -7,10 +7,11 @@ spider argument) wins over its setting; the rest comes from the settings only.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from scrapy_redis import defaults
+from scrapy_redis.start.messages import StartMessageRules
 from scrapy_redis.store.keys import format_key
 
 if TYPE_CHECKING:
@@ -44,6 +45,8 @@ class StartSettings:
     poll_interval: float
     worker_timeout: float
     max_deliveries: int
+    #: REDIS_START_URLS_SCHEMES and REDIS_START_URLS_MAX_SIZE.
+    message_rules: StartMessageRules = field(default_factory=StartMessageRules)
 
 
 def read_start_settings(spider: SpiderArguments, settings: BaseSettings) -> StartSettings:
@@ -72,6 +75,7 @@ def read_start_settings(spider: SpiderArguments, settings: BaseSettings) -> Star
         max_deliveries=settings.getint(
             "SCHEDULER_MAX_DELIVERIES", defaults.SCHEDULER_MAX_DELIVERIES
         ),
+        message_rules=StartMessageRules.from_settings(settings),
     )
 
 
@@ -154,3 +158,17 @@ def _as_interval(value: Any, name: str) -> float:
     if seconds < 0:
         raise ValueError(f"{name} cannot be negative, not {value!r}")
     return seconds
+
+
+def ignored_start_urls(spider: Any, keys: tuple[str, ...]) -> str | None:
+    """The warning for a Redis spider whose ``start_urls`` are set but never read (its
+    start requests come from ``keys``), or None."""
+    urls = getattr(spider, "start_urls", None)
+    if not urls:
+        return None
+    count = len(urls) if isinstance(urls, (list, tuple, set)) else "some"
+    return (
+        f"{type(spider).__name__}.start_urls ({count} URLs) is ignored: a Redis spider reads "
+        f"its start URLs from Redis ({', '.join(keys)}). Push them there "
+        f"(scrapy redis push {spider.name} URL...), or remove start_urls."
+    )

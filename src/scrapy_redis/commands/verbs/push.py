@@ -2,24 +2,27 @@
 
 Each message (a URL, or a JSON object: see the spiders' docs) is given as an argument,
 or one per line on stdin with ``-`` (blank lines are skipped). Every message is first
-turned into requests by the spider's own ``make_request_from_data()``; if one fails, or
-makes no request, the reasons are printed and nothing is pushed (``--skip-invalid``:
-the valid ones are). Messages go to the spider's first start key (``--key``: another
-of its keys) the way the spider reads it: RPUSH to a list, SADD to a set
-(REDIS_START_URLS_AS_SET), ZADD with ``--score`` to a sorted set
-(REDIS_START_URLS_AS_ZSET).
+turned into requests by the spider's own ``make_request_from_data()``; if one fails,
+makes no request, names a URL scheme REDIS_START_URLS_SCHEMES does not allow, is longer
+than REDIS_START_URLS_MAX_SIZE, or (read by the default ``make_request_from_data()``)
+has a key that is none of the documented ones (a typo such as ``"calback"``, which a
+worker would send as form data; ``--force`` pushes it all the same), the reasons are
+printed and nothing is pushed (``--skip-invalid``: the valid ones are). Messages go to
+the spider's first start key (``--key``: another of its keys) the way the spider reads
+it: RPUSH to a list, SADD to a set (REDIS_START_URLS_AS_SET), ZADD with ``--score`` to
+a sorted set (REDIS_START_URLS_AS_ZSET).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from scrapy_redis.commands.context import CommandError
 from scrapy_redis.commands.verbs._common import add_spider_arguments
 from scrapy_redis.core.logsafe import shorten
-from scrapy_redis.fleet.operations import push_messages
-from scrapy_redis.start.messages import as_requests
+from scrapy_redis.fleet.operations import MessageCheck, push_messages
+from scrapy_redis.start.messages import StartMessageRules
 
 if TYPE_CHECKING:
     import argparse
@@ -38,20 +41,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--skip-invalid", action="store_true", help="push the valid messages, skip the others"
     )
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="push JSON messages with unknown keys (a worker sends them as form data)",
+    )
 
 
 def run(args: argparse.Namespace, context: Context) -> int:
     crawl = context.crawl(args.spider, args.spider_args)
     key = _start_key(crawl, args.key)
     messages = list(_messages(args.messages, context))
-    refused = [(m, reason) for m in messages if (reason := refusal(crawl, m)) is not None]
+    check = message_check(crawl, args.force)
+    refused = [(m, reason) for m in messages if (reason := check.refusal(m)) is not None]
     if refused and not args.skip_invalid:
         _report(context, args, key, 0, refused)
         return 1
     bad = {message for message, _ in refused}
-    pushed = push(crawl, key, [m for m in messages if m not in bad], args.score)
+    pushed = push(crawl, key, [m for m in messages if m not in bad], args.score, check)
     _report(context, args, key, pushed, refused)
     return 1 if refused else 0
+
+
+def message_check(crawl: Crawl, allow_unknown_keys: bool = False) -> MessageCheck:
+    """The check of a message as the crawl's spider reads it, with its settings' rules."""
+    rules = StartMessageRules.from_settings(crawl.settings)
+    return MessageCheck(rules, crawl.spider, allow_unknown_keys)
 
 
 def _start_key(crawl: Crawl, wanted: str | None) -> str:
@@ -78,19 +93,16 @@ def _messages(given: list[str], context: Context) -> Iterator[str]:
 
 
 def refusal(crawl: Crawl, message: str) -> str | None:
-    """Why the spider would skip ``message`` (None: it makes requests of it)."""
-    spider: Any = crawl.spider
-    encoding = spider.redis_encoding or "utf-8"
-    try:
-        requests = as_requests(spider.make_request_from_data(message.encode(encoding)))
-    except Exception as exc:  # as the spider does: any failure makes the message invalid
-        return shorten(exc)
-    return None if requests else "the spider makes no request of it"
+    """Why the spider would skip ``message``, or push refuses it (None: neither)."""
+    return message_check(crawl).refusal(message)
 
 
-def push(crawl: Crawl, key: str, messages: list[str], score: float) -> int:
+def push(
+    crawl: Crawl, key: str, messages: list[str], score: float, check: MessageCheck | None = None
+) -> int:
     """Push ``messages`` to ``key`` as the spider reads it; how many were added."""
-    return push_messages(crawl.server, key, crawl.start_mode, messages, score)
+    check = check or message_check(crawl)
+    return push_messages(crawl.server, key, crawl.start_mode, messages, score, check)
 
 
 def _report(
@@ -101,11 +113,11 @@ def _report(
     refused: list[tuple[str, str]],
 ) -> None:
     if args.json:
-        invalid = [{"message": message, "reason": reason} for message, reason in refused]
+        invalid = [{"message": shorten(message), "reason": reason} for message, reason in refused]
         context.json({"key": key, "pushed": pushed, "refused": invalid})
         return
     for message, reason in refused:
-        context.warn(f"invalid: {message}: {reason}")
+        context.warn(f"invalid: {shorten(message)}: {reason}")
     if refused and not pushed:
         context.warn(
             f"Nothing pushed: {_messages_count(len(refused))} refused "
