@@ -7,11 +7,18 @@ from __future__ import annotations
 
 import json
 import os
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from scrapy import Request
+from scrapy.settings import Settings
 
+from dashboard_process import DashboardProcess, http
+from scrapy_redis.commands.verbs.status import render
+from scrapy_redis.status import crawl_status
 from test_commands import LEAN, leave, schedule, write_project
+from test_status import StartSpider
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -71,3 +78,176 @@ def test_a_purge_killed_after_an_unlink_batch_deletes_everything_when_run_again(
 
     assert again.returncode == 0, again.stderr
     assert server.keys() == []
+
+
+# -- one bad value in one crawl ---------------------------------------------------------------
+
+OTHER_SPIDER = """
+
+class OtherSpider(RedisSpider):
+    name = "other"
+"""
+
+
+def _far() -> int:
+    return int(time.time() * 1000) + 600_000
+
+
+#: What anyone who can write to Redis may leave in the keys the tools read (a crawl's
+#: keys under ``{q}``, its queue key, ``{s}`` its stats key and ``{u}`` its first start
+#: key): (the plant, the key named as unreadable).
+BAD_VALUES = {
+    "stat abc": (lambda r, q, s, u: r.hset(s, "response_received_count", "abc"), "{s}"),
+    "stat bad date": (lambda r, q, s, u: r.hset(s, "start_time", "2026-13-45T99:99:99"), "{s}"),
+    "stat 5,000 digits": (lambda r, q, s, u: r.hset(s, "item_scraped_count", "7" * 5000), "{s}"),
+    "invalid count abc": (
+        lambda r, q, s, u: r.hset(s, "redis/start_messages/invalid", "abc"),
+        "{s}",
+    ),
+    "worker id not UTF-8": (lambda r, q, s, u: r.hset(f"{q}:workers", b"\xff\xfe:1:x", _far()), ""),
+    "worker id escapes": (
+        lambda r, q, s, u: r.hset(f"{q}:workers", "\x1b[2J\x1b]0;owned\x07:1:x", _far()),
+        "",
+    ),
+    "lean count lots": (
+        lambda r, q, s, u: r.hset(q.replace("requests", "dupefilter:lean"), "count", "lots"),
+        "{f}:lean",
+    ),
+    "lanes 3x": (lambda r, q, s, u: r.set(f"{q}:lanes", "3x"), "{q}:lanes"),
+    "lanes 16384": (lambda r, q, s, u: r.set(f"{q}:lanes", "16384"), "{q}:lanes"),
+    "lanes 0": (lambda r, q, s, u: r.set(f"{q}:lanes", "0"), "{q}:lanes"),
+    "stats a string": (lambda r, q, s, u: r.set(s, "x"), "{s}"),
+    "leases a string": (lambda r, q, s, u: r.set(f"{q}:leases", "x"), "{q}:leases"),
+    "deadlines a hash": (
+        lambda r, q, s, u: r.hset(f"{q}:lease_deadlines", "a", "1"),
+        "{q}:lease_deadlines",
+    ),
+    "workers a string": (lambda r, q, s, u: r.set(f"{q}:workers", "x"), "{q}:workers"),
+    "invalid a hash": (lambda r, q, s, u: r.hset(f"{q}:invalid", "a", "1"), "{q}:invalid"),
+    "dead a set": (lambda r, q, s, u: r.sadd(f"{q}:dead", "x"), "{q}:dead"),
+    "priority list a string": (
+        lambda r, q, s, u: (r.zadd(q, {"0": 0}), r.set(f"{q}:prio:0", "x")),
+        "{q}:prio:0",
+    ),
+    "priority 5,000 digits": (lambda r, q, s, u: r.zadd(q, {"9" * 5000: 0}), "{q}"),
+    "start leases a string": (lambda r, q, s, u: r.set(f"{u}:leases", "x"), "{u}:leases"),
+    "stats workers a string": (lambda r, q, s, u: r.set(f"{s}:workers", "x"), ""),
+    "items a hash": (lambda r, q, s, u: r.hset(q.replace("requests", "items"), "a", "1"), "{i}"),
+}
+
+
+def plant(server, name: str, spider: str, start_key: str) -> str:
+    """Plant the bad value ``name`` in the crawl of ``spider``: the key to be named."""
+    fill, key = BAD_VALUES[name]
+    q, s = f"{spider}:requests", f"{spider}:stats"
+    fill(server, q, s, start_key)
+    f, i = f"{spider}:dupefilter", f"{spider}:items"
+    return key.format(q=q, s=s, u=start_key, f=f, i=i)
+
+
+@pytest.fixture
+def two_crawls(tmp_path, redis_url, server):
+    """A project of two RedisSpiders, ``demo`` and ``other``, each with a start message."""
+    project = write_project(tmp_path, redis_url)
+    with open(project.path / "proj" / "spiders" / "__init__.py", "a") as spiders:
+        spiders.write(OTHER_SPIDER)
+    server.rpush("demo:start_urls", "http://a.test/")
+    server.rpush("other:start_urls", "http://b.test/", "http://c.test/")
+    return project
+
+
+def one_line_or_none(result) -> None:
+    """A command's failure is one line, never a traceback."""
+    assert "Traceback" not in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) <= 1, result.stderr
+    assert "\x1b" not in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("bad", sorted(BAD_VALUES))
+def test_one_bad_value_is_named_and_the_rest_of_the_crawl_read(server, settings_dict, bad):
+    key = plant(server, bad, "demo", "demo:start_urls")
+    server.rpush("demo:start_urls", "http://a.test/")
+
+    status = crawl_status(server, Settings(settings_dict), StartSpider)
+
+    assert status.start_pending == 1  # the rest is read
+    if key:
+        assert any(problem.startswith(f"{key} ") for problem in status.unreadable)
+    assert all(line.isprintable() for line in render(status))
+    json.dumps(status.to_json(), allow_nan=False)
+
+
+#: Bad values planted together (each in its own key): each named, nothing else lost.
+SCENES = {
+    "fields and types": [
+        name for name in BAD_VALUES if not name.startswith(("lanes", "stats a", "workers a"))
+    ],
+    "lanes 3x": ["lanes 3x"],
+    "lanes 16384": ["lanes 16384"],
+    "lanes 0, stats and registry of another type": [
+        "lanes 0",
+        "stats a string",
+        "workers a string",
+    ],
+}
+
+
+@pytest.mark.parametrize("scene", sorted(SCENES))
+def test_bad_values_in_one_crawl_are_named_by_every_tool_and_every_crawl_shown(
+    two_crawls, server, scene
+):
+    keys = [plant(server, bad, "demo", "demo:start_urls") for bad in SCENES[scene]]
+    runs = {
+        "status": ("status", "--json"),
+        "text": ("status",),
+        "watch": ("watch", "--count", "1"),
+        "export": ("export", "demo", "queue"),
+        "items": ("export", "demo", "items"),
+        "requeue": ("requeue", "demo", "--json"),
+        "push": ("push", "demo", "http://d.test/"),
+        "purge": ("purge", "demo", "--queue", "--yes"),
+    }
+    with ThreadPoolExecutor(4) as pool:  # (each is a process: run them together)
+        done = dict(
+            zip(runs, pool.map(lambda args: two_crawls.run(*args), runs.values()), strict=True)
+        )
+
+    for result in done.values():
+        one_line_or_none(result)
+    assert done["status"].returncode == 0, done["status"].stderr
+    crawls = {crawl["spider"]: crawl for crawl in json.loads(done["status"].stdout)["spiders"]}
+    assert crawls["other"]["start_pending"] == 2 and crawls["other"]["unreadable"] == []
+    assert crawls["demo"]["start_pending"] >= 1
+    for key in filter(None, keys):  # the crawl's status names the key, and what it holds
+        problems = crawls["demo"]["unreadable"]
+        assert any(problem.startswith(f"{key} ") for problem in problems), key
+        assert f"unreadable   {key} " in done["text"].stdout
+    assert done["text"].returncode == done["watch"].returncode == 0
+    assert "other (PriorityQueue other:requests) in redis://" in done["watch"].stdout
+
+
+def test_the_dashboard_shows_every_crawl_and_names_what_it_cannot_read(redis_url, server):
+    keys = [
+        plant(server, bad, "myspider_redis", "myspider:start_urls")
+        for bad in SCENES["fields and types"]
+    ]
+    lanes = plant(server, "lanes 16384", "mycrawler_redis", "mycrawler:start_urls")
+    server.rpush("myspider:start_urls", "http://a.test/")
+    dashboard = DashboardProcess(redis_url).start()
+    try:
+        status = http(dashboard.url + "api/status")
+        metrics = http(dashboard.url + "metrics")
+    finally:
+        dashboard.stop()
+
+    assert status.status == 200 and metrics.status == 200
+    crawls = {crawl["spider"]: crawl for crawl in status.json()["crawls"]}
+    assert sorted(crawls) == ["dmoz", "mycrawler_redis", "myspider_redis"]
+    assert crawls["myspider_redis"]["start_pending"] == 1
+    for key in filter(None, keys):
+        assert any(p.startswith(f"{key} ") for p in crawls["myspider_redis"]["unreadable"]), key
+    assert crawls["mycrawler_redis"]["unreadable"] == [f"{lanes} holds 16384, not in 1..1024"]
+    assert crawls["mycrawler_redis"]["queued"] is None  # unknown, not 0
+    assert 'scrapy_redis_start_pending{spider="myspider_redis"} 1' in metrics.text
+    assert 'scrapy_redis_queued{spider="dmoz"} 0' in metrics.text
+    assert 'scrapy_redis_queued{spider="mycrawler_redis"}' not in metrics.text

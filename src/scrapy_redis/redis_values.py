@@ -14,6 +14,7 @@ import math
 import re
 import unicodedata
 from collections.abc import Callable
+from contextlib import suppress
 from typing import Any, TypeVar
 
 from redis.exceptions import ResponseError
@@ -37,7 +38,9 @@ class UnreadableValueError(ScrapyRedisError, ValueError):
 
     def __init__(self, key: str, found: str, field: str | None = None) -> None:
         where = f"{printable(key)}" + ("" if field is None else f" field {printable(field)}")
-        super().__init__(f"unreadable: {where} holds {found}")
+        #: What is wrong, without the word "unreadable" (a view lists these under it).
+        self.detail = f"{where} holds {found}"
+        super().__init__(f"unreadable: {self.detail}")
         self.key = key
         self.field = field
 
@@ -92,12 +95,15 @@ def integer(
 
 
 def number(raw: Any, key: str, field: str | None = None) -> float:
-    """The finite number ``raw`` holds; else :class:`UnreadableValueError`."""
-    try:
-        value = float(raw if isinstance(raw, (int, float)) else text_of(raw)[:SHOWN * 2])
-    except (TypeError, ValueError, OverflowError):
-        value = math.nan
-    if isinstance(raw, bool) or not math.isfinite(value):
+    """The finite number ``raw`` holds (a number, or its text of at most :data:`SHOWN`
+    characters); else :class:`UnreadableValueError`."""
+    value = math.nan
+    if isinstance(raw, (int, float)) and not isinstance(raw, bool):
+        value = float(raw) if abs(raw) < 1e308 else math.inf
+    elif isinstance(raw, (bytes, str)) and len(raw) <= SHOWN:
+        with suppress(ValueError):
+            value = float(text_of(raw))
+    if not math.isfinite(value):
         raise UnreadableValueError(key, f"{shown(raw)}, not a number", field)
     return value
 
@@ -136,9 +142,16 @@ class Reader:
     def failed(self, exc: UnreadableValueError, default: T) -> T:
         if self.problems is None:
             raise exc
-        if str(exc) not in self.problems:
-            self.problems.append(str(exc))
+        if exc.detail not in self.problems:
+            self.problems.append(exc.detail)
         return default
+
+    def expect(self, key: str, kind: str, redis_type: str) -> None:
+        """Check that ``key`` holds a ``redis_type`` (TYPE's name, "none" passes) before a
+        script reads it as a ``kind`` (a script's WRONGTYPE names no key)."""
+        found = self.type(key)
+        if found not in ("none", redis_type):
+            self.failed(UnreadableValueError(key, f"a {found}, not a {kind}"), None)
 
     def hgetall(self, key: str) -> dict[Any, Any]:
         return self.read(key, "hash", lambda: self.server.hgetall(key), {})

@@ -25,8 +25,8 @@ from twisted.internet import task
 
 from scrapy_redis.connection import is_cluster, one_slot
 from scrapy_redis.keys import workers_key
+from scrapy_redis.redis_values import Reader, text_of
 from scrapy_redis.scripts import script
-from scrapy_redis.utils import bytes_to_str
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -63,9 +63,11 @@ def alive_workers(server: Any, queue_key: str) -> list[str]:
 def registered(server: Any, queue_key: str) -> dict[str, int]:
     """The registry of the queue ``queue_key``: each worker id and its deadline (ms on the
     Redis server's clock; 0 if unreadable). A field starting with ``~`` is a claim (see
-    ``lua/workers.lua``), not a worker: left out."""
-    registry = server.hgetall(workers_key(queue_key, is_cluster(server)))
-    deadlines = {bytes_to_str(raw_id): _deadline(raw) for raw_id, raw in registry.items()}
+    ``lua/workers.lua``), not a worker: left out. An id that is not UTF-8 (not written by
+    a worker) is decoded with ``\\xNN`` escapes; a registry that is not a hash raises
+    :class:`~scrapy_redis.redis_values.UnreadableValueError` naming it."""
+    registry = Reader(server).hgetall(workers_key(queue_key, is_cluster(server)))
+    deadlines = {text_of(raw_id): _deadline(raw) for raw_id, raw in registry.items()}
     return {worker: due for worker, due in deadlines.items() if not worker.startswith("~")}
 
 

@@ -11,6 +11,7 @@ from scrapy_redis import connection
 from scrapy_redis.commands.crawl import Crawl, open_crawl
 from scrapy_redis.commands.progress import Progress
 from scrapy_redis.crawl_keys import SpiderServers
+from scrapy_redis.redis_values import printable_json, printable_lines
 from scrapy_redis.status import spider_loader
 
 if TYPE_CHECKING:
@@ -69,16 +70,19 @@ class Context:
         return open_crawl(self.settings, self.spider_class(name), parse_spider_args(spider_args))
 
     def write(self, text: str = "") -> None:
-        """A line of text for people on stdout."""
-        self.stdout.write(text + "\n")
+        """A line of text for people on stdout (what a terminal would not show as itself
+        escaped: values read from Redis may hold terminal escapes)."""
+        self.stdout.write(printable_lines(text) + "\n")
 
     def warn(self, text: str) -> None:
-        """A line on stderr (refusals, what was left undone)."""
-        self.stderr.write(text + "\n")
+        """A line on stderr (refusals, what was left undone), printable as ``write()``."""
+        self.stderr.write(printable_lines(text) + "\n")
 
     def json(self, document: Any) -> None:
-        """One JSON document on one line of stdout (``--json``)."""
-        self.stdout.write(json.dumps(jsonable(document), ensure_ascii=False) + "\n")
+        """One JSON document on one line of stdout (``--json``; every character a
+        terminal would not show as itself written as a ``\\u`` escape)."""
+        text = json.dumps(jsonable(document), ensure_ascii=False)
+        self.stdout.write(printable_json(text) + "\n")
         self.stdout.flush()
 
     def progress(self, label: str, total: int | None = None) -> Progress:

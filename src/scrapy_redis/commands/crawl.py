@@ -16,7 +16,8 @@ from scrapy.utils.misc import load_object
 
 from scrapy_redis import connection, defaults
 from scrapy_redis.connection import is_cluster
-from scrapy_redis.keys import format_key, lanes_key
+from scrapy_redis.crawl_keys import recorded_lanes
+from scrapy_redis.keys import format_key
 from scrapy_redis.lanes import LanedQueue, split_into_lanes
 from scrapy_redis.scheduler import Scheduler
 from scrapy_redis.spider_settings import normalize_redis_key, start_mode
@@ -118,9 +119,9 @@ def _queue_and_filters(crawler: Crawler, spider: Spider) -> tuple[Any, list[Any]
         key=format_key(scheduler.queue_key, spider.name),
         serializer=scheduler.serializer,
     )
-    recorded = scheduler.server.get(lanes_key(queue.key, is_cluster(scheduler.server)))
+    recorded = recorded_lanes(scheduler.server, queue.key, is_cluster(scheduler.server))
     if recorded is not None:  # the lanes the crawl's data has (the first worker recorded)
-        scheduler.shards = int(recorded)
+        scheduler.shards = recorded
     queue = split_into_lanes(scheduler, spider, queue)
     return queue, list(getattr(queue, "filters", None) or [scheduler.df])
 

@@ -7,6 +7,7 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
+from redis.exceptions import ResponseError
 from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
 from scrapy.utils.project import inside_project
@@ -71,6 +72,9 @@ class Command(ScrapyCommand):
             self.exitcode = 2
         except (ScrapyRedisError, ValueError, TypeError) as exc:
             context.warn(f"error: {exc}")
+            self.exitcode = 1
+        except ResponseError as exc:  # a key of another type read by a script...
+            context.warn(f"error: Redis refused a command of {opts.verb}: {exc}")
             self.exitcode = 1
 
 

@@ -26,6 +26,8 @@ from scrapy_redis.dupefilter import RFPDupeFilter
 from scrapy_redis.keys import priority_list_key
 from scrapy_redis.lean_dupefilter import LeanDupeFilter
 from scrapy_redis.queue import FifoQueue, LifoQueue, PriorityQueue
+from scrapy_redis.queue_lengths import index_priority, queue_lengths
+from scrapy_redis.redis_values import Reader
 
 if TYPE_CHECKING:
     import argparse
@@ -74,17 +76,19 @@ def _open(path: str | None, context: Context) -> Any:
 def _source(crawl: Crawl, what: str) -> tuple[Iterator[str], int | None]:
     """The lines to write, and how many (None: unknown)."""
     if what == "items":
-        return item_lines(crawl), int(crawl.server.llen(crawl.items_key))
+        return item_lines(crawl), Reader(crawl.server).llen(crawl.items_key)
     if what == "fingerprints":
         if not crawl.filters:
             raise CommandError(f"The spider {crawl.name!r} does not use the Redis scheduler.")
         for dupefilter in crawl.filters:
             _check_listable(dupefilter)
-        total = sum(int(crawl.server.scard(f.key)) for f in crawl.filters)
+        total = sum(Reader(crawl.server).scard(f.key) for f in crawl.filters)
         return fingerprint_lines(crawl), total
     if not crawl.lanes:
         raise CommandError(f"The spider {crawl.name!r} does not use the Redis scheduler.")
-    return request_lines(crawl), sum(len(lane) for lane in crawl.lanes)
+    reader = Reader(crawl.server)  # (what cannot be read is named, before any line)
+    lengths = [queue_lengths(crawl.server, lane.key, crawl.cluster, reader) for lane in crawl.lanes]
+    return request_lines(crawl), sum(total for _, total, _ in lengths)
 
 
 def item_lines(crawl: Crawl) -> Iterator[str]:
@@ -134,10 +138,10 @@ def request_lines(crawl: Crawl) -> Iterator[str]:
 def _entries(server: Any, queue: Any) -> Iterator[tuple[str, bytes]]:
     """``(key, entry)`` of ``queue`` in the order its entries are popped."""
     if isinstance(queue, PriorityQueue):
-        for member in server.zrange(queue.key, 0, -1):
-            priority = member.decode() if isinstance(member, bytes) else str(member)
-            if priority.lstrip("-").isdigit():  # (an entry of the original: skipped)
-                key = priority_list_key(queue.key, int(priority), queue.on_cluster)
+        for member in Reader(server).zrange(queue.key):
+            priority = index_priority(queue.key, member)
+            if priority is not None:  # (an entry of the original: skipped)
+                key = priority_list_key(queue.key, priority, queue.on_cluster)
                 yield from ((key, data) for data in _list_range(server, key))
     elif isinstance(queue, LifoQueue):  # LPUSH, LPOP: from the head
         yield from ((queue.key, data) for data in _list_range(server, queue.key))
@@ -151,7 +155,9 @@ def _entries(server: Any, queue: Any) -> Iterator[tuple[str, bytes]]:
 
 
 def _list_range(server: Any, key: str, reverse: bool = False) -> Iterator[bytes]:
-    """The list ``key`` from its head (``reverse``: from its tail), CHUNK at a time."""
+    """The list ``key`` from its head (``reverse``: from its tail), CHUNK at a time
+    (:class:`~scrapy_redis.redis_values.UnreadableValueError` if it is not a list)."""
+    Reader(server).expect(key, "list", "list")
     start = 0
     while True:
         if reverse:

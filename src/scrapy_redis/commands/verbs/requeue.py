@@ -24,9 +24,17 @@ from scrapy_redis.commands.context import CommandError
 from scrapy_redis.commands.verbs._common import add_spider_arguments
 from scrapy_redis.deadletters import requeue_dead_letters
 from scrapy_redis.exceptions import UndecodableRequestError
-from scrapy_redis.keys import invalid_entries_key, priority_list_key
+from scrapy_redis.keys import (
+    dead_letters_key,
+    deliveries_key,
+    invalid_entries_key,
+    lease_deadlines_key,
+    leases_key,
+    priority_list_key,
+)
 from scrapy_redis.leases import Recovery
 from scrapy_redis.queue import Entry, FifoQueue, LifoQueue, PriorityQueue
+from scrapy_redis.redis_values import Reader
 from scrapy_redis.scripts import script
 
 if TYPE_CHECKING:
@@ -50,6 +58,7 @@ def run(args: argparse.Namespace, context: Context) -> int:
     crawl = context.crawl(args.spider, args.spider_args)
     if not crawl.lanes and not crawl.start_keys:
         raise CommandError(f"The spider {crawl.name!r} uses no queue and no start key in Redis.")
+    check_types(crawl)
     chosen = args.invalid or args.expired or args.dead
     report: dict[str, Any] = {"spider": crawl.name}
     if args.invalid or not chosen:
@@ -63,6 +72,18 @@ def run(args: argparse.Namespace, context: Context) -> int:
     else:
         _print(context, report)
     return 1 if report.get("invalid", {}).get("still_invalid") else 0
+
+
+def check_types(crawl: Crawl) -> None:
+    """:class:`~scrapy_redis.redis_values.UnreadableValueError` naming a key the scripts
+    would refuse (WRONGTYPE, which names no key) before anything is moved."""
+    reader, cluster = Reader(crawl.server), crawl.cluster
+    for base in [lane.key for lane in crawl.lanes] + crawl.start_keys[:1]:
+        reader.expect(leases_key(base, cluster), "hash", "hash")
+        reader.expect(lease_deadlines_key(base, cluster), "sorted set", "zset")
+        reader.expect(deliveries_key(base, cluster), "hash", "hash")
+        reader.expect(invalid_entries_key(base, cluster), "list", "list")
+        reader.expect(dead_letters_key(base, cluster), "list", "list")
 
 
 def _invalid(crawl: Crawl) -> dict[str, Any]:
