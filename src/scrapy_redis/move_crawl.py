@@ -23,7 +23,8 @@ What moves:
 
 The source keys are deleted only with ``--delete-source``. The move is refused
 while workers use the source crawl, while requests are leased there by workers
-that may still be alive, and when the target crawl has data (``--force`` merges).
+that may still be alive, and when the target crawl has data (``--force`` merges), or
+has one of the keys that keep their names: all checked before anything moves.
 """
 
 from __future__ import annotations
@@ -163,6 +164,14 @@ def _fingerprint(scheduler: Any, entry: Entry) -> str | None:
     return None if request.dont_filter else str(scheduler.df.request_fingerprint(request))
 
 
+def check_named_keys(source: Any, target: Any, keys: Sequence[str], force: bool) -> None:
+    """:class:`MoveRefusedError` if one of ``keys`` the source has exists on the target
+    (unless ``force``): checked before anything is moved."""
+    for key in keys:
+        if not force and source.server.exists(key) and target.server.exists(key):
+            raise MoveRefusedError(f"{key} exists on the target: --force replaces it.")
+
+
 def copy_named_keys(source: Any, target: Any, keys: Sequence[str], force: bool) -> list[str]:
     """DUMP and RESTORE ``keys`` that exist (they keep their names); the copied ones."""
     copied = []
@@ -170,8 +179,7 @@ def copy_named_keys(source: Any, target: Any, keys: Sequence[str], force: bool) 
         dump = source.server.dump(key)
         if dump is None:
             continue
-        if target.server.exists(key) and not force:
-            raise MoveRefusedError(f"{key} exists on the target: --force replaces it.")
+        check_named_keys(source, target, [key], force)  # (one written meanwhile)
         target.server.restore(key, 0, dump, replace=True)
         copied.append(key)
     return copied
@@ -226,9 +234,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception:
         source.close("finished")
         raise
+    named = _named_keys(args.spider, settings)
     try:
+        check_named_keys(source, target, named, args.force)  # every refusal before moving
         moved = move(source, target, fingerprints=not args.without_fingerprints, force=args.force)
-        moved.keys = copy_named_keys(source, target, _named_keys(args.spider, settings), args.force)
+        moved.keys = copy_named_keys(source, target, named, args.force)
     except (MoveRefusedError, ConfigurationError) as exc:
         raise SystemExit(str(exc)) from None
     finally:
