@@ -251,3 +251,40 @@ def test_the_dashboard_shows_every_crawl_and_names_what_it_cannot_read(redis_url
     assert 'scrapy_redis_start_pending{spider="myspider_redis"} 1' in metrics.text
     assert 'scrapy_redis_queued{spider="dmoz"} 0' in metrics.text
     assert 'scrapy_redis_queued{spider="mycrawler_redis"}' not in metrics.text
+
+
+# -- invalid start messages, status's units ---------------------------------------------------
+
+
+def test_invalid_start_messages_are_exported_and_put_back_once_valid(two_crawls, server):
+    valid_now = '{"url": "http://a.test/", "callback": "parse_item"}'
+    server.rpush("demo:start_urls:invalid", valid_now, "not a url")
+    server.rpush("demo:items", '{"name": "\x1b]0;owned\x07"}')
+
+    exported = two_crawls.run("export", "demo", "invalid")
+    items = two_crawls.run("export", "demo", "items")
+    before = two_crawls.json("status", "demo")["spiders"][0]
+    requeued = two_crawls.run("requeue", "demo", "--invalid", "--json")
+    after = two_crawls.json("status", "demo")["spiders"][0]
+
+    lines = [json.loads(line) for line in exported.stdout.splitlines()]
+    assert [line["message"] for line in lines] == [valid_now, "not a url"]
+    assert {line["key"] for line in lines} == {"demo:start_urls:invalid"}
+    assert "Missing scheme" in lines[1]["error"]
+    assert "\x1b" not in items.stdout and json.loads(items.stdout)["name"] == "\x1b]0;owned\x07"
+    assert before["start_set_aside"] == 2 and after["start_set_aside"] == 1
+    assert requeued.returncode == 1  # one is still invalid
+    report = json.loads(requeued.stdout)["invalid_start"]
+    assert (report["requeued"], report["still_invalid"]) == (1, 1)
+    assert server.lrange("demo:start_urls", 0, -1) == [b"http://a.test/", valid_now.encode()]
+    assert server.lrange("demo:start_urls:invalid", 0, -1) == [b"not a url"]
+
+
+def test_status_names_its_server_and_counts_in_requests(two_crawls, server, redis_url):
+    text = two_crawls.run("status", "other").stdout
+    (status,) = two_crawls.json("status", "other")["spiders"]
+    host_port_db = redis_url.split("://", 1)[1].rstrip("/")
+    assert f"in redis://{host_port_db}" in text.splitlines()[0]
+    assert status["server"].startswith("redis://") and "@" not in status["server"]
+    assert (status["fingerprints"], status["items"]) == (0, 0)  # an empty crawl: 0
+    assert "unknown" not in text
