@@ -7,15 +7,20 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+import redis
 from scrapy import Request
 from scrapy.settings import Settings
 
 from dashboard_process import DashboardProcess, http
+from helpers import open_scheduler
 from scrapy_redis.commands.verbs.status import render
+from scrapy_redis.scripts import script
 from scrapy_redis.status import crawl_status
 from test_commands import LEAN, leave, schedule, write_project
 from test_status import StartSpider
@@ -288,3 +293,91 @@ def test_status_names_its_server_and_counts_in_requests(two_crawls, server, redi
     assert status["server"].startswith("redis://") and "@" not in status["server"]
     assert (status["fingerprints"], status["items"]) == (0, 0)  # an empty crawl: 0
     assert "unknown" not in text
+
+
+# -- move_crawl, killed between pushing a batch and releasing it -----------------------------
+
+DYING_AT_SCRIPT = """
+import os
+import signal
+
+import redis
+
+
+class DyingRedis(redis.Redis):
+    \"\"\"A client whose process is killed (SIGKILL) when it is about to call the script
+    whose SHA1 is DIE_AT_SHA.\"\"\"
+
+    def execute_command(self, *args, **options):
+        if args[:2] == ("EVALSHA", os.environ.get("DIE_AT_SHA")):
+            os.kill(os.getpid(), signal.SIGKILL)
+        return super().execute_command(*args, **options)
+"""
+
+
+def test_a_move_killed_before_releasing_a_batch_moves_it_once_when_run_again(
+    tmp_path, redis_url, server
+):
+    source = open_scheduler({**settings_of(redis_url), "SCHEDULER_PERSIST": True})
+    for n in range(1200):  # three batches of 500 at most
+        source.enqueue_request(Request(f"http://a.test/{n}", priority=n % 2))
+    assert source.send_enqueued()
+    source.close("finished")
+    source.stop_timers()
+    target_url = redis_url.rstrip("/").rsplit("/", 1)[0] + "/1"
+    target = redis.Redis.from_url(target_url)
+    target.flushdb()
+    project = write_project(tmp_path, redis_url)
+    (project.path / "proj" / "dying.py").write_text(DYING_AT_SCRIPT)
+    with open(project.path / "proj" / "settings.py", "a") as settings_file:
+        settings_file.write('\nREDIS_PARAMS = {"redis_cls": "proj.dying.DyingRedis"}\n')
+    command = ["-m", "scrapy_redis.move_crawl", "demo", "--from", redis_url, "--to", target_url]
+    command += ["-s", "SCHEDULER_WORKER_TIMEOUT=2"]
+    try:
+        killed = python_in(project, command, DIE_AT_SHA=script("lease_ack").sha)
+        assert killed.returncode == -9, killed.stderr
+        assert _target_requests(target) == 500  # pushed, not released on the source
+        deadlines = "demo:requests:lease_deadlines"
+        wait_for(lambda: server.zrangebyscore(deadlines, "-inf", _now_ms(server)), 30)
+
+        again = python_in(project, [*command, "--force"])
+
+        assert again.returncode == 0, again.stderr
+        assert "Moved 700 requests" in again.stdout  # the batch pushed was not again
+        assert _target_requests(target) == 1200
+        assert server.zcard("demo:requests") == 0 and target.keys("*:moving") == []
+    finally:
+        target.flushdb()
+        target.close()
+
+
+def settings_of(url: str) -> dict:
+    return {"REDIS_URL": url, "SCHEDULER": "scrapy_redis.scheduler.Scheduler"}
+
+
+def python_in(project, args: list[str], **env: str):
+    """``python ARGS`` in the project's directory (its settings)."""
+    environment = {**os.environ, "REDIS_URL": project.redis_url, **env}
+    environment.pop("SCRAPY_SETTINGS_MODULE", None)
+    return subprocess.run(
+        [sys.executable, *args], cwd=project.path, env=environment,
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+
+
+def _target_requests(target) -> int:
+    return sum(target.llen(key) for key in target.keys("demo:requests:prio:*"))
+
+
+def _now_ms(server) -> int:
+    seconds, micros = server.time()
+    return seconds * 1000 + micros // 1000
+
+
+def wait_for(condition, timeout: float):
+    """Poll ``condition`` until it is true (AssertionError after ``timeout`` seconds)."""
+    deadline = time.monotonic() + timeout
+    while not (result := condition()):
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.1)
+    return result
