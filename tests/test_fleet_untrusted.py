@@ -319,8 +319,11 @@ def test_a_move_killed_before_releasing_a_batch_moves_it_once_when_run_again(
     tmp_path, redis_url, server
 ):
     source = open_scheduler({**settings_of(redis_url), "SCHEDULER_PERSIST": True})
-    for n in range(1200):  # three batches of 500 at most
+    for n in range(1198):  # three batches of 500 at most
         source.enqueue_request(Request(f"http://a.test/{n}", priority=n % 2))
+    twice = Request("http://a.test/twice", dont_filter=True)
+    source.enqueue_request(twice)
+    source.enqueue_request(twice)  # the same entry twice in one batch: both moved
     assert source.send_enqueued()
     source.close("finished")
     source.stop_timers()

@@ -14,11 +14,18 @@
 -- returns how many entries were pushed (the others were pushed before)
 
 local pushed = 0
+local before = {} -- per entry, the copies pushed by earlier batches not matched yet
 for i = 2, #ARGV, 3 do
   local list, priority, entry = tonumber(ARGV[i]), ARGV[i + 1], ARGV[i + 2]
   local digest = redis.sha1hex(entry)
-  -- a copy pushed before stays pending, now for this batch; else it is pushed
-  if (tonumber(redis.call('HGET', KEYS[1], digest)) or 0) <= 0 then
+  if before[digest] == nil then
+    before[digest] = tonumber(redis.call('HGET', KEYS[1], digest)) or 0
+  end
+  -- a copy pushed before stays pending, now for this batch; else this one is pushed
+  -- (twice the same entry in one batch: pushed twice)
+  if before[digest] > 0 then
+    before[digest] = before[digest] - 1
+  else
     if ARGV[1] == 'prio' then
       redis.call('RPUSH', KEYS[list], entry)
       redis.call('ZADD', KEYS[2], -tonumber(priority), priority)
