@@ -114,6 +114,10 @@ BAD_VALUES = {
         lambda r, q, s, u: r.hset(f"{q}:workers", "\x1b[2J\x1b]0;owned\x07:1:x", _far()),
         "",
     ),
+    "worker deadline abc": (
+        lambda r, q, s, u: r.hset(f"{q}:workers", "host:1:x", "abc"),
+        "{q}:workers",
+    ),
     "lean count lots": (
         lambda r, q, s, u: r.hset(q.replace("requests", "dupefilter:lean"), "count", "lots"),
         "{f}:lean",

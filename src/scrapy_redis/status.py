@@ -27,6 +27,7 @@ from scrapy_redis.keys import (
     lease_deadlines_key,
     leases_key,
     worker_stats_key,
+    workers_key,
 )
 from scrapy_redis.queue_lengths import queue_lengths
 from scrapy_redis.records import unpack_record
@@ -316,6 +317,10 @@ def _read_registry(reader: Reader, keys: CrawlKeys, status: CrawlStatus, now: fl
     for worker_id, deadline_ms in workers.items():
         deadline = deadline_ms / 1000
         worker = _worker(status, worker_id)
+        if deadline_ms <= 0:  # not a deadline workers.lua writes: no heartbeat known
+            key = workers_key(keys.queue_key, keys.cluster)
+            reader.failed(UnreadableValueError(key, "no deadline", worker_id), None)
+            continue
         worker.alive = deadline > now
         worker.heartbeat_age = max(0.0, round(now - (deadline - timeout), 3))
 
