@@ -114,8 +114,8 @@ def test_metrics_are_the_status_numbers_in_prometheus_text_format(
     alive = sum(1 for worker in status["workers"] if worker["alive"])
     assert alive >= 1
     assert f'scrapy_redis_workers_alive{{spider="demo"}} {alive}' in samples
-    assert status["items"] is None  # no RedisPipeline list: unknown, so left out, not 0
-    assert not any(line.startswith("scrapy_redis_items{") for line in samples)
+    assert status["items"] == 0  # no RedisPipeline list (yet): 0 items, as status shows
+    assert 'scrapy_redis_items{spider="demo"} 0' in samples
     server.rpush("demo:items", "{}", "{}", "{}")
     with_items = crawl_status(server, Settings(settings_dict), DemoSpider).to_json()
     assert 'scrapy_redis_items{spider="demo"} 3' in metrics.render([with_items]).splitlines()

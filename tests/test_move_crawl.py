@@ -109,3 +109,19 @@ def test_a_lean_filter_is_refused_unless_without_fingerprints(
         main([*args(redis_url, redis_cluster.url), "-s", lean])
     assert main([*args(redis_url, redis_cluster.url, "--without-fingerprints"), "-s", lean]) == 0
     assert "Moved 1 requests and 0 fingerprints" in capsys.readouterr().out
+
+
+def test_a_named_key_on_the_target_is_refused_before_anything_moves(
+    redis_url, server, redis_cluster, cluster
+):
+    a_kept_crawl(redis_url, server)
+    cluster.hset("demo:stats", "item_scraped_count", 5)  # the target's own stats
+    with pytest.raises(SystemExit, match="demo:stats exists on the target: --force"):
+        main(args(redis_url, redis_cluster.url))
+    source = open_scheduler(settings(redis_url))
+    try:
+        assert len(source) == 400  # nothing moved: the refusal came first
+    finally:
+        source.close("finished")
+        source.stop_timers()
+    assert [key for key in cluster.keys("*") if b"requests" in key] == []

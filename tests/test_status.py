@@ -75,7 +75,7 @@ def test_a_dead_workers_leases_and_the_diagnosis(settings_dict, server, schedule
 
     assert status.workers_alive == 0
     assert status.workers[0].id == dead.worker_id and status.workers[0].heartbeat_age >= 0.3
-    assert status.leased == 4 and status.expired_leases == 1  # one lease, the batch
+    assert status.leased == 4 and status.expired_leases == 4  # requests, as leased counts
     assert "stopped responding" in status.diagnosis
     assert "scrapy redis requeue demo" in status.diagnosis
 
@@ -118,7 +118,8 @@ def test_start_keys_items_and_stats(settings_dict, server):
 def test_nothing_alive_with_work_waiting(settings_dict, server):
     server.rpush("demo:start_urls", "http://example.com/1")
     status = status_of(server, settings_dict, StartSpider)
-    assert status.workers == [] and status.fingerprints is None and status.items is None
+    # an empty crawl has 0 fingerprints and 0 items (not "unknown")
+    assert status.workers == [] and status.fingerprints == 0 and status.items == 0
     assert status.diagnosis == (
         "0 requests and 1 start messages wait, but no worker is alive: start one with "
         "`scrapy crawl demo`"

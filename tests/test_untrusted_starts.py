@@ -42,6 +42,12 @@ def test_a_start_url_of_a_scheme_not_allowed_is_set_aside_with_the_reason(
     assert "REDIS_START_URLS_SCHEMES allows http, https" in skipped[0]
     assert "URL scheme 'data' not allowed" in skipped[1]
     assert server.llen(KEY) == 0  # popped, not put back: set aside
+    # kept for `scrapy redis export SPIDER invalid` and `requeue --invalid`, leases released
+    set_aside = server.lrange(f"{KEY}:invalid", 0, -1)
+    assert set_aside == [b"file:///etc/passwd", b'{"url": "data:,secret"}']
+    assert server.hlen(f"{KEY}:leases") == 1  # the valid one's, until its requests are scheduled
+    spider.next_requests()  # acknowledges it
+    assert server.hlen(f"{KEY}:leases") == 0
 
 
 class OwnReader(MySpider):

@@ -8,11 +8,13 @@ from scrapy_redis.fleet.move_crawl import (
     Moved,
     MoveRefusedError,
     check_movable,
+    check_named_keys,
     copy_named_keys,
     main,
     move,
     move_fingerprints,
     move_requests,
+    push_once,
 )
 
 __all__ = [
@@ -20,11 +22,13 @@ __all__ = [
     "MoveRefusedError",
     "Moved",
     "check_movable",
+    "check_named_keys",
     "copy_named_keys",
     "main",
     "move",
     "move_fingerprints",
     "move_requests",
+    "push_once",
 ]
 
 if __name__ == "__main__":

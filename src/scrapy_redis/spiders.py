@@ -175,18 +175,28 @@ class RedisMixin:
         """Pop one batch of start messages and return the requests made from them.
 
         A message that cannot be turned into a request is logged, counted in
-        ``redis/start_messages/invalid`` and skipped; the rest of its batch is kept.
+        ``redis/start_messages/invalid`` and set aside in ``<first start key>:invalid``
+        (``scrapy redis export SPIDER invalid``); the rest of its batch is kept.
         """
         self._ack_start_messages()  # the previous batch has been consumed
-        key, messages = self._reader().pop(self.redis_batch_size)
+        reader = self._reader()
+        key, messages = reader.pop(self.redis_batch_size)
         if messages:
             self._idle.busy()
         requests: list[Request] = []
-        for data in messages:
-            requests.extend(self._requests_from_message(key, data))
+        invalid: list[int] = []
+        for position, data in enumerate(messages):
+            made = self._requests_from_message(key, data)
+            if made is None:
+                invalid.append(position)
+            else:
+                requests.extend(made)
+        if invalid:  # kept for export and requeue --invalid, not dropped
+            reader.set_aside(invalid)
         return requests
 
-    def _requests_from_message(self, key: str | None, data: bytes) -> list[Request]:
+    def _requests_from_message(self, key: str | None, data: bytes) -> list[Request] | None:
+        """The requests of one message; None if it is invalid (logged and counted)."""
         self._inc("redis/start_messages/read")
         rules = self._message_rules()
         try:
@@ -200,7 +210,7 @@ class RedisMixin:
                 {"key": key, "reason": shorten(exc), "data": short_repr(data, 200)},
                 extra={"spider": self},
             )
-            return []
+            return None
         self._filtered.watch(requests)
         if not requests:
             logger.debug(

@@ -18,6 +18,7 @@ from scrapy_redis.spiders import RedisMixin
 from scrapy_redis.start.settings import normalize_redis_key
 from scrapy_redis.store.keys import format_key
 from scrapy_redis.store.permissions import check_keys
+from scrapy_redis.store.redis_values import printable_json, printable_lines
 
 if TYPE_CHECKING:
     from scrapy import Spider
@@ -93,16 +94,19 @@ class Context:
             raise
 
     def write(self, text: str = "") -> None:
-        """A line of text for people on stdout."""
-        self.stdout.write(text + "\n")
+        """A line of text for people on stdout (what a terminal would not show as itself
+        escaped: values read from Redis may hold terminal escapes)."""
+        self.stdout.write(printable_lines(text) + "\n")
 
     def warn(self, text: str) -> None:
-        """A line on stderr (refusals, what was left undone)."""
-        self.stderr.write(text + "\n")
+        """A line on stderr (refusals, what was left undone), printable as ``write()``."""
+        self.stderr.write(printable_lines(text) + "\n")
 
     def json(self, document: Any) -> None:
-        """One JSON document on one line of stdout (``--json``)."""
-        self.stdout.write(json.dumps(jsonable(document), ensure_ascii=False) + "\n")
+        """One JSON document on one line of stdout (``--json``; every character a
+        terminal would not show as itself written as a ``\\u`` escape)."""
+        text = json.dumps(jsonable(document), ensure_ascii=False)
+        self.stdout.write(printable_json(text) + "\n")
         self.stdout.flush()
 
     def progress(self, label: str, total: int | None = None) -> Progress:

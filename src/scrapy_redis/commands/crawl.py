@@ -16,12 +16,13 @@ from scrapy.utils.misc import load_object
 
 from scrapy_redis import connection, defaults
 from scrapy_redis.connection import is_cluster
+from scrapy_redis.fleet.crawl_keys import recorded_lanes
 from scrapy_redis.scheduler import Scheduler
 from scrapy_redis.scheduling.lane_split import split_into_lanes
 from scrapy_redis.scheduling.lanes import LanedQueue
 from scrapy_redis.spiders import RedisMixin
 from scrapy_redis.start.settings import normalize_redis_key, start_mode
-from scrapy_redis.store.keys import format_key, lanes_key
+from scrapy_redis.store.keys import format_key
 from scrapy_redis.utils import load_configured
 
 if TYPE_CHECKING:
@@ -119,9 +120,9 @@ def _queue_and_filters(crawler: Crawler, spider: Spider) -> tuple[Any, list[Any]
         key=format_key(scheduler.queue_key, spider.name),
         serializer=scheduler.serializer,
     )
-    recorded = scheduler.server.get(lanes_key(queue.key, is_cluster(scheduler.server)))
+    recorded = recorded_lanes(scheduler.server, queue.key, is_cluster(scheduler.server))
     if recorded is not None:  # the lanes the crawl's data has (the first worker recorded)
-        scheduler.shards = int(recorded)
+        scheduler.shards = recorded
     queue = split_into_lanes(scheduler, spider, queue)
     return queue, list(getattr(queue, "filters", None) or [scheduler.df])
 

@@ -9,14 +9,17 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any, cast
 
+from redis.exceptions import ResponseError
+
 from scrapy_redis import defaults
 from scrapy_redis.dashboard import actions
-from scrapy_redis.exceptions import InvalidStartMessageError
+from scrapy_redis.exceptions import InvalidStartMessageError, ScrapyRedisError
 from scrapy_redis.fleet.crawl_keys import SpiderServers, crawl_keys, spider_settings
 from scrapy_redis.fleet.operations import purge_queue
-from scrapy_redis.fleet.status import crawl_status, project_spiders
+from scrapy_redis.fleet.status import crawl_status, project_spiders, unreadable_status
 from scrapy_redis.scheduling.workers import alive_workers
 from scrapy_redis.start.messages import StartMessageRules
+from scrapy_redis.store.redis_values import printable
 
 if TYPE_CHECKING:
     from scrapy import Spider
@@ -45,8 +48,17 @@ class Fleet:
 
     def statuses(self) -> dict[str, Any]:
         """What ``/api/status`` answers: the server's time and each crawl's status."""
-        crawls = [self.status(name).to_json() for name in sorted(self.spiders)]
+        crawls = [self._readable_status(name).to_json() for name in sorted(self.spiders)]
         return {"time": time.time(), "crawls": crawls}
+
+    def _readable_status(self, spider: str) -> CrawlStatus:
+        """The status of ``spider``'s crawl; if none of it can be read, one that says so
+        (the other crawls are shown all the same)."""
+        try:
+            return self.status(spider)
+        except (ScrapyRedisError, ResponseError) as exc:
+            problem = getattr(exc, "detail", None) or printable(exc)
+            return unreadable_status(spider, self.server_of(spider), problem)
 
     def status(self, spider: str) -> CrawlStatus:
         return crawl_status(self.server_of(spider), self.settings, self._spidercls(spider))

@@ -13,6 +13,7 @@ from scrapy.utils.misc import load_object
 from scrapy_redis import defaults
 from scrapy_redis.connection import from_settings, is_cluster, redis_settings_signature
 from scrapy_redis.exceptions import ConfigurationError
+from scrapy_redis.scheduling.lane_split import MAX_LANES
 from scrapy_redis.spiders import RedisMixin
 from scrapy_redis.start.settings import normalize_redis_key, start_mode
 from scrapy_redis.store.keys import (
@@ -23,6 +24,7 @@ from scrapy_redis.store.keys import (
     lane_tags,
     lanes_key,
 )
+from scrapy_redis.store.redis_values import Reader, UnreadableValueError, integer
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
@@ -51,6 +53,7 @@ class CrawlKeys:
 
     @property
     def lanes(self) -> int:
+        """How many lanes (0: unknown, the lane record is unreadable)."""
         return len(self.queue_keys)
 
 
@@ -84,14 +87,18 @@ class SpiderServers:
         return self._clients[signature]
 
 
-def crawl_keys(server: Any, settings: BaseSettings, spidercls: type) -> CrawlKeys:
-    """The keys of the crawl of ``spidercls`` (reads the lane count the crawl recorded)."""
+def crawl_keys(
+    server: Any, settings: BaseSettings, spidercls: type, problems: list[str] | None = None
+) -> CrawlKeys:
+    """The keys of the crawl of ``spidercls`` (reads the lane count the crawl recorded:
+    if it is unreadable, :class:`~scrapy_redis.store.redis_values.UnreadableValueError`; with
+    ``problems``, said there, and no lane is known: ``queue_keys`` is empty)."""
     settings = spider_settings(settings, spidercls)
     name = spidercls.name  # type: ignore[attr-defined]
     cluster = is_cluster(server)
     queue_key = format_key(_text(settings, "SCHEDULER_QUEUE_KEY"), name)
     filter_key = format_key(_text(settings, "SCHEDULER_DUPEFILTER_KEY"), name)
-    queues, filters = _lanes(server, queue_key, filter_key, cluster)
+    queues, filters = _lanes(server, queue_key, filter_key, cluster, problems)
     queue_class = settings.get("SCHEDULER_QUEUE_CLASS") or defaults.SCHEDULER_QUEUE_CLASS
     return CrawlKeys(
         spider=name,
@@ -122,12 +129,27 @@ def _class_name(path_or_class: Any) -> str:
     return str(getattr(cls, "__name__", cls))
 
 
+def recorded_lanes(server: Any, queue_key: str, cluster: bool) -> int | None:
+    """The lane count the crawl of ``queue_key`` recorded (None: none recorded), checked
+    as the workers check SCHEDULER_SHARDS (1 to MAX_LANES); else
+    :class:`~scrapy_redis.store.redis_values.UnreadableValueError` naming the key."""
+    key = lanes_key(queue_key, cluster)
+    recorded = Reader(server).get(key)
+    return None if recorded is None else integer(recorded, key, low=1, high=MAX_LANES)
+
+
 def _lanes(
-    server: Any, queue_key: str, filter_key: str, cluster: bool
+    server: Any, queue_key: str, filter_key: str, cluster: bool, problems: list[str] | None
 ) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """The queues and filters: one of each, or a pair per lane the crawl recorded."""
-    recorded = server.get(lanes_key(queue_key, cluster))
-    count = int(recorded) if recorded is not None else 1
+    """The queues and filters: one of each, or a pair per lane the crawl recorded (none,
+    with ``problems``, when the record is unreadable: said there)."""
+    try:
+        count = recorded_lanes(server, queue_key, cluster) or 1
+    except UnreadableValueError as exc:
+        if problems is None:
+            raise
+        problems.append(exc.detail)
+        return (), ()
     if count > 1:
         tags = lane_tags(queue_key, count)
         return (

@@ -72,8 +72,8 @@ def _expired_leases(status: CrawlStatus, keys: CrawlKeys) -> str | None:
     if not status.expired_leases:
         return None
     return (
-        f"{status.expired_leases} leases of workers that stopped responding hold requests: "
-        "a live worker puts them back at its next heartbeat (a third of "
+        f"{status.expired_leases} requests are held under leases of workers that stopped "
+        "responding: a live worker puts them back at its next heartbeat (a third of "
         f"SCHEDULER_WORKER_TIMEOUT), or now with `scrapy redis requeue {status.spider}`"
     )
 

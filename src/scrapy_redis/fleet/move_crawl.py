@@ -13,7 +13,9 @@ What moves:
 
 * the queued requests: leased from the source in batches (so that a move that
   stops half-way loses nothing: the batch it held comes back to the source when
-  its lease expires), pushed into the target's lanes, then released;
+  its lease expires), pushed into the target's lanes, then released; the target
+  marks the entries of a batch not yet released (``lua/move_push.lua``), so that a
+  move run again after a stop pushes none of them twice;
 * the fingerprints of the default filter's set, into the target's filter (any
   DUPEFILTER_CLASS of scrapy-redis); a lean or Bloom filter cannot list its
   fingerprints: moving such a crawl is refused unless ``--without-fingerprints``
@@ -23,12 +25,14 @@ What moves:
 
 The source keys are deleted only with ``--delete-source``. The move is refused
 while workers use the source crawl, while requests are leased there by workers
-that may still be alive, and when the target crawl has data (``--force`` merges).
+that may still be alive, and when the target crawl has data (``--force`` merges), or
+has one of the keys that keep their names: all checked before anything moves.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -38,10 +42,11 @@ from scrapy_redis import defaults
 from scrapy_redis.connection import is_cluster
 from scrapy_redis.dupefilters.migrate import project_settings, record_batch, source_batches
 from scrapy_redis.exceptions import ConfigurationError, ScrapyRedisError
-from scrapy_redis.queue import Candidate, Entry
+from scrapy_redis.queue import Candidate, Entry, FifoQueue, LifoQueue, PriorityQueue
 from scrapy_redis.queues.leases import LeaseBook
 from scrapy_redis.scheduling.lanes import LanedQueue, lane_of
-from scrapy_redis.store.keys import format_key, workers_key
+from scrapy_redis.store.keys import format_key, moving_key, priority_list_key, workers_key
+from scrapy_redis.store.scripts import script
 
 logger = logging.getLogger(__name__)
 
@@ -131,8 +136,10 @@ def move_fingerprints(source: Any, target: Any) -> int:
 
 
 def move_requests(source: Any, target: Any) -> int:
-    """Lease the source's requests a batch at a time, push each into its target lane,
-    release the batch: what a move that stops half-way held comes back to the source."""
+    """Lease the source's requests a batch at a time, push each into its target lanes,
+    release the batch, then confirm it on the target: what a move that stops half-way
+    held comes back to the source, and is not pushed twice when the move is run again
+    (``lua/move_push.lua``). How many requests were pushed."""
     book = LeaseBook(source.server, source.queue.key, source.worker_id, source.worker_timeout)
     book.recover_expired()  # leased by workers that died: queued again
     if book.count_all():
@@ -147,20 +154,59 @@ def move_requests(source: Any, target: Any) -> int:
         entries = source.queue.pop_entries(BATCH, ticket=ticket)
         lease = book.taken_batch(ticket, len(entries))
         if lease is None:
-            return moved
+            break
         groups: dict[int, list[Entry]] = {}
         for entry in entries:
             lane = lane_of(Candidate(_fingerprint(source, entry), entry), len(lanes))
             groups.setdefault(lane, []).append(entry)
-        for lane, group in groups.items():
-            lanes[lane].push_entries(group)
+        moved += sum(push_once(lanes[lane], group) for lane, group in groups.items())
         book.release([(lease, list(range(1, len(entries) + 1)))])
-        moved += len(entries)
+        for lane, group in groups.items():
+            _confirm(lanes[lane], group)
+    cluster = is_cluster(target.server)
+    target.server.unlink(*(moving_key(lane.key, cluster) for lane in lanes))
+    return moved
+
+
+def push_once(queue: Any, entries: list[Entry]) -> int:
+    """Push ``entries`` into ``queue`` but those pushed by a batch not confirmed released
+    on the source (``lua/move_push.lua``); how many were pushed."""
+    cluster = is_cluster(queue.server)
+    keys = [moving_key(queue.key, cluster), queue.key]
+    prio = isinstance(queue, PriorityQueue)
+    if not prio and not isinstance(queue, (FifoQueue, LifoQueue)):
+        queue.push_entries(entries)  # a queue class of its own: pushed as it pushes
+        return len(entries)
+    args: list[Any] = ["prio" if prio else "list"]
+    for entry in entries:
+        number = 2
+        if prio:
+            keys.append(priority_list_key(queue.key, entry.priority, cluster))
+            number = len(keys)
+        args += [number, entry.priority, entry.data]
+    return int(script("move_push")(queue.server, keys, args))
+
+
+def _confirm(queue: Any, entries: list[Entry]) -> None:
+    """The batch of ``entries`` is released on the source (``lua/move_confirm.lua``)."""
+    if isinstance(queue, (PriorityQueue, FifoQueue, LifoQueue)):
+        digests = [hashlib.sha1(entry.data).hexdigest() for entry in entries]
+        script("move_confirm")(
+            queue.server, [moving_key(queue.key, is_cluster(queue.server))], digests
+        )
 
 
 def _fingerprint(scheduler: Any, entry: Entry) -> str | None:
     request = scheduler.queue.decode(entry)
     return None if request.dont_filter else str(scheduler.df.request_fingerprint(request))
+
+
+def check_named_keys(source: Any, target: Any, keys: Sequence[str], force: bool) -> None:
+    """:class:`MoveRefusedError` if one of ``keys`` the source has exists on the target
+    (unless ``force``): checked before anything is moved."""
+    for key in keys:
+        if not force and source.server.exists(key) and target.server.exists(key):
+            raise MoveRefusedError(f"{key} exists on the target: --force replaces it.")
 
 
 def copy_named_keys(source: Any, target: Any, keys: Sequence[str], force: bool) -> list[str]:
@@ -170,8 +216,7 @@ def copy_named_keys(source: Any, target: Any, keys: Sequence[str], force: bool) 
         dump = source.server.dump(key)
         if dump is None:
             continue
-        if target.server.exists(key) and not force:
-            raise MoveRefusedError(f"{key} exists on the target: --force replaces it.")
+        check_named_keys(source, target, [key], force)  # (one written meanwhile)
         target.server.restore(key, 0, dump, replace=True)
         copied.append(key)
     return copied
@@ -230,9 +275,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception:
         source.close("finished")
         raise
+    named = _named_keys(args.spider, settings)
     try:
+        check_named_keys(source, target, named, args.force)  # every refusal before moving
         moved = move(source, target, fingerprints=not args.without_fingerprints, force=args.force)
-        moved.keys = copy_named_keys(source, target, _named_keys(args.spider, settings), args.force)
+        moved.keys = copy_named_keys(source, target, named, args.force)
     except (MoveRefusedError, ConfigurationError) as exc:
         raise SystemExit(str(exc)) from None
     finally:

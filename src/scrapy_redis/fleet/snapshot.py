@@ -45,7 +45,8 @@ class CrawlStatus:
     queued_by_priority: dict[int, int] | None = None
     #: Requests leased by workers.
     leased: int = 0
-    #: Of those, the ones under leases whose deadline passed (their worker is gone).
+    #: Of those, the ones under leases whose deadline passed (their worker is gone):
+    #: requests, as ``leased`` counts them (not leases).
     expired_leases: int = 0
     #: Queue entries set aside as undecodable (``<queue>:invalid``).
     invalid: int = 0
@@ -59,6 +60,8 @@ class CrawlStatus:
     start_leased: int = 0
     #: Start messages skipped as invalid (stat ``redis/start_messages/invalid``).
     start_invalid: int = 0
+    #: Start messages set aside as invalid (``<first start key>:invalid``).
+    start_set_aside: int = 0
     #: Fingerprints in the duplicate filter (None: a filter this view cannot count).
     fingerprints: int | None = None
     #: Items in RedisPipeline's list (None: no such list).
@@ -69,6 +72,10 @@ class CrawlStatus:
     diagnosis: str | None = None
     #: When it was read: the Redis server's clock, POSIX seconds.
     read_at: float = 0.0
+    #: The Redis it was read from (``redis://host:port/db``, no password).
+    server: str = ""
+    #: What could not be read, one line each (the key, what it holds); left out above.
+    unreadable: list[str] = field(default_factory=list)
 
     @property
     def workers_alive(self) -> int:
@@ -77,6 +84,9 @@ class CrawlStatus:
     def to_json(self) -> dict[str, Any]:
         """Everything above as JSON-able values (priorities as string keys)."""
         data = asdict(self)
+        if not self.lanes:  # the lanes are unknown: so are the queue's numbers
+            for name in ("queued", "leased", "expired_leases", "invalid", "fingerprints"):
+                data[name] = None
         if self.queued_by_priority is not None:
             data["queued_by_priority"] = {str(p): n for p, n in self.queued_by_priority.items()}
         data["workers_alive"] = self.workers_alive

@@ -11,10 +11,12 @@ fleet's and each worker's), and says in one line why workers idle while work exi
 from __future__ import annotations
 
 import math
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from scrapy.utils.misc import load_object
 
+from scrapy_redis.connection import describe_server
 from scrapy_redis.fleet.crawl_keys import CrawlKeys, crawl_keys
 from scrapy_redis.fleet.diagnosis import diagnose
 from scrapy_redis.fleet.queue_lengths import queue_lengths
@@ -29,13 +31,27 @@ from scrapy_redis.store.keys import (
     lease_deadlines_key,
     leases_key,
     worker_stats_key,
+    workers_key,
 )
-from scrapy_redis.utils import bytes_to_str
+from scrapy_redis.store.redis_values import (
+    Reader,
+    UnreadableValueError,
+    integer,
+    number,
+    printable,
+    shown,
+    text_of,
+)
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
 
-__all__ = ["CrawlStatus", "WorkerStatus", "crawl_status", "project_spiders"]
+__all__ = ["CrawlStatus", "WorkerStatus", "crawl_status", "project_spiders", "unreadable_status"]
+
+#: The fleet's stats other views read as numbers (said unreadable if they are not).
+NUMBERS = ("response_received_count", "item_scraped_count")
+#: The stats the workers write as times.
+TIMES = ("start_time", "finish_time")
 
 
 def spider_loader(settings: BaseSettings) -> Any:
@@ -54,126 +70,186 @@ def crawl_status(
     server: Any, settings: BaseSettings, spidercls: type, now: float | None = None
 ) -> CrawlStatus:
     """What Redis holds of the crawl of ``spidercls`` under the project's ``settings``
-    (and the spider's own ``custom_settings``). ``now``: the server's clock (seconds)."""
-    keys = crawl_keys(server, settings, spidercls)
+    (and the spider's own ``custom_settings``). ``now``: the server's clock (seconds).
+    What cannot be read (a key of another type, a value that is not what the workers
+    write) is left out and listed in ``unreadable``; the rest is read all the same."""
+    problems: list[str] = []
+    keys = crawl_keys(server, settings, spidercls, problems)
     now = server_time_ms(server) / 1000 if now is None else now
     status = CrawlStatus(keys.spider, keys.queue_key, keys.queue_class_name, lanes=keys.lanes)
+    status.server = printable(describe_server(server))
     status.read_at = now
-    _read_registry(server, keys, status, now)
-    _read_queue(server, keys, status, now)
-    _read_start_keys(server, keys, status)
-    _read_worker_stats(server, keys, status)
-    status.fingerprints = _fingerprints(server, keys)
-    status.items = _items(server, keys.items_key)
-    status.stats = _decoded_hash(server, keys.stats_key)
-    status.start_invalid = int(status.stats.get("redis/start_messages/invalid", 0) or 0)
+    status.unreadable = problems
+    reader = Reader(server, problems)
+    _read_registry(reader, keys, status, now)
+    if keys.queue_keys:
+        _read_queue(reader, keys, status, now)
+    _read_start_keys(reader, keys, status, now)
+    _read_worker_stats(reader, keys, status)
+    status.fingerprints = _fingerprints(reader, keys) if keys.queue_keys else None
+    status.items = _items(reader, keys.items_key)
+    status.stats = _decoded_hash(reader, keys.stats_key)
+    status.start_invalid = _stat_count(reader, keys.stats_key, status.stats)
     status.diagnosis = diagnose(status, keys)
     return status
 
 
-def _read_queue(server: Any, keys: CrawlKeys, status: CrawlStatus, now: float) -> None:
+def unreadable_status(spider: str, server: Any, problem: str) -> CrawlStatus:
+    """The status of a crawl none of which could be read (``problem`` says why: a key
+    and what it holds)."""
+    status = CrawlStatus(spider, queue_key="", queue_class="", lanes=0)
+    status.server = printable(describe_server(server))
+    status.unreadable = [problem]
+    return status
+
+
+def _read_queue(reader: Reader, keys: CrawlKeys, status: CrawlStatus, now: float) -> None:
     by_priority: dict[int, int] = {}
     for lane, queue_key in enumerate(keys.queue_keys):
-        kind, total, priorities = queue_lengths(server, queue_key, keys.cluster)
+        kind, total, priorities = queue_lengths(reader.server, queue_key, keys.cluster, reader)
         if lane == 0:  # (the lanes are of one class: the first tells)
             status.queue_redis_type = kind
         status.queued += total
         for priority, count in (priorities or {}).items():
             by_priority[priority] = by_priority.get(priority, 0) + count
-        leased = _leased_by_worker(server, queue_key, keys.cluster)
+        leased, expired = _leases(reader, queue_key, keys.cluster, now)
         for worker, count in leased.items():
             _worker(status, worker).leased += count
             status.leased += count
-        status.expired_leases += _expired(server, queue_key, keys.cluster, now)
-        status.invalid += int(server.llen(invalid_entries_key(queue_key, keys.cluster)))
-        status.dead_letters += int(server.llen(dead_letters_key(queue_key, keys.cluster)))
+        status.expired_leases += expired
+        status.invalid += reader.llen(invalid_entries_key(queue_key, keys.cluster))
+        status.dead_letters += reader.llen(dead_letters_key(queue_key, keys.cluster))
     if keys.queue_class_name == "PriorityQueue" or by_priority:
         status.queued_by_priority = dict(sorted(by_priority.items(), reverse=True))
 
 
-def _read_start_keys(server: Any, keys: CrawlKeys, status: CrawlStatus) -> None:
+def _read_start_keys(reader: Reader, keys: CrawlKeys, status: CrawlStatus, now: float) -> None:
     status.start_keys = list(keys.start_keys)
     if not keys.start_keys:
         return
     for key in keys.start_keys:
-        kind = bytes_to_str(server.type(key))
+        kind = reader.type(key)
         status.start_key_types[key] = kind
-        status.start_pending += _length(server, key, kind)
+        status.start_pending += _length(reader, key, kind)
     base = keys.start_keys[0]  # the first start key names the lease keys
-    for worker, count in _leased_by_worker(server, base, keys.cluster).items():
+    leased, _ = _leases(reader, base, keys.cluster, now)
+    for worker, count in leased.items():
         _worker(status, worker).start_leased += count
         status.start_leased += count
-    status.dead_letters += int(server.llen(dead_letters_key(base, keys.cluster)))
+    status.dead_letters += reader.llen(dead_letters_key(base, keys.cluster))
+    status.start_set_aside = reader.llen(invalid_entries_key(base, keys.cluster))
 
 
-def _length(server: Any, key: str, kind: str) -> int:
-    lengths = {"list": server.llen, "set": server.scard, "zset": server.zcard}
-    return int(lengths[kind](key)) if kind in lengths else 0
+def _length(reader: Reader, key: str, kind: str) -> int:
+    lengths = {"list": reader.llen, "set": reader.scard, "zset": reader.zcard}
+    return lengths[kind](key) if kind in lengths else 0
 
 
-def _leased_by_worker(server: Any, base_key: str, cluster: bool) -> dict[str, int]:
-    """Entries held under lease on ``base_key`` (not done yet), per worker id."""
+def _leases(reader: Reader, base_key: str, cluster: bool, now: float) -> tuple[dict[str, int], int]:
+    """Entries held under lease on ``base_key`` (not done yet), per worker id; and how
+    many of them are under a lease whose deadline passed (requests, not leases)."""
     counts: dict[str, int] = {}
-    for lease_id, raw in server.hgetall(leases_key(base_key, cluster)).items():
-        worker = bytes_to_str(lease_id).rsplit(":", 1)[0]
+    deadlines = lease_deadlines_key(base_key, cluster)
+    expired = {
+        text_of(lease_id)
+        for lease_id in reader.read(
+            deadlines,
+            "sorted set",
+            lambda: reader.server.zrangebyscore(deadlines, "-inf", int(now * 1000)),
+            [],
+        )
+    }
+    held_expired = 0
+    for lease_id, raw in reader.hgetall(leases_key(base_key, cluster)).items():
+        lease = text_of(lease_id)
+        worker = lease.rsplit(":", 1)[0]
         try:
             held = sum(1 for entry in unpack_record(raw).entries if entry is not False)
         except Exception:  # a malformed record is still a lease
             held = 0
         counts[worker] = counts.get(worker, 0) + held
-    return counts
+        held_expired += held if lease in expired else 0
+    return counts, held_expired
 
 
-def _expired(server: Any, base_key: str, cluster: bool, now: float) -> int:
-    """How many leases on ``base_key`` are past their deadline."""
-    return int(server.zcount(lease_deadlines_key(base_key, cluster), "-inf", int(now * 1000)))
-
-
-def _fingerprints(server: Any, keys: CrawlKeys) -> int | None:
-    counts = [_filter_size(server, key, keys.cluster) for key in keys.filter_keys]
+def _fingerprints(reader: Reader, keys: CrawlKeys) -> int | None:
+    counts = [_filter_size(reader, key, keys.cluster) for key in keys.filter_keys]
     known = [count for count in counts if count is not None]
     return sum(known) if known else None
 
 
-def _filter_size(server: Any, key: str, cluster: bool) -> int | None:
+def _filter_size(reader: Reader, key: str, cluster: bool) -> int | None:
     """The size of the duplicate filter ``key``: a set (SADD filter), a RedisBloom
-    filter, or the hash of a Bloom or lean filter's count; None if none of these."""
-    kind = bytes_to_str(server.type(key))
+    filter, or the hash of a Bloom or lean filter's count (0 if there is none of
+    these: an empty crawl); None if it cannot be counted."""
+    kind = reader.type(key)
     if kind == "set":
-        return int(server.scard(key))
+        return reader.scard(key)
     if kind == "MBbloom--":
-        return int(server.execute_command("BF.CARD", key))
+        return int(reader.server.execute_command("BF.CARD", key))
     meta = key if kind == "hash" else lean_meta_key(key, cluster)
-    count = server.hget(meta, "count")
-    return None if count is None else int(count)
+    count = reader.hget(meta, "count")
+    if count is None:
+        return 0 if kind == "none" and reader.type(meta) == "none" else None
+    return reader.parse(lambda: integer(count, meta, "count", low=0), None)
 
 
-def _items(server: Any, key: str) -> int | None:
-    kind = bytes_to_str(server.type(key))
-    return int(server.llen(key)) if kind == "list" else None
+def _items(reader: Reader, key: str) -> int | None:
+    kind = reader.type(key)
+    return 0 if kind == "none" else reader.llen(key) if kind == "list" else _not(reader, key, kind)
 
 
-def _decoded_hash(server: Any, key: str) -> dict[str, Any]:
-    return {bytes_to_str(k): decode_value(v) for k, v in server.hgetall(key).items()}
+def _not(reader: Reader, key: str, kind: str) -> None:
+    """None, said to ``reader``: ``key`` holds a ``kind``, not a list."""
+    return reader.failed(UnreadableValueError(key, f"a {kind}, not a list"), None)
 
 
-def _read_registry(server: Any, keys: CrawlKeys, status: CrawlStatus, now: float) -> None:
+def _decoded_hash(reader: Reader, key: str) -> dict[str, Any]:
+    return {text_of(k): decode_value(v) for k, v in reader.hgetall(key).items()}
+
+
+def _stat_count(reader: Reader, key: str, stats: dict[str, Any]) -> int:
+    """The stats' count of invalid start messages (0: none counted)."""
+    name = "redis/start_messages/invalid"
+    value = stats.get(name, 0)
+    for stat in NUMBERS:  # the counts other views (metrics...) read: said if unusable
+        if stat in stats:
+            reader.parse(lambda s=stat: number(stats[s], key, s), 0.0)
+    for stat in TIMES:
+        if stat in stats and not isinstance(stats[stat], datetime):
+            reader.failed(UnreadableValueError(key, f"{shown(stats[stat])}, not a time", stat), 0)
+    return reader.parse(lambda: integer(value, key, name, low=0), 0)
+
+
+def _read_registry(reader: Reader, keys: CrawlKeys, status: CrawlStatus, now: float) -> None:
     """The workers in the registry, with their heartbeat (deadline - timeout)."""
     timeout = keys.worker_timeout
-    for worker_id, deadline_ms in registered(server, keys.queue_key).items():
+    try:
+        workers = registered(reader.server, keys.queue_key)
+    except UnreadableValueError as exc:
+        workers = reader.failed(exc, {})
+    for worker_id, deadline_ms in workers.items():
         deadline = deadline_ms / 1000
         worker = _worker(status, worker_id)
+        if deadline_ms <= 0:  # not a deadline workers.lua writes: no heartbeat known
+            key = workers_key(keys.queue_key, keys.cluster)
+            reader.failed(UnreadableValueError(key, "no deadline", worker_id), None)
+            continue
         worker.alive = deadline > now
         worker.heartbeat_age = max(0.0, round(now - (deadline - timeout), 3))
 
 
-def _read_worker_stats(server: Any, keys: CrawlKeys, status: CrawlStatus) -> None:
+def _read_worker_stats(reader: Reader, keys: CrawlKeys, status: CrawlStatus) -> None:
     for worker in status.workers:
-        worker.stats = _decoded_hash(
-            server, worker_stats_key(keys.stats_key, worker.id, keys.cluster)
-        )
+        key = worker_stats_key(keys.stats_key, worker.id, keys.cluster)
+        worker.stats = _decoded_hash(reader, key)
         worker.pages_per_second = _rate(worker.stats, "worker/pages_per_second")
         worker.items_per_second = _rate(worker.stats, "worker/items_per_second")
+        started = worker.stats.get("start_time")
+        if started is not None and not isinstance(started, datetime):
+            reader.failed(
+                UnreadableValueError(key, f"{shown(started)}, not a time", "start_time"), None
+            )
     status.workers.sort(key=lambda w: (not w.alive, w.id))
 
 

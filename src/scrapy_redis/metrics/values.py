@@ -14,8 +14,6 @@ import re
 from datetime import datetime, timezone
 from typing import Any
 
-from scrapy_redis.utils import bytes_to_str
-
 _JSON = "json:"
 _INT = re.compile(r"-?\d+")
 _DATETIME = re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(\.\d+)?([+-]\d{2}:\d{2})?")
@@ -41,20 +39,23 @@ def encode_value(value: Any) -> str:
 
 def decode_value(raw: Any) -> Any:
     """The stat value stored as ``raw`` (bytes or str)."""
-    text = bytes_to_str(raw)
+    text = raw.decode("utf-8", "backslashreplace") if isinstance(raw, bytes) else raw
+    try:
+        return _decoded(text)
+    except (ValueError, RecursionError):  # anyone may write there: kept as the text
+        return text
+
+
+def _decoded(text: str) -> Any:
+    """``text`` as the value it encodes (ValueError: no value of that form: a datetime
+    past the calendar, an integer of more digits than Python converts...)."""
     if _INT.fullmatch(text):
         return int(text)
     if text.startswith(_JSON):
-        try:
-            return json.loads(text[len(_JSON) :])
-        except ValueError:
-            return text
+        return json.loads(text[len(_JSON) :])
     if _DATETIME.fullmatch(text):
         return datetime.fromisoformat(text)
-    try:
-        return float(text)
-    except ValueError:
-        return text
+    return float(text)
 
 
 class Backlog:

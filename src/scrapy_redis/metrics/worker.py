@@ -19,7 +19,7 @@ from scrapy_redis.connection import is_cluster
 from scrapy_redis.exceptions import ConfigurationError
 from scrapy_redis.metrics.values import encode_value, pick
 from scrapy_redis.store.keys import stats_workers_key, worker_stats_key
-from scrapy_redis.utils import bytes_to_str
+from scrapy_redis.store.redis_values import Reader, text_of
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
@@ -151,9 +151,11 @@ def unlink_stats(server: Any, stats_key: str, worker_id: str) -> None:
 def stats_keys(server: Any, stats_key: str, workers: Iterable[str] = ()) -> list[str]:
     """The keys of the stats ``stats_key``: the fleet's hash, the hashes of the workers
     listed in ``<stats key>:workers`` (and of ``workers``), and that list, last (deleted
-    in that order, no hash is left unlisted should the deletion stop half-way)."""
+    in that order, no hash is left unlisted should the deletion stop half-way). A list
+    that is not a sorted set (not written by a worker) lists none."""
     cluster = is_cluster(server)
     index = stats_workers_key(stats_key, cluster)
-    listed = {bytes_to_str(member) for member in server.zrange(index, 0, -1)}
+    members = Reader(server, problems=[]).zrange(index)
+    listed = {text_of(member) for member in members}
     hashes = [worker_stats_key(stats_key, w, cluster) for w in sorted(listed.union(workers))]
     return [stats_key, *hashes, index]

@@ -183,4 +183,6 @@ def priority_of_member(member: bytes) -> int | None:
     except UnicodeDecodeError:
         return None
     digits = text[1:] if text.startswith("-") else text
-    return int(text) if digits.isdigit() else None
+    # (more digits than a 64-bit integer: no priority a worker wrote, and more than
+    # Python converts past 4,300)
+    return int(text) if digits.isdigit() and len(digits) <= 19 else None

@@ -22,9 +22,9 @@ from twisted.internet import task
 
 from scrapy_redis.connection import is_cluster, one_slot
 from scrapy_redis.store.keys import workers_key
+from scrapy_redis.store.redis_values import Reader, text_of
 from scrapy_redis.store.scripts import script
 from scrapy_redis.store.writes import new_worker_id  # re-exported: a worker id is a writer id
-from scrapy_redis.utils import bytes_to_str
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -56,9 +56,11 @@ def alive_workers(server: Any, queue_key: str) -> list[str]:
 def registered(server: Any, queue_key: str) -> dict[str, int]:
     """The registry of the queue ``queue_key``: each worker id and its deadline (ms on the
     Redis server's clock; 0 if unreadable). A field starting with ``~`` is a claim (see
-    ``lua/workers.lua``), not a worker: left out."""
-    registry = server.hgetall(workers_key(queue_key, is_cluster(server)))
-    deadlines = {bytes_to_str(raw_id): _deadline(raw) for raw_id, raw in registry.items()}
+    ``lua/workers.lua``), not a worker: left out. An id that is not UTF-8 (not written by
+    a worker) is decoded with ``\\xNN`` escapes; a registry that is not a hash raises
+    :class:`~scrapy_redis.store.redis_values.UnreadableValueError` naming it."""
+    registry = Reader(server).hgetall(workers_key(queue_key, is_cluster(server)))
+    deadlines = {text_of(raw_id): _deadline(raw) for raw_id, raw in registry.items()}
     return {worker: due for worker, due in deadlines.items() if not worker.startswith("~")}
 
 

@@ -15,11 +15,12 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from scrapy_redis.connection import one_slot
+from scrapy_redis.connection import is_cluster, one_slot
 from scrapy_redis.exceptions import ConfigurationError
-from scrapy_redis.queues.leases import LeaseBook, Recovery
+from scrapy_redis.queues.leases import Lease, LeaseBook, Recovery
 from scrapy_redis.scheduling.workers import crawler_worker_id, new_worker_id
 from scrapy_redis.start.urls import StartUrlSource
+from scrapy_redis.store.keys import invalid_entries_key
 from scrapy_redis.store.outage import OUTAGE_ERRORS, OutageGuard
 
 if TYPE_CHECKING:
@@ -49,6 +50,8 @@ class StartMessageReader:
         self.spider = spider  # named in log records
         #: Lease ids of the messages popped whose requests are not scheduled yet.
         self.unacked: list[str] = []
+        #: The lease ids of the last pop, one per message, in order.
+        self.last_popped: list[str] = []
 
     @classmethod
     def build(
@@ -74,7 +77,27 @@ class StartMessageReader:
         """Up to ``count`` messages, leased until :meth:`ack`, and the key they came from."""
         key, messages, lease_ids = self.source.pop(count, self.leases)
         self.unacked.extend(lease_ids)
+        self.last_popped = lease_ids
         return key, messages
+
+    @property
+    def invalid_key(self) -> str:
+        """Where invalid start messages are set aside: ``<first start key>:invalid``
+        (``scrapy redis export SPIDER invalid`` lists them, ``requeue --invalid`` puts
+        back those valid by then)."""
+        return invalid_entries_key(self.source.keys[0], is_cluster(self.source.server))
+
+    def set_aside(self, positions: Sequence[int]) -> int:
+        """Move the messages at ``positions`` (0-based) of the last pop to
+        :attr:`invalid_key` and release their leases, in one script call (a worker
+        dying half-way neither loses nor duplicates one); how many were moved."""
+        ids = [self.last_popped[n] for n in positions]
+        if not ids:
+            return 0
+        moved = self.leases.set_aside([(Lease(id_, 1), [1]) for id_ in ids], self.invalid_key)
+        done = set(ids)
+        self.unacked = [id_ for id_ in self.unacked if id_ not in done]
+        return moved
 
     def ack(self) -> None:
         """Release the leases of every message popped so far (their requests are scheduled)."""

@@ -135,6 +135,12 @@ def invalid_entries_key(queue_key: str, cluster: bool = False) -> str:
     return derived(queue_key, "invalid", cluster)
 
 
+def moving_key(queue_key: str, cluster: bool = False) -> str:
+    """The entries ``move_crawl`` pushed into the queue (or lane) ``queue_key`` whose
+    release on the source is not confirmed yet (SHA1 -> copies; deleted when it ends)."""
+    return derived(queue_key, "moving", cluster)
+
+
 def workers_key(queue_key: str, cluster: bool = False) -> str:
     """The hash of live workers sharing a queue (see :mod:`scrapy_redis.scheduling.workers`)."""
     return derived(queue_key, "workers", cluster)

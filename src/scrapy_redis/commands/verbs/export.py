@@ -4,6 +4,10 @@
 ``fingerprints``: the duplicate filter's fingerprints, ``{"fingerprint": "<hex>"}``
 each; only the exact filter (RFPDupeFilter, a set) can list them: the lean filter keeps
 a part of each fingerprint's bits and the Bloom filter none, so they are refused.
+``invalid``: the queue entries set aside as undecodable (every lane's
+``<queue>:invalid``), ``{"key", "entry", "error"}``, then the start messages set aside
+as invalid (``<first start key>:invalid``), ``{"key", "message", "error"}``, each with
+why it is invalid now (``requeue --invalid`` puts back those that are not any more).
 ``queue``: the requests waiting in the queue (every lane), in the order they are popped,
 decoded with SCHEDULER_SERIALIZER: ``{"url", "method", "priority", "meta", ...}``; an
 entry that does not decode is written as ``{"key", "error"}``. Requests leased by
@@ -21,11 +25,14 @@ from redis.client import NEVER_DECODE
 
 from scrapy_redis.commands.context import CommandError, jsonable
 from scrapy_redis.commands.verbs._common import add_spider_arguments
+from scrapy_redis.commands.verbs.push import refusal
 from scrapy_redis.dupefilter import RFPDupeFilter
 from scrapy_redis.dupefilters.bloom import BloomDupeFilter
 from scrapy_redis.dupefilters.lean import LeanDupeFilter
+from scrapy_redis.fleet.queue_lengths import index_priority, queue_lengths
 from scrapy_redis.queue import FifoQueue, LifoQueue, PriorityQueue
-from scrapy_redis.store.keys import priority_list_key
+from scrapy_redis.store.keys import invalid_entries_key, priority_list_key
+from scrapy_redis.store.redis_values import Reader, printable_json
 
 if TYPE_CHECKING:
     import argparse
@@ -41,7 +48,7 @@ FIRST_FIELDS = ("url", "method", "priority", "meta")
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_spider_arguments(parser)
-    parser.add_argument("what", choices=("items", "fingerprints", "queue"))
+    parser.add_argument("what", choices=("items", "fingerprints", "queue", "invalid"))
     parser.add_argument("-o", "--output", metavar="FILE", help="write to FILE (default: stdout)")
 
 
@@ -74,17 +81,23 @@ def _open(path: str | None, context: Context) -> Any:
 def _source(crawl: Crawl, what: str) -> tuple[Iterator[str], int | None]:
     """The lines to write, and how many (None: unknown)."""
     if what == "items":
-        return item_lines(crawl), int(crawl.server.llen(crawl.items_key))
+        return item_lines(crawl), Reader(crawl.server).llen(crawl.items_key)
     if what == "fingerprints":
         if not crawl.filters:
             raise CommandError(f"The spider {crawl.name!r} does not use the Redis scheduler.")
         for dupefilter in crawl.filters:
             _check_listable(dupefilter)
-        total = sum(int(crawl.server.scard(f.key)) for f in crawl.filters)
+        total = sum(Reader(crawl.server).scard(f.key) for f in crawl.filters)
         return fingerprint_lines(crawl), total
+    if what == "invalid":
+        keys = [invalid_entries_key(lane.key, crawl.cluster) for lane in crawl.lanes]
+        keys += [invalid_entries_key(key, crawl.cluster) for key in crawl.start_keys[:1]]
+        return invalid_lines(crawl), sum(Reader(crawl.server).llen(key) for key in keys)
     if not crawl.lanes:
         raise CommandError(f"The spider {crawl.name!r} does not use the Redis scheduler.")
-    return request_lines(crawl), sum(len(lane) for lane in crawl.lanes)
+    reader = Reader(crawl.server)  # (what cannot be read is named, before any line)
+    lengths = [queue_lengths(crawl.server, lane.key, crawl.cluster, reader) for lane in crawl.lanes]
+    return request_lines(crawl), sum(total for _, total, _ in lengths)
 
 
 def item_lines(crawl: Crawl) -> Iterator[str]:
@@ -95,12 +108,15 @@ def item_lines(crawl: Crawl) -> Iterator[str]:
 
 
 def _one_line(text: str) -> str:
-    if "\n" not in text:
+    """An item on one line, with no character a terminal would not show as itself (an
+    item that has some is written again as JSON, with ``\\u`` escapes)."""
+    if text.isprintable():
         return text
     try:
-        return json.dumps(json.loads(text), ensure_ascii=False)
-    except ValueError:
-        return json.dumps(text, ensure_ascii=False)
+        line = json.dumps(json.loads(text, strict=False), ensure_ascii=False)
+    except (ValueError, RecursionError):
+        line = json.dumps(text, ensure_ascii=False)
+    return printable_json(line)
 
 
 def _check_listable(dupefilter: Any) -> None:
@@ -134,10 +150,10 @@ def request_lines(crawl: Crawl) -> Iterator[str]:
 def _entries(server: Any, queue: Any) -> Iterator[tuple[str, bytes]]:
     """``(key, entry)`` of ``queue`` in the order its entries are popped."""
     if isinstance(queue, PriorityQueue):
-        for member in server.zrange(queue.key, 0, -1):
-            priority = member.decode() if isinstance(member, bytes) else str(member)
-            if priority.lstrip("-").isdigit():  # (an entry of the original: skipped)
-                key = priority_list_key(queue.key, int(priority), queue.on_cluster)
+        for member in Reader(server).zrange(queue.key):
+            priority = index_priority(queue.key, member)
+            if priority is not None:  # (an entry of the original: skipped)
+                key = priority_list_key(queue.key, priority, queue.on_cluster)
                 yield from ((key, data) for data in _list_range(server, key))
     elif isinstance(queue, LifoQueue):  # LPUSH, LPOP: from the head
         yield from ((queue.key, data) for data in _list_range(server, queue.key))
@@ -151,7 +167,9 @@ def _entries(server: Any, queue: Any) -> Iterator[tuple[str, bytes]]:
 
 
 def _list_range(server: Any, key: str, reverse: bool = False) -> Iterator[bytes]:
-    """The list ``key`` from its head (``reverse``: from its tail), CHUNK at a time."""
+    """The list ``key`` from its head (``reverse``: from its tail), CHUNK at a time
+    (:class:`~scrapy_redis.store.redis_values.UnreadableValueError` if it is not a list)."""
+    Reader(server).expect(key, "list", "list")
     start = 0
     while True:
         if reverse:
@@ -167,6 +185,25 @@ def _list_range(server: Any, key: str, reverse: bool = False) -> Iterator[bytes]
 def _lrange(server: Any, key: str, start: int, stop: int) -> list[bytes]:
     reply: list[bytes] = server.execute_command("LRANGE", key, start, stop, **{NEVER_DECODE: True})
     return reply
+
+
+def invalid_lines(crawl: Crawl) -> Iterator[str]:
+    """The queue entries set aside as undecodable (every lane), then the start messages
+    set aside as invalid: ``{"key", "entry" or "message", "error"}`` each, with why it is
+    invalid now."""
+    for lane in crawl.lanes:
+        key = invalid_entries_key(lane.key, crawl.cluster)
+        for data in _list_range(crawl.server, key):
+            error = _request(lane, key, data).get("error", "decodes now")
+            entry = data.decode("utf-8", "backslashreplace")
+            yield json.dumps({"key": key, "entry": entry, "error": error}, ensure_ascii=False)
+    if not crawl.start_keys:
+        return
+    key = invalid_entries_key(crawl.start_keys[0], crawl.cluster)
+    for data in _list_range(crawl.server, key):
+        message = data.decode("utf-8", "backslashreplace")
+        error = refusal(crawl, message) or "the spider makes requests of it now"
+        yield json.dumps({"key": key, "message": message, "error": error}, ensure_ascii=False)
 
 
 def _request(queue: Any, key: str, data: bytes) -> dict[str, Any]:

@@ -8,7 +8,8 @@ blocks, found with SCAN on every master of a cluster), ``--items`` (RedisPipelin
 list), ``--start`` (the start keys and their leases), ``--all`` (those, the entries set
 aside as invalid, the dead letters, the worker registry, the stats and each worker's).
 The recorded lane count goes with the queue and the fingerprints together only (the
-filters are split into lanes too). Other keys are deleted with UNLINK (the server frees
+filters are split into lanes too), and last: a purge stopped half-way (killed, Redis
+gone) and run again deletes the rest. Other keys are deleted with UNLINK (the server frees
 the memory in the background), 500 per command, with a progress bar on a terminal. It
 asks first unless ``--yes``; and it refuses while workers of the crawl are alive (their
 next push would mix with a crawl half deleted) unless ``--force``, before asking and
@@ -38,6 +39,7 @@ from scrapy_redis.store.keys import (
     lean_meta_key,
     workers_key,
 )
+from scrapy_redis.store.redis_values import UnreadableValueError
 
 if TYPE_CHECKING:
     import argparse
@@ -90,8 +92,13 @@ def run(args: argparse.Namespace, context: Context) -> int:
 
 
 def _refused(context: Context, crawl: Crawl) -> bool:
-    """Whether workers of the crawl are alive (said, with what to do)."""
-    alive = alive_workers(crawl)
+    """Whether workers of the crawl are alive (said, with what to do; so is a registry
+    that cannot be read)."""
+    try:
+        alive = alive_workers(crawl)
+    except UnreadableValueError as exc:
+        context.warn(f"Refused: the workers cannot be known, {exc}. Add --force to purge.")
+        return True
     if alive:
         context.warn(
             f"Refused: {len(alive)} workers of {crawl.name} are alive ({', '.join(alive[:3])}"
@@ -118,10 +125,9 @@ def _batches(keys: Iterator[str]) -> Iterator[list[str]]:
 
 
 def _keys(crawl: Crawl, parts: list[str], everything: bool) -> Iterator[str]:
-    """The keys deleted with UNLINK (the queue's lanes are purged by :func:`purge_lanes`)."""
-    if "queue" in parts and "fingerprints" in parts and crawl.lanes:
-        # How many lanes the data is split into: it goes with both the queue and the filters.
-        yield lanes_key(crawl.queue_key, crawl.cluster)
+    """The keys deleted with UNLINK (the queue's lanes are purged by :func:`purge_lanes`),
+    the lane record last: a purge stopped at any point (killed, Redis gone) and run
+    again still knows the lanes, and deletes what is left of each."""
     if "fingerprints" in parts:
         yield from filter_keys(crawl)
     if "items" in parts:
@@ -130,6 +136,9 @@ def _keys(crawl: Crawl, parts: list[str], everything: bool) -> Iterator[str]:
         yield from start_keys(crawl)
     if everything:
         yield from other_keys(crawl)
+    if "queue" in parts and "fingerprints" in parts and crawl.lanes:
+        # How many lanes the data is split into: it goes with both the queue and the filters.
+        yield lanes_key(crawl.queue_key, crawl.cluster)
 
 
 def purge_lanes(crawl: Crawl, advance: Callable[[int], object]) -> int:

@@ -4,16 +4,22 @@ Per spider: the requests queued (per priority for the PriorityQueue) and leased 
 worker; those under expired leases are their dead workers'), the start messages
 pending and leased, the entries set aside (invalid, dead letters), the fingerprints,
 the items, the workers with their last heartbeat and pages per second, and one line
-of diagnosis when workers idle while work exists. Read from
+of diagnosis when workers idle while work exists, and the Redis it was read from. What
+cannot be read (a key of another type, a value no worker writes) is listed as
+unreadable, naming the key and what it holds; the rest is shown. Read from
 :func:`scrapy_redis.fleet.status.crawl_status`: nothing is written. ``--json``:
 ``{"spiders": [...]}``, each as :meth:`~scrapy_redis.fleet.status.CrawlStatus.to_json`.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from scrapy_redis.fleet.status import crawl_status
+from redis.exceptions import NoPermissionError, ResponseError
+
+from scrapy_redis.exceptions import ScrapyRedisError
+from scrapy_redis.fleet.status import crawl_status, unreadable_status
+from scrapy_redis.store.redis_values import printable
 
 if TYPE_CHECKING:
     import argparse
@@ -36,35 +42,68 @@ def run(args: argparse.Namespace, context: Context) -> int:
 
 
 def read_statuses(context: Context, spider: str | None) -> list[CrawlStatus]:
-    """The status of ``spider``, or of every spider of the project."""
+    """The status of ``spider``, or of every spider of the project (a crawl that cannot
+    be read at all is shown as unreadable, the others all the same)."""
     servers = context.spider_servers()
     names = [spider] if spider is not None else context.spider_names()
     classes = [context.spider_class(name) for name in names]
-    return [crawl_status(servers.of(cls), context.settings, cls) for cls in classes]
+    return [_status(servers.of(cls), context, cls) for cls in classes]
+
+
+def _status(server: Any, context: Context, spidercls: type) -> CrawlStatus:
+    try:
+        return crawl_status(server, context.settings, spidercls)
+    except NoPermissionError:
+        raise  # the ACL user's, not the crawl's: the command names what to grant
+    except (ScrapyRedisError, ResponseError) as exc:
+        problem = getattr(exc, "detail", None) or printable(exc)
+        return unreadable_status(spidercls.name, server, problem)  # type: ignore[attr-defined]
 
 
 def render(status: CrawlStatus) -> list[str]:
-    """The status of one crawl as lines of text."""
+    """The status of one crawl as lines of text (every value read from Redis made
+    printable: a worker id may hold terminal escapes)."""
+    return [printable(line) for line in _lines(status)]
+
+
+def _lines(status: CrawlStatus) -> list[str]:
     lanes = f", {status.lanes} lanes" if status.lanes > 1 else ""
-    lines = [f"{status.spider} ({status.queue_class} {status.queue_key}{lanes})"]
-    expired = f" ({status.expired_leases:,} leases expired)" if status.expired_leases else ""
-    lines.append(f"  queue        {status.queued:,} queued, {status.leased:,} leased{expired}")
+    lines = [f"{status.spider} ({status.queue_class} {status.queue_key}{lanes}) in {status.server}"]
+    if status.lanes:
+        lines += _queue_lines(status)
+    else:
+        lines.append("  queue        unreadable (below)")
+    lines += _other_lines(status)
+    lines += [f"  unreadable   {problem}" for problem in status.unreadable]
+    if status.diagnosis:
+        lines.append(f"  diagnosis    {status.diagnosis}")
+    return lines
+
+
+def _queue_lines(status: CrawlStatus) -> list[str]:
+    expired = status.expired_leases
+    of_dead = f" ({expired:,} of them by workers gone: lease expired)" if expired else ""
+    lines = [f"  queue        {status.queued:,} queued, {status.leased:,} leased{of_dead}"]
     if status.queued_by_priority:
         shown = ", ".join(f"{p}: {n:,}" for p, n in list(status.queued_by_priority.items())[:8])
         more = ", ..." if len(status.queued_by_priority) > 8 else ""
         lines.append(f"  priorities   {shown}{more}")
     lines.append(f"  set aside    {status.invalid:,} invalid, {status.dead_letters:,} dead letters")
+    lines.append(f"  fingerprints {_count(status.fingerprints)}")
+    return lines
+
+
+def _other_lines(status: CrawlStatus) -> list[str]:
+    lines = []
     if status.start_keys:
+        set_aside = f" ({status.start_set_aside:,} set aside)" if status.start_set_aside else ""
         lines.append(
             f"  start        {', '.join(status.start_keys)}: {status.start_pending:,} pending, "
-            f"{status.start_leased:,} leased, {status.start_invalid:,} invalid"
+            f"{status.start_leased:,} leased, {status.start_invalid:,} invalid{set_aside}"
         )
-    lines.append(f"  fingerprints {_count(status.fingerprints)}")
     lines.append(f"  items        {_count(status.items)}")
     lines.append(f"  workers      {status.workers_alive} alive{_fleet_rate(status)}")
     lines += [f"    {_worker_line(worker)}" for worker in status.workers]
-    if status.diagnosis:
-        lines.append(f"  diagnosis    {status.diagnosis}")
     return lines
 
 
