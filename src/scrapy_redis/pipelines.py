@@ -262,11 +262,13 @@ def _when_stored(stored: Deferred[None], item: Any) -> Coroutine[Any, Any, Any]:
 
     async def wait() -> Any:
         try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:  # a coroutine driven by Twisted (no asyncio reactor)
+            in_task = asyncio.current_task() is not None
+        except RuntimeError:  # no asyncio loop runs
+            in_task = False
+        if in_task:  # an asyncio task (Scrapy with the asyncio reactor) awaits futures
+            await stored.asFuture(asyncio.get_running_loop())
+        else:  # a coroutine driven by Twisted awaits Deferreds
             await stored
-        else:
-            await stored.asFuture(loop)
         return item
 
     return wait()
