@@ -255,6 +255,14 @@ def test_a_batch_redis_refuses_fails_its_items_and_not_the_next(settings_dict, s
     assert server.lrange("demo:items", 0, -1) == [b'{"n": 2}']
 
 
+def test_a_batch_is_no_larger_than_the_items_scrapy_awaits_at_once(settings_dict, server):
+    """Scrapy processes at most CONCURRENT_ITEMS items of a response at once: a larger
+    batch would never fill from one response and wait for its delay every time."""
+    pipe = batching_pipeline(settings_dict, CONCURRENT_ITEMS=10, REDIS_ITEMS_BATCH_SIZE=100)
+    answers = [until_stored(pipe.process_item({"n": n})) for n in range(10)]
+    assert all(answer.called for answer in answers) and server.llen("demo:items") == 10
+
+
 @pytest.mark.parametrize(
     ("name", "value"), [("REDIS_ITEMS_BATCH_SIZE", 0), ("REDIS_ITEMS_DELAY", -1)]
 )

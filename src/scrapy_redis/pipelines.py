@@ -241,7 +241,9 @@ class RedisPipeline:
 
 
 def _batching(settings: BaseSettings) -> tuple[int, float]:
-    """REDIS_ITEMS_BATCH_SIZE and REDIS_ITEMS_DELAY, checked."""
+    """REDIS_ITEMS_BATCH_SIZE (at most CONCURRENT_ITEMS: Scrapy awaits no more items of
+    one response at once, so a larger batch would wait for its delay) and
+    REDIS_ITEMS_DELAY, checked."""
     size = settings.getint("REDIS_ITEMS_BATCH_SIZE", defaults.REDIS_ITEMS_BATCH_SIZE)
     delay = settings.getfloat("REDIS_ITEMS_DELAY", defaults.REDIS_ITEMS_DELAY)
     if size < 1:
@@ -253,7 +255,7 @@ def _batching(settings: BaseSettings) -> tuple[int, float]:
         raise ValueError(
             f"REDIS_ITEMS_DELAY must not be negative, not {delay}: set 0 to push each item at once."
         )
-    return size, delay
+    return min(size, max(1, settings.getint("CONCURRENT_ITEMS", size))), delay
 
 
 def _when_stored(stored: Deferred[None], item: Any) -> Coroutine[Any, Any, Any]:
