@@ -17,7 +17,7 @@ from scrapy import Request
 from scrapy.utils.test import get_crawler
 from twisted.internet.task import Clock
 
-from helpers import DemoSpider, make_spider, until_stored
+from helpers import DemoSpider, ManualClock, make_spider, until_stored
 from lossy_proxy import LossyProxy
 from redis_server import RedisServer
 from scrapy_redis.connection import get_redis_from_settings
@@ -253,6 +253,25 @@ def test_items_kept_during_an_outage_are_pushed_once_when_the_pipeline_sees_redi
     pipe.process_item({"n": 3})
     assert not pipe.guard.down
     assert stored_items(pipe.server) == [0, 1, 2, 3]
+
+
+def test_items_waiting_through_a_long_outage_are_given_back_so_the_crawl_can_close(
+    own_server, caplog
+):
+    """Scrapy's engine closes a spider only once every item it handed over came back:
+    after REDIS_OUTAGE_TIMEOUT (the scheduler closes the spider), waiting items are
+    given back unstored, and logged as lost when the pipeline closes."""
+    pipe = pipeline({"REDIS_URL": own_server.url, "REDIS_OUTAGE_TIMEOUT": 30})
+    pipe.clock, pipe.guard.clock = Clock(), ManualClock()
+    own_server.stop()
+    answer = until_stored(pipe.process_item({"n": 1}))
+    pipe.clock.advance(pipe.delay)  # the push fails: an outage
+    assert pipe.guard.down and not answer.called
+    pipe.guard.clock.advance(31)
+    pipe.clock.advance(pipe.delay)
+    assert answer.result == {"n": 1}
+    pipe.close_spider()
+    assert "1 items could not be stored" in caplog.text
 
 
 def test_the_record_key_is_in_the_slot_of_the_key_it_guards():
