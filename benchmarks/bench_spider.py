@@ -37,9 +37,13 @@ class FollowSpider(scrapy.Spider):
         "TELNETCONSOLE_ENABLED": False,
     }
 
-    def __init__(self, start_url: str = "", report: str = "", **kwargs: Any) -> None:
+    def __init__(
+        self, start_url: str = "", report: str = "", items: str = "", **kwargs: Any
+    ) -> None:
         super().__init__(**kwargs)
         self.start_urls = [start_url]
+        #: ``-a items=1``: one item per page (for an item pipeline to store).
+        self.items = bool(items)
         self.report = report
         self.opened_at = time.time()
         self.first_response: float | None = None
@@ -52,6 +56,8 @@ class FollowSpider(scrapy.Spider):
         self.last_response = now
         for href in response.css("a::attr(href)").getall():
             yield response.follow(href)
+        if self.items:
+            yield {"url": response.url, "title": response.css("title::text").get()}
 
     def closed(self, reason: str) -> None:
         if not self.report:

@@ -7,9 +7,12 @@ it (``redis+cluster://``), and reads each master's CPU (``INFO cpu``, user + sys
 and commands (``INFO commandstats``) before and after. Prints per master its CPU
 seconds and calls, and the busiest master's CPU over the mean, for each
 SCHEDULER_SHARDS given (default: 16, the cluster default, and 1, one slot).
+``--items``: the spider yields an item per page, stored by RedisPipeline (its list
+sits on one master); the busiest master's share of the commands is printed too.
 Usage::
 
     .venv/bin/python benchmarks/cluster_balance.py [--pages 5000] [--shards 16 1] [--runs 3]
+    .venv/bin/python benchmarks/cluster_balance.py --pages 3000 --shards 16 --items
 """
 
 from __future__ import annotations
@@ -62,6 +65,8 @@ def start_workers(
     for n in (1, 2):
         command = [sys.executable, "-m", "scrapy", "runspider", str(HERE / "bench_spider.py")]
         command += ["-a", f"start_url={site.start_url}", "-a", f"report={workdir / f'w{n}.json'}"]
+        if any(setting.startswith("ITEM_PIPELINES=") for setting in extra):
+            command += ["-a", "items=1"]
         for setting in (
             "SCHEDULER=scrapy_redis.scheduler.Scheduler",
             "DUPEFILTER_CLASS=scrapy_redis.dupefilter.RFPDupeFilter",
@@ -76,12 +81,18 @@ def start_workers(
     return procs
 
 
-def run_crawl(nodes: RedisClusterNodes, site: Site, shards: int, workdir: Path) -> dict[str, Any]:
+#: ``--items``: what makes the workers yield and store an item per page.
+ITEMS = ("ITEM_PIPELINES=" + json.dumps({"scrapy_redis.pipelines.RedisPipeline": 300}),)
+
+
+def run_crawl(
+    nodes: RedisClusterNodes, site: Site, shards: int, workdir: Path, items: bool = False
+) -> dict[str, Any]:
     nodes.flush()
     site.reset()
     before, commands_before = master_readings(nodes), command_counts(nodes)
     idle = ("MAX_IDLE_TIME_BEFORE_CLOSE=2", "SCHEDULER_IDLE_BEFORE_CLOSE=2")
-    procs = start_workers(nodes.url, site, shards, workdir, *idle)
+    procs = start_workers(nodes.url, site, shards, workdir, *idle, *(ITEMS if items else ()))
     started = time.monotonic()
     for proc in procs:
         proc.wait(600)
@@ -99,6 +110,7 @@ def run_crawl(nodes: RedisClusterNodes, site: Site, shards: int, workdir: Path) 
         "cpu": {str(port): round(value, 2) for port, value in sorted(cpu.items())},
         "calls": {str(port): value for port, value in sorted(calls.items())},
         "busiest_over_mean": round(max(cpu.values()) / mean, 3) if mean else None,
+        "busiest_share_of_commands": round(max(calls.values()) / max(1, sum(calls.values())), 3),
         "commands_per_page": round(sum(calls.values()) / max(1, site.hits()), 2),
         "top_commands": top,
     }
@@ -109,6 +121,7 @@ def main() -> None:
     parser.add_argument("--pages", type=int, default=5000)
     parser.add_argument("--shards", type=int, nargs="+", default=[16, 1])
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--items", action="store_true", help="an item per page, stored")
     args = parser.parse_args()
     nodes = RedisClusterNodes().start()
     site = Site(args.pages)
@@ -117,7 +130,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             for _ in range(args.runs):
                 for shards in args.shards:  # interleaved
-                    result = run_crawl(nodes, site, shards, Path(tmp))
+                    result = run_crawl(nodes, site, shards, Path(tmp), args.items)
                     print(json.dumps(result), flush=True)
                     results.append(result)
     finally:
@@ -126,9 +139,11 @@ def main() -> None:
     for shards in args.shards:
         ratios = [r["busiest_over_mean"] for r in results if r["shards"] == shards]
         rates = [r["pages"] / r["seconds"] for r in results if r["shards"] == shards]
+        shares = [r["busiest_share_of_commands"] for r in results if r["shards"] == shards]
         print(
             f"SCHEDULER_SHARDS={shards}: busiest master CPU / mean {statistics.median(ratios)} "
-            f"({min(ratios)}–{max(ratios)}), {statistics.median(rates):.0f} pages/s"
+            f"({min(ratios)}–{max(ratios)}), {statistics.median(rates):.0f} pages/s, busiest "
+            f"master's share of the commands {statistics.median(shares):.0%}"
         )
 
 

@@ -201,3 +201,15 @@ def dying_worker(schedulers: Any, settings: dict[str, Any], count: int = 3) -> A
         dead.enqueue_request(Request(f"http://example.com/{n}"))
     assert dead.next_request() is not None
     return dead
+
+
+def until_stored(returned: Any) -> Any:
+    """What Scrapy does with RedisPipeline.process_item()'s answer: a Deferred of the item
+    it gives back (at once, or once the item's batch is stored)."""
+    from collections.abc import Coroutine
+
+    from twisted.internet.defer import Deferred, succeed
+
+    if isinstance(returned, Coroutine):
+        return Deferred.fromCoroutine(returned)
+    return succeed(returned)

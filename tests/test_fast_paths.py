@@ -11,6 +11,7 @@ import logging
 import threading
 import time
 import weakref
+from collections import deque
 
 import pytest
 import redis
@@ -35,6 +36,7 @@ from scrapy_redis.dupefilter import RFPDupeFilter
 from scrapy_redis.queue import Base, Candidate, PriorityQueue
 from scrapy_redis.queues.leases import LeaseBook
 from scrapy_redis.scheduler import Scheduler
+from scrapy_redis.scheduling.enqueue import SeenCache
 from scrapy_redis.scheduling.wakeup import NewsListener, QueueWatcher
 from scrapy_redis.store.outage import OutageGuard
 
@@ -185,6 +187,38 @@ def test_links_met_before_are_dropped_without_a_round_trip(settings_dict, server
     assert scheduler.enqueue_request(Request("http://example.com/c", dont_filter=True))
     scheduler.flush()  # deletes the shared fingerprints: the cache goes too
     assert scheduler.enqueue_request(Request("http://example.com/b")) is True
+
+
+class _NoScanOrder(deque):
+    """The seen cache's order, counting evictions and refusing to be scanned: finding
+    the oldest fingerprint by iterating (``next(iter(...))`` over a dict used as a
+    queue) costs a scan of every slot deleted before it, O(n) an eviction."""
+
+    def __init__(self):
+        super().__init__()
+        self.popped = 0
+
+    def popleft(self):
+        self.popped += 1
+        return super().popleft()
+
+    def __iter__(self):
+        raise AssertionError("the seen cache scanned its order to evict")
+
+    def __getitem__(self, index):
+        raise AssertionError("the seen cache indexed its order to evict")
+
+
+def test_the_seen_cache_evicts_the_oldest_in_one_step_however_long_it_ran(monkeypatch):
+    monkeypatch.setattr(SeenCache, "order_type", _NoScanOrder)
+    cache = SeenCache(1000)
+    epoch = cache.epoch()
+    for start in range(0, 50_000, 500):  # batches, as the enqueue buffer adds them
+        cache.add((f"fp{i}" for i in range(start, start + 500)), epoch)
+    cache.add(["fp49999", "fp49000"], epoch)  # known already: neither added nor evicting
+    assert cache.evicted == cache._order.popped == 49_000  # one pop per eviction, no scan
+    assert len(cache) == 1000
+    assert "fp48999" not in cache and "fp49000" in cache and "fp49999" in cache
 
 
 def test_seen_cache_can_be_disabled(settings_dict, server, schedulers):

@@ -106,6 +106,31 @@ def test_sigkill_three_times(site, server, redis_url, tmp_path):
     assert all(any(f":{pid}:" in key for pid in killed) for key in left), (left, killed)
 
 
+def test_sigkill_loses_no_item_of_a_finished_request(server, redis_url, tmp_path):
+    """Items wait in the worker to be pushed in batches: a worker killed with items in
+    memory has not acknowledged the requests that produced them (a request is done
+    once its items are stored), so another worker crawls them again: no item lost."""
+    pages = 300
+    waiting = {**SETTINGS, "REDIS_ITEMS_DELAY": 600, "REDIS_ITEMS_BATCH_SIZE": 10**6}
+    with DemoSite(pages=pages) as small_site:
+        server.lpush("mycrawler:start_urls", small_site.url)
+        first = start_worker(SPIDER, redis_url, tmp_path / "w1.log", waiting, DOMAIN)
+        wait_for_requests(small_site, 100, first, timeout=120)
+        pid = first.process.pid
+        first.process.kill()
+        first.process.wait()
+        fetched = sum(small_site.snapshot().values())
+        assert server.llen(f"{SPIDER}:items") == 0  # every item was still in its memory
+        # Scraped and not acknowledged (those in flight and prefetched are leased too).
+        assert leases_of(server, pid) >= fetched - 1, (leases_of(server, pid), fetched)
+        second = start_worker(SPIDER, redis_url, tmp_path / "w2.log", SETTINGS, DOMAIN)
+        wait_all([second])
+        items = {json.loads(raw)["url"] for raw in server.lrange(f"{SPIDER}:items", 0, -1)}
+        base = small_site.url.rstrip("/")
+        assert items == {base + path for path in expected_pages(pages) - {"/"}}
+    assert second.stats.get("scheduler/leases/recovered", 0) >= 100
+
+
 def test_sigterm_then_restart_returns_work_at_once(site, server, redis_url, tmp_path):
     """A graceful stop leaves no lease behind: a restart need not wait for expiry."""
     settings = {**SETTINGS, "SCHEDULER_WORKER_TIMEOUT": 120}  # expiry would stall the crawl

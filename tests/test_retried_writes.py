@@ -15,8 +15,9 @@ import time
 import pytest
 from scrapy import Request
 from scrapy.utils.test import get_crawler
+from twisted.internet.task import Clock
 
-from helpers import DemoSpider, make_spider
+from helpers import DemoSpider, ManualClock, make_spider, until_stored
 from lossy_proxy import LossyProxy
 from redis_server import RedisServer
 from scrapy_redis.connection import get_redis_from_settings
@@ -77,6 +78,40 @@ def test_items_sent_again_after_an_outage_are_stored_once(proxy, server):
     pipe.close_spider()  # pushes what it kept: 2 again, then 3
     assert stored_items(server) == [1, 2, 3]
     assert server.keys("*:writes:*") == []  # its record is deleted when it closes
+
+
+@pytest.mark.parametrize("how", LOSSES)
+def test_a_batch_of_items_whose_reply_is_lost_is_stored_once_in_order(proxy, server, how):
+    pipe = pipeline(crawler_settings(proxy))
+    pipe.clock = Clock()  # items wait and go in batches (no reactor runs here)
+    until_stored(pipe.process_item({"n": 0}))
+    pipe.flush()  # connected: the reply lost is the batch's, not the handshake's
+    answers = []
+    for n in range(1, 6):
+        answers.append(until_stored(pipe.process_item({"n": n})))
+    proxy.lose_next_reply(how)
+    pipe.clock.advance(pipe.delay)
+    assert proxy.lost == [b"EVALSHA"]  # the reply was lost, the batch sent again
+    assert stored_items(server) == [0, 1, 2, 3, 4, 5]
+    assert [answer.result["n"] for answer in answers] == [1, 2, 3, 4, 5]
+
+
+def test_a_batch_of_items_sent_again_after_an_outage_is_stored_once(proxy, server):
+    pipe = pipeline(crawler_settings(proxy))
+    pipe.clock = Clock()
+    until_stored(pipe.process_item({"n": 0}))
+    pipe.flush()
+    answers = []
+    for n in range(1, 4):
+        answers.append(until_stored(pipe.process_item({"n": n})))
+    proxy.lose_next_reply(times=2)  # the reply to redis-py's retry too: an outage
+    pipe.clock.advance(pipe.delay)  # stored, but the pipeline cannot know it
+    assert pipe.guard.down and stored_items(server) == [0, 1, 2, 3]
+    assert not any(answer.called for answer in answers)  # not known to be stored
+    answers.append(until_stored(pipe.process_item({"n": 4})))  # kept (backing off)
+    pipe.close_spider()  # pushes what it kept: 1 to 3 again, then 4
+    assert stored_items(server) == [0, 1, 2, 3, 4]
+    assert [answer.result["n"] for answer in answers] == [1, 2, 3, 4]
 
 
 @pytest.mark.parametrize("how", LOSSES)
@@ -218,6 +253,25 @@ def test_items_kept_during_an_outage_are_pushed_once_when_the_pipeline_sees_redi
     pipe.process_item({"n": 3})
     assert not pipe.guard.down
     assert stored_items(pipe.server) == [0, 1, 2, 3]
+
+
+def test_items_waiting_through_a_long_outage_are_given_back_so_the_crawl_can_close(
+    own_server, caplog
+):
+    """Scrapy's engine closes a spider only once every item it handed over came back:
+    after REDIS_OUTAGE_TIMEOUT (the scheduler closes the spider), waiting items are
+    given back unstored, and logged as lost when the pipeline closes."""
+    pipe = pipeline({"REDIS_URL": own_server.url, "REDIS_OUTAGE_TIMEOUT": 30})
+    pipe.clock, pipe.guard.clock = Clock(), ManualClock()
+    own_server.stop()
+    answer = until_stored(pipe.process_item({"n": 1}))
+    pipe.clock.advance(pipe.delay)  # the push fails: an outage
+    assert pipe.guard.down and not answer.called
+    pipe.guard.clock.advance(31)
+    pipe.clock.advance(pipe.delay)
+    assert answer.result == {"n": 1}
+    pipe.close_spider()
+    assert "1 items could not be stored" in caplog.text
 
 
 def test_the_record_key_is_in_the_slot_of_the_key_it_guards():

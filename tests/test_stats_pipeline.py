@@ -11,7 +11,7 @@ from scrapy.extensions.logstats import LogStats
 from scrapy.utils.test import get_crawler
 from twisted.internet import task
 
-from helpers import Calls, DemoSpider
+from helpers import Calls, DemoSpider, until_stored
 from scrapy_redis.pipelines import RedisPipeline
 from scrapy_redis.stats import RedisStatsCollector, decode_value, encode_value
 
@@ -204,6 +204,71 @@ def test_pipeline_pushes_items_in_order(settings_dict, server):
     stored = server.lrange("demo:items", 0, -1)
     assert [json.loads(raw) for raw in stored] == items
     assert stored[0] == b'{"n": 0, "name": "caf\\u00e9"}'  # the original's JSON format
+
+
+def batching_pipeline(settings_dict, **extra):
+    """A pipeline that batches items, its timer on a Clock (no reactor runs here)."""
+    pipe = pipeline(settings_dict, **extra)
+    pipe.clock = task.Clock()
+    return pipe
+
+
+def test_pipeline_pushes_items_in_batches_in_order(settings_dict, server):
+    pipe = batching_pipeline(settings_dict, REDIS_ITEMS_BATCH_SIZE=100, REDIS_ITEMS_DELAY=0.5)
+    calls = Calls(server, "evalsha")
+    items = [{"n": i} for i in range(250)]
+    answers = [until_stored(pipe.process_item(item)) for item in items]
+    # Two full batches went at once; the last 50 wait for the timer.
+    assert calls() == {"evalsha": 2}
+    assert [json.loads(raw)["n"] for raw in server.lrange("demo:items", 0, -1)] == list(range(200))
+    given_back = [answer.result for answer in answers[:200]]  # fired: stored
+    assert given_back == items[:200]
+    assert not any(answer.called for answer in answers[200:])  # not in Redis yet
+    pipe.clock.advance(0.5)
+    assert calls() == {"evalsha": 1}
+    assert [json.loads(raw) for raw in server.lrange("demo:items", 0, -1)] == items
+    assert [answer.result for answer in answers[200:]] == items[200:]
+
+
+def test_items_waiting_are_pushed_by_flush_and_at_close(settings_dict, server):
+    pipe = batching_pipeline(settings_dict)
+    first = until_stored(pipe.process_item({"n": 1}))
+    pipe.flush()
+    assert first.result == {"n": 1} and server.llen("demo:items") == 1
+    last = until_stored(pipe.process_item({"n": 2}))
+    pipe.close_spider()
+    assert last.result == {"n": 2} and server.llen("demo:items") == 2
+    assert server.keys("*:writes:*") == []
+
+
+def test_a_batch_redis_refuses_fails_its_items_and_not_the_next(settings_dict, server):
+    server.set("demo:items", "not a list")
+    pipe = batching_pipeline(settings_dict)
+    refused = until_stored(pipe.process_item({"n": 1}))
+    pipe.clock.advance(pipe.delay)  # the timer's push fails: WRONGTYPE
+    assert "WRONGTYPE" in str(refused.result.value)
+    refused.addErrback(lambda _: None)
+    server.delete("demo:items")
+    stored = until_stored(pipe.process_item({"n": 2}))
+    pipe.clock.advance(pipe.delay)
+    assert stored.result == {"n": 2}
+    assert server.lrange("demo:items", 0, -1) == [b'{"n": 2}']
+
+
+def test_a_batch_is_no_larger_than_the_items_scrapy_awaits_at_once(settings_dict, server):
+    """Scrapy processes at most CONCURRENT_ITEMS items of a response at once: a larger
+    batch would never fill from one response and wait for its delay every time."""
+    pipe = batching_pipeline(settings_dict, CONCURRENT_ITEMS=10, REDIS_ITEMS_BATCH_SIZE=100)
+    answers = [until_stored(pipe.process_item({"n": n})) for n in range(10)]
+    assert all(answer.called for answer in answers) and server.llen("demo:items") == 10
+
+
+@pytest.mark.parametrize(
+    ("name", "value"), [("REDIS_ITEMS_BATCH_SIZE", 0), ("REDIS_ITEMS_DELAY", -1)]
+)
+def test_pipeline_batching_settings_are_checked(settings_dict, name, value):
+    with pytest.raises(ValueError, match=name):
+        pipeline(settings_dict, **{name: value})
 
 
 def test_pipeline_settings_and_item_key_override(settings_dict, server):

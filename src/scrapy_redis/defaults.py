@@ -36,6 +36,13 @@ MAX_IDLE_TIME = 0
 #: REDIS_ITEMS_KEY: list that RedisPipeline appends items to.
 PIPELINE_KEY = "%(spider)s:items"
 
+#: REDIS_ITEMS_BATCH_SIZE: most items RedisPipeline pushes in one script call.
+REDIS_ITEMS_BATCH_SIZE = 100
+
+#: REDIS_ITEMS_DELAY: seconds an item may wait in the worker before it is pushed with
+#: others (0: each item at once, one round trip per item).
+REDIS_ITEMS_DELAY = 0.1
+
 #: Client class used when REDIS_PARAMS has no ``redis_cls``.
 REDIS_CLS = redis.StrictRedis
 

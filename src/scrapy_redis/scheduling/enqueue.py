@@ -62,11 +62,20 @@ class SeenCache:
     outage ends, so that their links are checked with Redis again.
     """
 
+    #: The deque that keeps the fingerprints in the order they were added (a seam for tests).
+    order_type: type[deque[str]] = deque
+
     def __init__(self, size: int, identity: ServerIdentity | None = None) -> None:
         self.size = size
         self._identity = identity if identity is not None else ServerIdentity()
         self._epoch = self._identity.changes
-        self._fingerprints: dict[str, None] = {}
+        # A set to look up, a deque for the order: evicting the oldest is O(1). (A dict used
+        # as a queue, ``del d[next(iter(d))]``, scans every slot deleted before its first
+        # live entry: 87 us an eviction after 10^6 inserts, against ~0.3 us here.)
+        self._fingerprints: set[str] = set()
+        self._order: deque[str] = self.order_type()
+        #: How many fingerprints were evicted (oldest out) since the cache was made.
+        self.evicted = 0
 
     def __contains__(self, fingerprint: str) -> bool:
         if self._identity.changes != self._epoch:
@@ -84,14 +93,21 @@ class SeenCache:
             self.clear()
         if self.size <= 0 or epoch != self._epoch:
             return
-        known = self._fingerprints
+        known, order = self._fingerprints, self._order
         for fingerprint in fingerprints:
-            known[fingerprint] = None
-        while len(known) > self.size:
-            del known[next(iter(known))]
+            if fingerprint not in known:
+                known.add(fingerprint)
+                order.append(fingerprint)
+        while len(order) > self.size:
+            known.discard(order.popleft())
+            self.evicted += 1
+
+    def __len__(self) -> int:
+        return len(self._order)
 
     def clear(self) -> None:
         self._fingerprints.clear()
+        self._order.clear()
         self._epoch = self._identity.changes
 
 
