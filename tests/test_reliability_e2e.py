@@ -201,3 +201,30 @@ def test_no_lease_left_whatever_way_requests_leave(server, redis_url, tmp_path):
     left = keys(server)
     assert not {key for key in left if "lease" in key}, left
     assert left == {"residue:dupefilter"}, left  # queue drained, nothing leased
+
+
+@pytest.mark.parametrize(("setting", "status"), [(None, 3), ("0", 0)])
+def test_a_crawl_stopped_for_an_operator_exits_non_zero(
+    server, redis_url, tmp_path, setting, status
+):
+    """A queue in the original's pickle format, read with the safe serializer: the worker
+    stops itself (``scheduler_serializer_error``) and ``scrapy crawl`` says so with its
+    exit status, SCHEDULER_STOP_EXIT_CODE (0: Scrapy's own status)."""
+    import pickle
+
+    queue = "myspider_redis:requests"
+    server.lpush(queue, pickle.dumps({"url": "http://127.0.0.1:9/", "method": "GET"}, protocol=5))
+    settings = {"SCHEDULER_QUEUE_CLASS": "scrapy_redis.queue.FifoQueue"}
+    if setting is not None:
+        settings["SCHEDULER_STOP_EXIT_CODE"] = setting
+    worker = start_worker("myspider_redis", redis_url, tmp_path / "w.log", settings, DOMAIN)
+    try:
+        worker.process.wait(120)
+    finally:
+        if worker.process.poll() is None:
+            worker.process.kill()
+            worker.process.wait()
+    worker.log = worker.log_path.read_text(encoding="utf-8", errors="replace")
+    assert worker.stats.get("finish_reason") == "scheduler_serializer_error", worker.describe()
+    assert worker.process.returncode == status, worker.describe()
+    assert server.llen(queue) == 1  # the entry kept for an operator

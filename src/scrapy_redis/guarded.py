@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from redis.exceptions import ResponseError
 
 from scrapy_redis._engine import engine_of
+from scrapy_redis.exit_status import exit_code, fail_running_command
 from scrapy_redis.keytypes import KeyUse, describe, is_wrong_type, wrong_types
 from scrapy_redis.outage import OutageGuard
 
@@ -95,11 +96,13 @@ class RedisCalls:
         self.stop("scheduler_serializer_error")
 
     def stop(self, reason: str) -> None:
-        """Close the spider with ``reason`` (once the engine runs); write nothing more."""
+        """Close the spider with ``reason`` (once the engine runs); write nothing more.
+        ``scrapy crawl`` then exits with SCHEDULER_STOP_EXIT_CODE (see exit_status.py)."""
         self.halted = True
         engine = engine_of(self.crawler)
         if engine is None:
             return
+        fail_running_command(exit_code(self.crawler))
         if hasattr(engine, "close_spider_async"):
             from scrapy.utils.defer import deferred_from_coro
 
