@@ -170,10 +170,10 @@ def test_two_workers_crawl_every_page_once_on_redisbloom(bloom_url, bloom_server
             "BLOOMFILTER_CAPACITY": 300,
             "BLOOMFILTER_ERROR_RATE": 1e-6,
         }
-        crawl("myspider_redis", bloom_url, tmp_path, settings=settings, arguments=DOMAIN)
+        workers = crawl("myspider_redis", bloom_url, tmp_path, settings=settings, arguments=DOMAIN)
         hits = site.snapshot()
         missed = sorted(set(expected_hits(PAGES)) - set(hits))
-        assert not missed, where_missed(bloom_server, site.url, missed)
+        assert not missed, where_missed(bloom_server, site.url, missed, workers)
         assert_hits(hits, expected_hits(PAGES))
     assert bloom_server.type("myspider_redis:dupefilter") == b"MBbloom--"
     info = bloom_server.execute_command("BF.INFO", "myspider_redis:dupefilter", "ITEMS")
@@ -209,19 +209,22 @@ def test_a_batch_whose_reply_is_lost_is_answered_as_first(redisbloom_server, blo
     assert bloom_server.keys("*") == []  # its one-time filter, its write record
 
 
-def where_missed(server, site_url: str, paths: list[str]) -> str:
+def where_missed(server, site_url: str, paths: list[str], workers=()) -> str:
     """Why pages were never fetched: for each, whether the filter holds its fingerprint
     (a false positive, or a request recorded and then lost) and what the crawl left in
-    Redis (requests still queued or leased: the workers stopped too early)."""
+    Redis (requests still queued or leased: the workers stopped too early), and the
+    workers' stats (retries given up, requests dropped)."""
     from scrapy import Request
-    from scrapy.utils.request import fingerprint
+
+    from scrapy_redis.dupefilter import request_fingerprint  # the filter's fingerprints
 
     lines = [f"{len(paths)} paths never fetched"]
     for path in paths[:10]:
-        seen = fingerprint(Request(site_url.rstrip("/") + path)).hex()
+        seen = request_fingerprint(Request(site_url.rstrip("/") + path))
         exists = server.execute_command("BF.EXISTS", "myspider_redis:dupefilter", seen)
         lines.append(f"{path}: in the filter {bool(exists)}")
     left = {key.decode(): server.type(key).decode() for key in server.keys("myspider_redis:*")}
     lines.append(f"keys left: {left}")
     lines.append(f"leases: {server.hlen('myspider_redis:requests:leases')}")
+    lines.extend(f"{worker.name}: {worker.stats}" for worker in workers)
     return "\n".join(lines)
