@@ -222,6 +222,7 @@ class Scheduler:
             parts.feed.give_back_all()
             if isinstance(self.queue, (Base, LanedQueue)):
                 self.queue.writes.forget(self.server)
+            self._forget_filter_writes()
             self._leave(keep)
         except OUTAGE_ERRORS as exc:
             parts.closed_during_outage(exc)
@@ -333,6 +334,17 @@ class Scheduler:
         for dupefilter in [self.df, *getattr(self.queue, "filters", ())]:
             if hasattr(dupefilter, "clear"):
                 dupefilter.clear()
+
+    def _forget_filter_writes(self) -> None:
+        """Delete the write records of the filters built with from_spider (a custom queue's
+        push records fingerprints with request_seen()): nobody closes these filters, as
+        the original's close() deleted the shared fingerprints."""
+        if not self._df_from_spider:
+            return  # closed by close(), which forgets them
+        for dupefilter in [self.df, *getattr(self.queue, "filters", ())]:
+            writes = getattr(dupefilter, "writes", None)
+            if isinstance(writes, WriteIds):
+                writes.forget(getattr(dupefilter, "server", self.server))
 
     def _leave(self, keep: bool) -> None:
         membership = self._parts.membership
