@@ -125,6 +125,14 @@ def test_sigterm_then_restart_returns_work_at_once(site, server, redis_url, tmp_
     assert keys(server) == {f"{SPIDER}:items"}
 
 
+def wait_in_logs(workers, text: str, timeout: float = 120) -> None:
+    """Wait until a worker's log has ``text`` (logs are files written as they run)."""
+    deadline = time.monotonic() + timeout
+    while not any(text in w.log_path.read_text(errors="replace") for w in workers):
+        assert time.monotonic() < deadline, f"no worker logged {text!r} in {timeout}s"
+        time.sleep(0.05)
+
+
 def test_redis_restarted_mid_crawl(site, tmp_path):
     """redis-server (appendonly) restarted under two workers: the crawl completes."""
     redis = RedisServer("--appendonly", "yes").start()
@@ -137,7 +145,7 @@ def test_redis_restarted_mid_crawl(site, tmp_path):
         ]
         wait_for_requests(site, 1000, workers[0], timeout=120)
         redis.stop()
-        time.sleep(2)
+        wait_in_logs(workers, "Redis is unreachable")  # the outage noticed, then ended
         redis.start()
         wait_all(workers)
         assert_every_page_crawled(client, site, max_extra=40)
