@@ -43,6 +43,9 @@ CRAWL_TIMEOUT = 180
 IDLE = 2
 #: Spider arguments of the Redis spiders: stay on the demo site.
 DOMAIN = {"domain": "127.0.0.1"}
+#: Every worker process started by the running test: conftest.py kills those still
+#: running when it ends (a test that failed half-way), so none outlives its test.
+STARTED: list[subprocess.Popen[bytes]] = []
 PROBLEM = re.compile(r"Traceback|\] (ERROR|CRITICAL):|DeprecationWarning")
 
 
@@ -85,6 +88,7 @@ def start_worker(spider, redis_url, log_path, settings=None, arguments=None, env
         process = subprocess.Popen(
             command, cwd=EXAMPLE, env=environ, stdout=log, stderr=subprocess.STDOUT
         )
+    STARTED.append(process)
     return Worker(log_path.stem, process, log_path)
 
 
@@ -113,8 +117,9 @@ def wait_all(
         assert worker.stats.get("finish_reason") == finish_reason, report
 
 
-def wait_for_requests(site, count: int, worker: Worker, timeout: float = 60) -> None:
-    """Wait until the site has served ``count`` requests (while ``worker`` runs)."""
+def wait_for_requests(site, count: int, worker: Worker, timeout: float = CRAWL_TIMEOUT) -> None:
+    """Wait until the site has served ``count`` requests (while ``worker`` runs); fail
+    after ``timeout`` s (a bound for a machine stalled by other work, not a wait)."""
     deadline = time.monotonic() + timeout
     while sum(site.snapshot().values()) < count:
         assert worker.process.poll() is None, f"{worker.name} exited early"
