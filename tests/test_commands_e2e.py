@@ -43,6 +43,7 @@ def test_status_and_watch_during_and_after_a_crawl(server, redis_url, tmp_path):
             "DOWNLOAD_DELAY": 0.02,
             "STATS_CLASS": "scrapy_redis.stats.RedisStatsCollector",
         }
+        site.hold_after(60)  # the crawl runs on until the commands below have looked at it
         worker = start_worker("myspider_redis", redis_url, tmp_path / "w.log", settings, DOMAIN)
         pushed = scrapy_redis(redis_url, "push", "myspider_redis", site.url)
         assert pushed.returncode == 0, pushed.stderr
@@ -57,6 +58,7 @@ def test_status_and_watch_during_and_after_a_crawl(server, redis_url, tmp_path):
         watched = scrapy_redis(
             redis_url, "watch", "myspider_redis", "--count", "2", "--interval", "0.1", "--json"
         )
+        site.release()
         wait_all([worker])
         after = status_of(redis_url)
         pages = sum(site.snapshot().values())
