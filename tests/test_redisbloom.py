@@ -164,7 +164,16 @@ def test_two_workers_crawl_every_page_once_on_redisbloom(bloom_url, bloom_server
     in 400 simulated crawls), so they are counted, not hoped away: a page never fetched
     must be in the filter (a false positive, or a request recorded and not pushed: then
     the workers' pushes and pops differ), or reachable only through such pages."""
-    from test_e2e import DOMAIN, IDLE, PAGES, DemoSite, assert_hits, crawl, expected_hits
+    from test_e2e import (
+        DOMAIN,
+        IDLE,
+        PAGES,
+        DemoSite,
+        assert_hits,
+        crawl,
+        expected_hits,
+        reachable_hits,
+    )
 
     with DemoSite(pages=PAGES) as site:
         bloom_server.lpush("myspider:start_urls", json.dumps({"url": site.url}))
@@ -202,32 +211,6 @@ def in_filter(server, site_url: str, path: str) -> bool:
 
     seen = request_fingerprint(Request(site_url.rstrip("/") + path))
     return bool(server.execute_command("BF.EXISTS", "myspider_redis:dupefilter", seen))
-
-
-def reachable_hits(pages: int, skipped: set[str]) -> dict[str, int]:
-    """expected_hits() of the demo site for a crawl whose filter took the paths
-    ``skipped`` for duplicates: neither they nor what only they lead to are fetched."""
-    from demo_site import expected_hits, page_links, page_path  # (test_e2e's sys.path)
-
-    def links(path: str) -> list[str]:
-        kind, _, rest = path.lstrip("/").partition("/")
-        number = rest.removesuffix(".html")
-        if path == "/":
-            return page_links(-1, pages).paths()
-        if kind == "p":
-            return page_links(int(number), pages).paths()
-        if kind in ("r", "error"):  # a redirect; a recovered page's one link
-            return [page_path(int(number))]
-        return []  # missing: a 404
-
-    reached, todo = {"/"}, ["/"]
-    while todo:
-        for link in links(todo.pop()):
-            if link not in reached and link not in skipped:
-                reached.add(link)
-                todo.append(link)
-    expected = expected_hits(pages)
-    return {path: expected[path] for path in reached}
 
 
 def test_the_command_moves_an_old_set_into_a_redisbloom_filter(bloom_url, bloom_server, capsys):
