@@ -55,6 +55,8 @@ RANDOM_LINKS = 7
 REDIRECT_RATE = 0.3
 MISSING_RATE = 0.1
 ERROR_RATE = 0.05
+#: Seconds a request held by DemoSite.hold_after() waits at most for release().
+HOLD_LIMIT = 300.0
 
 
 def page_path(i: int) -> str:
@@ -178,6 +180,9 @@ class DemoSite:
         #: time.monotonic() of the last counted hit (None before the first).
         self.last_hit: float | None = None
         self._lock = threading.Lock()
+        #: hold_after(): requests beyond this many wait until release() (None: none wait).
+        self._hold_after: int | None = None
+        self._released = threading.Event()
         self._server = _Server((host, port), _Handler)
         self._server.site = self
         self._thread: threading.Thread | None = None
@@ -238,7 +243,22 @@ class DemoSite:
         with self._lock:
             self.hits[path] += 1
             self.last_hit = time.monotonic()
-            return self.hits[path]
+            hit, total = self.hits[path], self.hits.total()
+        if self._hold_after is not None and total > self._hold_after:
+            self._released.wait(HOLD_LIMIT)
+        return hit
+
+    def hold_after(self, count: int) -> None:
+        """Answer the first ``count`` requests (counted ones), then keep the next ones
+        waiting until :meth:`release` (at most HOLD_LIMIT seconds): a crawl that
+        cannot end while a test looks at it."""
+        self._released.clear()
+        self._hold_after = count
+
+    def release(self) -> None:
+        """Answer the held requests, and every later one at once."""
+        self._hold_after = None
+        self._released.set()
 
     # -- content --------------------------------------------------------------------
 

@@ -28,6 +28,19 @@ def pytest_unconfigure(config):
         loop.close()
 
 
+@pytest.fixture(autouse=True)
+def _no_worker_outlives_its_test():
+    """Kill the ``scrapy crawl`` workers a test started and left running (it failed
+    before waiting for them): they would crawl on and warn in a later test."""
+    yield
+    started = getattr(sys.modules.get("test_e2e"), "STARTED", [])
+    for process in started:
+        if process.poll() is None:
+            process.kill()
+        process.wait()
+    started.clear()
+
+
 @pytest.fixture(scope="session")
 def redis_server():
     """One redis-server for the whole session, on a free loopback port."""

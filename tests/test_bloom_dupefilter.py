@@ -19,7 +19,7 @@ from scrapy.utils.test import get_crawler
 
 from helpers import DemoSpider
 from lossy_proxy import LossyProxy
-from scrapy_redis.dupefilter import BloomDupeFilter
+from scrapy_redis.dupefilter import BloomDupeFilter, request_fingerprint
 from scrapy_redis.dupefilters.bloom import BloomForgetError
 from scrapy_redis.dupefilters.bloom_layout import (
     BLOCK_MIN_BITS,
@@ -669,8 +669,20 @@ def test_a_request_sent_again_after_an_outage_is_not_taken_for_a_duplicate(proxy
 @pytest.mark.timeout(300)
 def test_two_workers_crawl_every_page_once_through_a_growing_filter(redis_url, server, tmp_path):
     """Two ``scrapy crawl`` processes share a Bloom filter that grows twice during the crawl
-    (capacity 300 for ~1,000 URLs; an error rate of 1e-6 so that no page is missed)."""
-    from test_e2e import DOMAIN, IDLE, PAGES, DemoSite, assert_hits, crawl, expected_hits
+    (capacity 300 for ~1,400 URLs; an error rate of 1e-6: a false positive in about one
+    of 300 such crawls, measured). A page never fetched must be a false positive of the
+    filter (it holds its fingerprint; the workers popped every request they pushed), or
+    reachable only through one: they are counted, not hoped away."""
+    from test_e2e import (
+        DOMAIN,
+        IDLE,
+        PAGES,
+        DemoSite,
+        assert_hits,
+        crawl,
+        expected_hits,
+        reachable_hits,
+    )
 
     with DemoSite(pages=PAGES) as site:
         server.lpush("myspider:start_urls", json.dumps({"url": site.url}))
@@ -682,10 +694,22 @@ def test_two_workers_crawl_every_page_once_through_a_growing_filter(redis_url, s
             "BLOOMFILTER_ERROR_RATE": 1e-6,
         }
         workers = crawl("myspider_redis", redis_url, tmp_path, settings=settings, arguments=DOMAIN)
-        assert_hits(site.snapshot(), expected_hits(PAGES))
+        hits = site.snapshot()
     meta = server.hgetall("myspider_redis:dupefilter")
+    shared = bloom(server, 300, 1e-6, key="myspider_redis:dupefilter")
+    base = site.url.rstrip("/")
+    false_positives = {  # (seen_many() records what it does not hold: read meta before)
+        path
+        for path in set(expected_hits(PAGES)) - set(hits)
+        if shared.seen_many([request_fingerprint(Request(base + path))])[0]
+    }
+    assert len(false_positives) <= 3, false_positives
+    expected = reachable_hits(PAGES, false_positives)
+    assert_hits(hits, expected)
+    pushed = sum(worker.stats.get("scheduler/enqueued/redis", 0) for worker in workers)
+    assert pushed == sum(worker.stats.get("scheduler/dequeued/redis", 0) for worker in workers)
     assert meta[b"layers"] == b"3"  # 300 + 450 + 675
-    assert int(meta[b"count"]) == len(expected_hits(PAGES)) - 1  # all but the start URL
+    assert int(meta[b"count"]) == len(expected) - 1  # all but the start URL
     assert any("past its capacity" in worker.log for worker in workers)
     filtered = sum(worker.stats.get("dupefilter/filtered", 0) for worker in workers)
     assert filtered > PAGES  # the site links each page ~10 times

@@ -43,6 +43,7 @@ def test_status_and_watch_during_and_after_a_crawl(server, redis_url, tmp_path):
             "DOWNLOAD_DELAY": 0.02,
             "STATS_CLASS": "scrapy_redis.stats.RedisStatsCollector",
         }
+        site.hold_after(60)  # the crawl runs on until the commands below have looked at it
         worker = start_worker("myspider_redis", redis_url, tmp_path / "w.log", settings, DOMAIN)
         pushed = scrapy_redis(redis_url, "push", "myspider_redis", site.url)
         assert pushed.returncode == 0, pushed.stderr
@@ -57,6 +58,7 @@ def test_status_and_watch_during_and_after_a_crawl(server, redis_url, tmp_path):
         watched = scrapy_redis(
             redis_url, "watch", "myspider_redis", "--count", "2", "--interval", "0.1", "--json"
         )
+        site.release()
         wait_all([worker])
         after = status_of(redis_url)
         pages = sum(site.snapshot().values())
@@ -88,6 +90,21 @@ def test_status_and_watch_during_and_after_a_crawl(server, redis_url, tmp_path):
     assert server.keys() == []
 
 
+def wait_expired(server, queue: str, timeout: float = 60) -> None:
+    """Wait until every worker's registry deadline and every lease deadline of ``queue``
+    has passed on the server's clock (a dead worker's: SCHEDULER_WORKER_TIMEOUT)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        seconds, micros = server.time()
+        now_ms = seconds * 1000 + micros // 1000
+        workers = [int(value) for value in server.hvals(f"{queue}:workers")]
+        leases = server.zrange(f"{queue}:lease_deadlines", -1, -1, withscores=True)
+        if all(value < now_ms for value in workers) and all(s < now_ms for _, s in leases):
+            return
+        assert time.monotonic() < deadline, f"nothing expired in {timeout}s"
+        time.sleep(0.05)
+
+
 def test_a_killed_workers_requests_requeued_exported_and_crawled(server, redis_url, tmp_path):
     """A worker killed mid-crawl: ``status`` says why nothing moves, ``requeue --expired``
     puts back what it held, ``export queue`` lists it, a new worker crawls it, and
@@ -104,7 +121,7 @@ def test_a_killed_workers_requests_requeued_exported_and_crawled(server, redis_u
         wait_for_requests(site, 20, killed)
         killed.process.kill()
         killed.process.wait(10)
-        time.sleep(2.5)  # its registry entry and its leases expire (SCHEDULER_WORKER_TIMEOUT)
+        wait_expired(server, "myspider_redis:requests")  # its registry entry and its leases
         before = status_of(redis_url)
         requeued = scrapy_redis(redis_url, "requeue", "myspider_redis", "--expired", "--json")
         after = status_of(redis_url)

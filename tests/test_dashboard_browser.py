@@ -56,19 +56,26 @@ def project_status(server, redis_url):
     return crawl_status(server, settings, MySpider)
 
 
-def shown(browser, field: str) -> str:
-    from selenium.webdriver.common.by import By
+# The page replaces its elements at every refresh (--interval 0.5): an element found by
+# one WebDriver call may be gone at the next ("stale element reference"), so what the
+# page shows is read in one script call, in the page's own thread, between two refreshes.
 
+
+def shown(browser, field: str) -> str:
     selector = f'[data-spider="{SPIDER}"] [data-field="{field}"]'
-    text: str = browser.find_element(By.CSS_SELECTOR, selector).text
-    return text
+    text = browser.execute_script(
+        "const e = document.querySelector(arguments[0]); return e ? e.innerText : null;",
+        selector,
+    )
+    return "" if text is None else str(text).strip()  # "": not on the page (yet)
 
 
 def shown_workers(browser) -> set[str]:
-    from selenium.webdriver.common.by import By
-
-    rows = browser.find_elements(By.CSS_SELECTOR, f'[data-spider="{SPIDER}"] tr[data-worker]')
-    return {row.get_attribute("data-worker") for row in rows}
+    rows = browser.execute_script(
+        "return Array.from(document.querySelectorAll(arguments[0]), r => r.dataset.worker);",
+        f'[data-spider="{SPIDER}"] tr[data-worker]',
+    )
+    return set(rows)
 
 
 def wait(browser, condition, what, timeout: float = 15) -> None:

@@ -32,7 +32,7 @@ EXAMPLE = ROOT / "example-project"
 sys.path.insert(0, str(EXAMPLE))
 
 from demo import parse_stats  # noqa: E402
-from demo_site import DemoSite, expected_hits, expected_pages  # noqa: E402
+from demo_site import DemoSite, expected_hits, expected_pages, page_links, page_path  # noqa: E402
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -43,6 +43,9 @@ CRAWL_TIMEOUT = 180
 IDLE = 2
 #: Spider arguments of the Redis spiders: stay on the demo site.
 DOMAIN = {"domain": "127.0.0.1"}
+#: Every worker process started by the running test: conftest.py kills those still
+#: running when it ends (a test that failed half-way), so none outlives its test.
+STARTED: list[subprocess.Popen[bytes]] = []
 PROBLEM = re.compile(r"Traceback|\] (ERROR|CRITICAL):|DeprecationWarning")
 
 
@@ -85,6 +88,7 @@ def start_worker(spider, redis_url, log_path, settings=None, arguments=None, env
         process = subprocess.Popen(
             command, cwd=EXAMPLE, env=environ, stdout=log, stderr=subprocess.STDOUT
         )
+    STARTED.append(process)
     return Worker(log_path.stem, process, log_path)
 
 
@@ -113,8 +117,9 @@ def wait_all(
         assert worker.stats.get("finish_reason") == finish_reason, report
 
 
-def wait_for_requests(site, count: int, worker: Worker, timeout: float = 60) -> None:
-    """Wait until the site has served ``count`` requests (while ``worker`` runs)."""
+def wait_for_requests(site, count: int, worker: Worker, timeout: float = CRAWL_TIMEOUT) -> None:
+    """Wait until the site has served ``count`` requests (while ``worker`` runs); fail
+    after ``timeout`` s (a bound for a machine stalled by other work, not a wait)."""
     deadline = time.monotonic() + timeout
     while sum(site.snapshot().values()) < count:
         assert worker.process.poll() is None, f"{worker.name} exited early"
@@ -148,6 +153,32 @@ def assert_hits(hits: dict[str, int], expected: dict[str, int]) -> None:
         if count != expected.get(path)
     }
     assert not wrong, f"(hits, expected) differ: {sorted(wrong.items())[:20]}"
+
+
+def reachable_hits(pages: int, skipped: set[str]) -> dict[str, int]:
+    """expected_hits() of the demo site for a crawl whose filter took the paths
+    ``skipped`` for duplicates (a Bloom filter's false positives): neither they nor what
+    only they lead to are fetched."""
+
+    def links(path: str) -> list[str]:
+        kind, _, rest = path.lstrip("/").partition("/")
+        number = rest.removesuffix(".html")
+        if path == "/":
+            return page_links(-1, pages).paths()
+        if kind == "p":
+            return page_links(int(number), pages).paths()
+        if kind in ("r", "error"):  # a redirect; a recovered page's one link
+            return [page_path(int(number))]
+        return []  # missing: a 404
+
+    reached, todo = {"/"}, ["/"]
+    while todo:
+        for link in links(todo.pop()):
+            if link not in reached and link not in skipped:
+                reached.add(link)
+                todo.append(link)
+    expected = expected_hits(pages)
+    return {path: expected[path] for path in reached}
 
 
 def assert_items(server, spider, site, expected_paths) -> list[dict]:

@@ -821,22 +821,30 @@ def test_a_listener_whose_connection_was_lost_listens_again_at_once(server, monk
     channel = f"test:news:{time.monotonic_ns()}"
     listener = NewsListener(server, channel, lambda: None, reactor=_ThreadReactor())
     listener.start()
-    deadline = time.monotonic() + 5
-    while server.pubsub_numsub(channel)[0][1] == 0 and time.monotonic() < deadline:
-        time.sleep(0.02)
-    time.sleep(0.3)  # listening for longer than LISTENED
-    server.client_kill_filter(_type="pubsub")  # the connection is lost
-    listener.join(5)
     first = listener.thread
+    # listening for longer than LISTENED, as the listener counts it (from its own
+    # subscription, not from when this thread noticed it)
+    wait_until(lambda: (since := listener.listening_since) is not None
+               and time.monotonic() - since > NewsListener.LISTENED)  # fmt: skip
+    assert server.pubsub_numsub(channel)[0][1] == 1
+    server.client_kill_filter(_type="pubsub")  # the connection is lost
+    listener.join(30)
     assert not first.is_alive()
     listener.start()
     assert listener.thread is not first  # at once
-    deadline = time.monotonic() + 5
-    while server.pubsub_numsub(channel)[0][1] == 0 and time.monotonic() < deadline:
-        time.sleep(0.02)
+    wait_until(lambda: server.pubsub_numsub(channel)[0][1] == 1 or not listener.thread.is_alive())
     assert server.pubsub_numsub(channel)[0][1] == 1
     listener.stop()
-    listener.join(5)
+    listener.join(30)
+
+
+def wait_until(condition, timeout: float = 30) -> None:
+    """Poll ``condition`` until it holds; fail after ``timeout`` s (a bound for a stalled
+    machine, not a wait: it returns as soon as the condition holds)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"not true within {timeout}s"
+        time.sleep(0.02)
 
 
 def test_an_idle_worker_on_a_test_clock_keeps_listening_to_the_news(

@@ -1,6 +1,6 @@
 """Nothing lost: real workers killed, stopped and cut off from Redis mid-crawl.
 
-Two ``mycrawler_redis`` workers of example-project crawl a local 2,000-page site
+Two ``mycrawler_redis`` workers of example-project crawl a local 1,000-page site
 (see test_e2e.py for the site and the helpers). Requests are leased, not
 deleted, when a worker pops them; these tests kill workers with SIGKILL, stop one
 with SIGTERM and restart redis-server under them, and check from the site's hit
@@ -32,7 +32,7 @@ from test_e2e import (  # test_e2e puts example-project (demo_site) on sys.path
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(400)]
 
-PAGES = 2000
+PAGES = 1000
 SPIDER = "mycrawler_redis"
 LEASES = "mycrawler_redis:requests:leases"
 #: Slow the workers down (the local site answers in microseconds) so that the crawl
@@ -83,7 +83,7 @@ def test_sigkill_three_times(site, server, redis_url, tmp_path):
     ]
     in_flight = 0
     killed: list[int] = []
-    for kill, threshold in enumerate(sorted(rng.sample(range(300, 2400), 3)), start=1):
+    for kill, threshold in enumerate(sorted(rng.sample(range(150, 1200), 3)), start=1):
         victim = rng.randrange(2)
         wait_for_requests(site, threshold, workers[victim], timeout=120)
         pid = workers[victim].process.pid
@@ -137,7 +137,7 @@ def test_sigterm_then_restart_returns_work_at_once(site, server, redis_url, tmp_
     server.lpush("mycrawler:start_urls", site.url)
     first = start_worker(SPIDER, redis_url, tmp_path / "first.log", settings, DOMAIN)
     second = start_worker(SPIDER, redis_url, tmp_path / "second.log", settings, DOMAIN)
-    wait_for_requests(site, 800, first, timeout=120)
+    wait_for_requests(site, 400, first, timeout=120)
     pid = first.process.pid
     first.process.send_signal(signal.SIGTERM)
     wait_all([first], finish_reason="shutdown")
@@ -150,6 +150,14 @@ def test_sigterm_then_restart_returns_work_at_once(site, server, redis_url, tmp_
     assert keys(server) == {f"{SPIDER}:items"}
 
 
+def wait_in_logs(workers, text: str, timeout: float = 120) -> None:
+    """Wait until a worker's log has ``text`` (logs are files written as they run)."""
+    deadline = time.monotonic() + timeout
+    while not any(text in w.log_path.read_text(errors="replace") for w in workers):
+        assert time.monotonic() < deadline, f"no worker logged {text!r} in {timeout}s"
+        time.sleep(0.05)
+
+
 def test_redis_restarted_mid_crawl(site, tmp_path):
     """redis-server (appendonly) restarted under two workers: the crawl completes."""
     redis = RedisServer("--appendonly", "yes").start()
@@ -160,9 +168,9 @@ def test_redis_restarted_mid_crawl(site, tmp_path):
             start_worker(SPIDER, redis.url, tmp_path / f"w{n}.log", SETTINGS, DOMAIN)
             for n in (1, 2)
         ]
-        wait_for_requests(site, 1000, workers[0], timeout=120)
+        wait_for_requests(site, 500, workers[0], timeout=120)
         redis.stop()
-        time.sleep(2)
+        wait_in_logs(workers, "Redis is unreachable")  # the outage noticed, then ended
         redis.start()
         wait_all(workers)
         assert_every_page_crawled(client, site, max_extra=40)
@@ -226,3 +234,30 @@ def test_no_lease_left_whatever_way_requests_leave(server, redis_url, tmp_path):
     left = keys(server)
     assert not {key for key in left if "lease" in key}, left
     assert left == {"residue:dupefilter"}, left  # queue drained, nothing leased
+
+
+@pytest.mark.parametrize(("setting", "status"), [(None, 3), ("0", 0)])
+def test_a_crawl_stopped_for_an_operator_exits_non_zero(
+    server, redis_url, tmp_path, setting, status
+):
+    """A queue in the original's pickle format, read with the safe serializer: the worker
+    stops itself (``scheduler_serializer_error``) and ``scrapy crawl`` says so with its
+    exit status, SCHEDULER_STOP_EXIT_CODE (0: Scrapy's own status)."""
+    import pickle
+
+    queue = "myspider_redis:requests"
+    server.lpush(queue, pickle.dumps({"url": "http://127.0.0.1:9/", "method": "GET"}, protocol=5))
+    settings = {"SCHEDULER_QUEUE_CLASS": "scrapy_redis.queue.FifoQueue"}
+    if setting is not None:
+        settings["SCHEDULER_STOP_EXIT_CODE"] = setting
+    worker = start_worker("myspider_redis", redis_url, tmp_path / "w.log", settings, DOMAIN)
+    try:
+        worker.process.wait(120)
+    finally:
+        if worker.process.poll() is None:
+            worker.process.kill()
+            worker.process.wait()
+    worker.log = worker.log_path.read_text(encoding="utf-8", errors="replace")
+    assert worker.stats.get("finish_reason") == "scheduler_serializer_error", worker.describe()
+    assert worker.process.returncode == status, worker.describe()
+    assert server.llen(queue) == 1  # the entry kept for an operator

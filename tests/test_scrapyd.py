@@ -66,8 +66,8 @@ PROJECT = "example"
 SPIDER = "mycrawler_redis"
 START_KEY = "mycrawler:start_urls"
 PAGES = 300
-#: MAX_IDLE_TIME_BEFORE_CLOSE of the crawls: room for both to start before the start URL.
-IDLE = 5
+#: MAX_IDLE_TIME_BEFORE_CLOSE of the crawls (they run until released: see the test).
+IDLE = 2
 #: Seconds to wait for scrapyd to answer, for the workers to register, for the crawls to end.
 STARTUP, REGISTER, CRAWL = 30, 40, 90
 
@@ -273,19 +273,22 @@ def test_deployed_with_scrapyd_to_two_hosts(scrapyds, server, redis_url, tmp_pat
         assert f'Deploying to project "{PROJECT}" in {instance.url}addversion.json' in output
         assert SPIDER in instance.get("listspiders.json", project=PROJECT)["spiders"]
 
-    jobs = {
-        host1.name: host1.post("schedule.json", schedule_fields(None))["jobid"],
-        host2.name: host2.post("schedule.json", schedule_fields(redis_url))["jobid"],
-    }
-    workers = wait_for_workers(server, scrapyds)
-    assert len(workers) == 2
-    # what an operator sees: both workers, alive, one per scrapyd
-    shown = status(tmp_path / "example-project", redis_url)
-    assert {w["id"] for w in shown["workers"] if w["alive"]} == workers
-    assert shown["workers_alive"] == 2
-
     with DemoSite(pages=PAGES) as site:
+        # The first page waits until released: the first worker is busy and the other
+        # waits for its work, so that neither stops, however long the other takes to start.
+        site.hold_after(0)
         server.lpush(START_KEY, site.url)
+        jobs = {
+            host1.name: host1.post("schedule.json", schedule_fields(None))["jobid"],
+            host2.name: host2.post("schedule.json", schedule_fields(redis_url))["jobid"],
+        }
+        workers = wait_for_workers(server, scrapyds)
+        assert len(workers) == 2
+        # what an operator sees: both workers, alive, one per scrapyd
+        shown = status(tmp_path / "example-project", redis_url)
+        assert {w["id"] for w in shown["workers"] if w["alive"]} == workers
+        assert shown["workers_alive"] == 2
+        site.release()
         for instance in scrapyds:
             wait_finished(instance, jobs[instance.name])
         hits = site.snapshot()

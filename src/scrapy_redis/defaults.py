@@ -126,6 +126,11 @@ SCHEDULER_SEEN_CACHE_SIZE = 100_000
 #: SCHEDULER_SERIALIZER: how requests are stored (safe msgpack; pickle is opt-in).
 SCHEDULER_SERIALIZER = "scrapy_redis.serializers.msgpack_serializer"
 
+#: SCHEDULER_STOP_EXIT_CODE: exit status of ``scrapy crawl`` when the scheduler stopped the
+#: crawl itself (Redis unreachable too long, a key of another type, an unreadable queue); 0:
+#: Scrapy's (0, as for any closed spider).
+SCHEDULER_STOP_EXIT_CODE = 3
+
 #: SCHEDULER_WORKER_TIMEOUT: seconds without a heartbeat after which a worker is gone.
 SCHEDULER_WORKER_TIMEOUT = 30
 

@@ -40,6 +40,7 @@ from scrapy_redis.scheduling.parts import (
     assemble,
     assemble_plain,
     dedups_in_script,
+    forget_filter_writes,
     log_cleared,
 )
 from scrapy_redis.scheduling.reports import log_resuming, log_sharing, shared_counts
@@ -236,6 +237,8 @@ class Scheduler:
             parts.feed.give_back_all()
             if isinstance(self.queue, (Base, LanedQueue)):
                 self.queue.writes.forget(self.server)
+            if self._df_from_spider:  # nobody closes these filters (close() forgets)
+                forget_filter_writes([self.df, *getattr(self.queue, "filters", ())], self.server)
             self._leave(keep)
         except OUTAGE_ERRORS as exc:
             parts.closed_during_outage(exc)
@@ -361,6 +364,7 @@ class Scheduler:
         elif not keep and self.queue is not None:  # open() replaced by a subclass
             self.flush()
             self.cleared_shared_data = True
+
 
 def _keys_to_check(kwargs: dict[str, Any], crawler: Crawler | None) -> list[tuple[str, str]]:
     """The queue's and the filter's keys, checked for access before the engine opens."""

@@ -33,6 +33,7 @@ from scrapy_redis.store.guarded import RedisCalls
 from scrapy_redis.store.keys import lanes_key, news_channel, workers_key
 from scrapy_redis.store.keytypes import KeyUse
 from scrapy_redis.store.outage import OutageGuard, outage_guard
+from scrapy_redis.store.writes import WriteIds
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -274,3 +275,13 @@ def log_cleared(counts: tuple[int | None, int | None], spider: Any) -> None:
         {"queued": queued, "fingerprints": fingerprints},
         extra={"spider": spider},
     )
+
+
+def forget_filter_writes(filters: list[Any], server: Any) -> None:
+    """Delete the write records of filters built with from_spider (a custom queue's push
+    records fingerprints with request_seen()): nobody closes these filters, since the
+    original's close() deleted the shared fingerprints."""
+    for dupefilter in filters:
+        writes = getattr(dupefilter, "writes", None)
+        if isinstance(writes, WriteIds):
+            writes.forget(getattr(dupefilter, "server", server))

@@ -192,6 +192,7 @@ class NewsListener:
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
         self._started_at = 0.0
+        self._listening_since: float | None = None
 
     def start(self) -> None:
         """Listen, unless listening already, stopped, or the last try was under RETRY s ago."""
@@ -213,6 +214,12 @@ class NewsListener:
         """The listening thread of the last :meth:`start` (None before)."""
         return self._thread
 
+    @property
+    def listening_since(self) -> float | None:
+        """``time.monotonic()`` when the thread's subscription was confirmed (None while
+        it is not subscribed): what ``LISTENED`` is counted from."""
+        return self._listening_since
+
     def stop(self) -> None:
         self._stopped.set()
 
@@ -225,7 +232,7 @@ class NewsListener:
         try:
             pubsub = self.server.pubsub()
             self._subscribe(pubsub)
-            subscribed_at = time.monotonic()
+            subscribed_at = self._listening_since = time.monotonic()
             while not self._stopped.is_set():
                 kind = self._next(pubsub)
                 if kind in ("message", "smessage"):
@@ -239,6 +246,7 @@ class NewsListener:
             if subscribed_at is not None and time.monotonic() - subscribed_at >= self.LISTENED:
                 self._started_at = 0.0  # it worked a while: listen again at the next start()
         finally:
+            self._listening_since = None
             if pubsub is not None:
                 with contextlib.suppress(Exception):  # the connection is gone already
                     pubsub.close()

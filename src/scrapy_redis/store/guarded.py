@@ -16,7 +16,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from redis.exceptions import ResponseError
 
+from scrapy_redis import defaults
 from scrapy_redis.core.engine import engine_of
+from scrapy_redis.core.exit_status import fail_running_command
 from scrapy_redis.store.keytypes import KeyUse, describe, is_wrong_type, wrong_types
 from scrapy_redis.store.outage import OutageGuard
 
@@ -95,14 +97,23 @@ class RedisCalls:
         self.stop("scheduler_serializer_error")
 
     def stop(self, reason: str) -> None:
-        """Close the spider with ``reason`` (once the engine runs); write nothing more."""
+        """Close the spider with ``reason`` (once the engine runs); write nothing more.
+        ``scrapy crawl`` then exits with SCHEDULER_STOP_EXIT_CODE (see exit_status.py)."""
         self.halted = True
         engine = engine_of(self.crawler)
         if engine is None:
             return
+        fail_running_command(exit_code(self.crawler))
         if hasattr(engine, "close_spider_async"):
             from scrapy.utils.defer import deferred_from_coro
 
             deferred_from_coro(engine.close_spider_async(reason=reason))
         else:  # Scrapy < 2.14
             engine.close_spider(self.spider, reason=reason)
+
+
+def exit_code(crawler: Crawler | None) -> int:
+    """SCHEDULER_STOP_EXIT_CODE of ``crawler`` (the default without one)."""
+    if crawler is None:
+        return int(defaults.SCHEDULER_STOP_EXIT_CODE)
+    return crawler.settings.getint("SCHEDULER_STOP_EXIT_CODE", defaults.SCHEDULER_STOP_EXIT_CODE)
