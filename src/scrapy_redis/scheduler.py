@@ -35,6 +35,7 @@ from scrapy_redis.keys import format_key
 from scrapy_redis.keytypes import check_key_types
 from scrapy_redis.lanes import LanedQueue, check_lane_count, split_into_lanes
 from scrapy_redis.outage import OUTAGE_ERRORS
+from scrapy_redis.politeness.setup import fleet_queue
 from scrapy_redis.queue import Base
 from scrapy_redis.scheduler_parts import Parts, assemble, assemble_plain, dedups_in_script
 from scrapy_redis.scheduler_settings import check_scheduler_args, scheduler_kwargs
@@ -184,7 +185,7 @@ class Scheduler:
     def open(self, spider: Spider) -> Deferred[None] | None:
         self._opening = True
         self.spider = spider
-        self.queue = self._build_queue(spider)
+        self.queue = fleet_queue(self, spider, self._build_queue(spider))  # politeness/
         if self.df is None:
             self.df = load_configured("DUPEFILTER_CLASS", self.dupefilter_cls).from_spider(spider)
         self.queue = split_into_lanes(self, spider, self.queue)

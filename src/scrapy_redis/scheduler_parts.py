@@ -27,6 +27,7 @@ from scrapy_redis.leased_feed import LeasedFeed
 from scrapy_redis.leases import LeaseBook
 from scrapy_redis.outage import OutageGuard, outage_guard
 from scrapy_redis.pacing import DownloaderPacing, Pacer
+from scrapy_redis.politeness.pacing import polite_pacing
 from scrapy_redis.queue import Base
 from scrapy_redis.scheduler_stats import SchedulerStats
 from scrapy_redis.wakeup import NewsChannel
@@ -196,6 +197,8 @@ def assemble(scheduler: Scheduler) -> Parts:
 
 def _pacing(scheduler: Scheduler) -> DownloaderPacing:
     pacer = Pacer(scheduler.prefetch, scheduler.clock)
+    if polite := polite_pacing(scheduler, pacer):  # SCHEDULER_FLEET_LIMITS (politeness/)
+        return polite
     return DownloaderPacing(pacer, scheduler.crawler, scheduler.spider, scheduler.reactor)
 
 

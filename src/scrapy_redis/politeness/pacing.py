@@ -1,0 +1,95 @@
+"""How a worker takes requests when the fleet shares the limits per download slot.
+
+Every request the pop script hands out may start now: its slot's fleet-wide delay
+has passed and it has an in-flight place. So the worker
+
+* starts it at once: the local downloader slot's own delay is set to 0 as the
+  request is handed out (else Scrapy would wait once more, per worker, on top of
+  the fleet's delay: the pop's time is the start's time);
+* leases only what its downloader has room for now (CONCURRENT_REQUESTS minus
+  the downloads it has running, at most SCHEDULER_PREFETCH): a request leased
+  and not started would hold a fleet-wide place for nothing;
+* when a pop took nothing because the slots must wait, asks the engine again
+  when the earliest may start (the pop script says when), instead of polling.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from scrapy_redis._engine import engine_downloader, installed_reactor, wake_engine
+from scrapy_redis.pacing import DownloaderPacing, Pacer
+
+if TYPE_CHECKING:
+    from scrapy import Request
+    from scrapy.crawler import Crawler
+
+#: Wake the engine at most this long after a pop that found every slot waiting or full
+#: (a download ending elsewhere frees a place without telling this worker).
+MAX_WAIT = 1.0
+#: Added to the wait: the start is allowed at that time on the server's clock.
+WAIT_MARGIN = 0.002
+
+
+class PolitePacing(DownloaderPacing):
+    """The pacing of a worker whose queue enforces the limits for the fleet."""
+
+    def __init__(
+        self, pacer: Pacer, crawler: Crawler | None, spider: Any = None, reactor: Any = None
+    ) -> None:
+        super().__init__(pacer, crawler, spider, reactor)
+        settings = crawler.settings if crawler is not None else None
+        self.concurrency = settings.getint("CONCURRENT_REQUESTS", 16) if settings else 16
+        self._wake_at: float | None = None
+
+    def batch_size(self) -> int:
+        downloader = self.downloader or engine_downloader(self.crawler)
+        self.downloader = downloader
+        if downloader is None:
+            return max(1, min(self.pacer.prefetch, 16))
+        room = self.concurrency - len(downloader.active)
+        return max(1, min(self.pacer.prefetch, room))
+
+    def popped(self, leased: int) -> None:
+        return None
+
+    def skipped(self, handed: bool) -> None:
+        return None
+
+    def held_back(self, request: Request) -> bool:
+        """Never: the fleet allowed it now. Its local slot's delay is set to 0."""
+        downloader = self.downloader
+        try:
+            slot = downloader.slots.get(downloader.get_slot_key(request))
+        except Exception:  # a downloader unlike Scrapy's: nothing to set
+            return False
+        if slot is not None and getattr(slot, "delay", 0):
+            slot.delay = 0
+        return False
+
+    def wake_in(self, seconds: float | None) -> None:
+        """Ask the engine for requests again in ``seconds`` (None: :data:`MAX_WAIT`)."""
+        wait = MAX_WAIT if seconds is None else min(MAX_WAIT, seconds + WAIT_MARGIN)
+        reactor = self.reactor or installed_reactor()
+        at = reactor.seconds() + wait
+        call = self._wake_call
+        if call is not None and call.active():
+            if self._wake_at is not None and self._wake_at <= at:
+                return
+            call.cancel()
+        self._wake_at = at
+        self._wake_call = reactor.callLater(wait, wake_engine, self.crawler)
+
+
+def polite_pacing(scheduler: Any, pacer: Pacer) -> PolitePacing | None:
+    """The pacing of a scheduler whose queue (or lanes) is per slot, told when to wake."""
+    from scrapy_redis.politeness.queue import SlotQueue
+
+    queue = scheduler.queue
+    queues = list(getattr(queue, "lanes", None) or [queue])
+    if not all(isinstance(q, SlotQueue) for q in queues):
+        return None
+    pacing = PolitePacing(pacer, scheduler.crawler, scheduler.spider, scheduler.reactor)
+    for q in queues:
+        q.on_wait = pacing.wake_in
+    return pacing

@@ -1,0 +1,231 @@
+"""Per-slot queues with fleet-wide limits (scrapy_redis.politeness): the scripts on a real
+redis-server, on its own clock (waits are bounded generously and waited for, never slept)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from helpers import make_spider
+from scrapy import Request
+
+from scrapy_redis.exceptions import ConfigurationError
+from scrapy_redis.keys import slot_queue_keys
+from scrapy_redis.leases import LeaseBook
+from scrapy_redis.politeness.limits import SlotLimits
+from scrapy_redis.politeness.queue import SlotQueue, member_slot
+from scrapy_redis.politeness.setup import fleet_queue
+from scrapy_redis.queue import PriorityQueue
+from scrapy_redis.queue_base import Candidate
+
+KEY = "polite:requests"
+
+
+def make_queue(server, settings=None, spider_attrs=None) -> SlotQueue:
+    spider = make_spider({"DOWNLOAD_DELAY": 0, **(settings or {})})
+    for name, value in (spider_attrs or {}).items():
+        setattr(spider, name, value)
+    return SlotQueue(server, spider, KEY)
+
+
+def push(queue: SlotQueue, *urls: str, priority: int = 0, **meta) -> None:
+    queue.push_entries([queue.encode(Request(u, priority=priority, meta=meta)) for u in urls])
+
+
+def urls(queue: SlotQueue, entries) -> list[str]:
+    return [queue.decode(entry).url for entry in entries]
+
+
+def take(queue: SlotQueue, book: LeaseBook, count: int = 10):
+    ticket = book.ticket()
+    entries = queue.pop_entries(count, ticket=ticket)
+    return entries, book.taken_batch(ticket, len(entries))
+
+
+def slot_state(server, slot: str) -> list:
+    import msgpack
+
+    raw = server.hget(slot_queue_keys(KEY)[3], slot)
+    return msgpack.unpackb(raw, raw=False) if raw else []
+
+
+def test_one_slot_at_a_time_highest_priority_first_fifo_among_equals(server):
+    queue = make_queue(server)
+    push(queue, "http://a/1", "http://a/2")
+    push(queue, "http://a/3", priority=5)
+    push(queue, "http://b/1", "http://b/2", priority=1)
+    book = LeaseBook(server, KEY, "w1", 30)
+    entries, _ = take(queue, book, 10)
+    assert urls(queue, entries) == [
+        "http://a/3", "http://b/1", "http://b/2", "http://a/1", "http://a/2",
+    ]
+    assert len(queue) == 0 and queue.is_empty()
+
+
+def test_a_slot_with_a_delay_starts_one_request_per_delay_fleet_wide(server):
+    queue = make_queue(server, {"DOWNLOAD_DELAY": 0.4, "RANDOMIZE_DOWNLOAD_DELAY": False})
+    other = make_queue(server, {"DOWNLOAD_DELAY": 0.4, "RANDOMIZE_DOWNLOAD_DELAY": False})
+    push(queue, *(f"http://a/{n}" for n in range(3)), "http://b/1")
+    first, _ = take(queue, LeaseBook(server, KEY, "w1", 30), 10)
+    assert urls(queue, first) == ["http://a/0", "http://b/1"]  # one per slot, now
+    started = time.monotonic()
+    book = LeaseBook(server, KEY, "w2", 30)  # another worker
+    nothing, _ = take(other, book, 10)
+    assert nothing == []
+    assert 0.3 < other.next_start_in <= 0.4  # a's next start, on the server's clock
+    times = []
+    while len(times) < 2:
+        got, _ = take(other, book, 10)
+        if got:
+            times.append(time.monotonic() - started)
+            assert urls(other, got) == [f"http://a/{len(times)}"]
+        assert time.monotonic() - started < 10
+    assert times[0] >= 0.39 and times[1] - times[0] >= 0.39
+
+
+def test_a_waiting_slot_never_holds_up_the_others(server):
+    queue = make_queue(server, {"DOWNLOAD_SLOTS": {"slow": {"delay": 60, "randomize_delay": False}}})
+    push(queue, "http://x/1", "http://x/2", priority=10, download_slot="slow")
+    push(queue, *(f"http://fast{n}/" for n in range(5)))
+    book = LeaseBook(server, KEY, "w1", 30)
+    first, _ = take(queue, book, 1)
+    assert urls(queue, first) == ["http://x/1"]
+    rest, _ = take(queue, book, 10)
+    assert urls(queue, rest) == [f"http://fast{n}/" for n in range(5)]
+    assert take(queue, book, 10)[0] == []
+    assert 59 < queue.next_start_in <= 60
+
+
+def test_the_concurrency_is_fleet_wide_and_places_come_back_at_ack(server):
+    queue = make_queue(server, {"CONCURRENT_REQUESTS_PER_DOMAIN": 2})
+    push(queue, *(f"http://a/{n}" for n in range(5)))
+    one, two = LeaseBook(server, KEY, "w1", 30), LeaseBook(server, KEY, "w2", 30)
+    got1, lease1 = take(queue, one, 1)
+    got2, _ = take(queue, two, 10)
+    assert len(got1) == 1 and len(got2) == 1  # two in flight: the cap
+    assert take(queue, two, 10)[0] == [] and queue.next_start_in is None
+    one.release([(lease1, [1])])  # a download ended
+    assert slot_state(server, "a")[1] == 1
+    got3, _ = take(queue, two, 10)
+    assert urls(queue, got3) == ["http://a/2"]
+
+
+def test_a_dead_workers_leases_come_back_with_their_places(server):
+    queue = make_queue(server, {"CONCURRENT_REQUESTS_PER_DOMAIN": 1})
+    push(queue, "http://a/1", "http://a/2")
+    dead = LeaseBook(server, KEY, "dead", 0.05)
+    got, _ = take(queue, dead, 10)
+    assert urls(queue, got) == ["http://a/1"]
+    live = LeaseBook(server, KEY, "live", 30)
+    assert take(queue, live, 10)[0] == []  # the dead one holds a's place
+    deadline = time.monotonic() + 10
+    while live.recover_expired().requeued == 0:
+        assert time.monotonic() < deadline
+    assert slot_state(server, "a")[1] == 0
+    back, _ = take(queue, live, 10)
+    assert urls(queue, back) == ["http://a/1"]  # back first: its place in the slot kept
+
+
+def test_a_graceful_give_back_returns_the_places_and_the_requests(server):
+    queue = make_queue(server, {"CONCURRENT_REQUESTS_PER_DOMAIN": 1})
+    push(queue, "http://a/1", "http://a/2")
+    book = LeaseBook(server, KEY, "w1", 30)
+    _, lease = take(queue, book, 10)
+    assert book.give_back_entries([(lease, [1])]) == 1
+    assert slot_state(server, "a")[1] == 0 and len(queue) == 2
+    again, _ = take(queue, book, 10)
+    assert urls(queue, again) == ["http://a/1"]
+
+
+def test_dead_letters_go_back_to_their_slot(server):
+    from scrapy_redis.deadletters import dead_letters, requeue_dead_letters
+
+    queue = make_queue(server)
+    push(queue, "http://a/1")
+    book = LeaseBook(server, KEY, "w1", 0.05, max_deliveries=1)
+    take(queue, book, 10)
+    deadline = time.monotonic() + 10
+    while LeaseBook(server, KEY, "w2", 30, max_deliveries=1).recover_expired().dead_lettered == 0:
+        assert time.monotonic() < deadline
+    assert len(dead_letters(server, KEY)) == 1 and len(queue) == 0
+    assert slot_state(server, "a")[1] == 0
+    assert requeue_dead_letters(server, KEY) == 1
+    got, _ = take(queue, LeaseBook(server, KEY, "w3", 30), 10)
+    assert urls(queue, got) == ["http://a/1"]
+
+
+def test_push_new_checks_fingerprints_and_is_applied_once(server):
+    queue = make_queue(server)
+    candidates = [
+        Candidate(f"{n:040x}", queue.encode(Request(f"http://h{n % 2}/{n}"))) for n in range(4)
+    ]
+    write = queue.writes.take()
+    assert queue.push_new(candidates, "polite:dupefilter", write=write) == [True] * 4
+    assert queue.push_new(candidates, "polite:dupefilter", write=write) == [True] * 4  # resent
+    assert len(queue) == 4
+    assert queue.push_new(candidates[:1], "polite:dupefilter") == [False]
+    assert {member_slot(m) for m in server.zrange(slot_queue_keys(KEY)[0], 0, -1)} == {"h0", "h1"}
+
+
+def test_slot_limits_as_scrapy_computes_them():
+    spider = make_spider(
+        {
+            "DOWNLOAD_DELAY": 2,
+            "CONCURRENT_REQUESTS_PER_DOMAIN": 3,
+            "DOWNLOAD_SLOTS": {"b": {"delay": 0.5, "concurrency": 1, "randomize_delay": False}},
+        }
+    )
+    limits = SlotLimits(spider.crawler.settings, spider)
+    assert limits.slot_of(Request("http://A.example:81/x")) == "a.example"
+    assert limits.slot_of(Request("http://a/", meta={"download_slot": "s"})) == "s"
+    assert limits.of("a").arg() == [2000, 3, 0.5]
+    assert limits.of("b").arg() == [500, 1, 0.0]
+    spider.download_delay = 1.5
+    assert SlotLimits(spider.crawler.settings, spider).of("a").arg() == [1500, 3, 0.5]
+
+
+def test_randomized_delays_stay_within_half_and_one_and_a_half_times(server):
+    queue = make_queue(server, {"DOWNLOAD_DELAY": 10})
+    for n in range(20):
+        push(queue, f"http://s{n}/1", f"http://s{n}/2")
+    take(queue, LeaseBook(server, KEY, "w", 30), 100)
+    waits = sorted(s for _, s in server.zrange(slot_queue_keys(KEY)[2], 0, -1, withscores=True))
+    now = server.time()
+    now_ms = now[0] * 1000 + now[1] // 1000
+    spread = [w - now_ms for w in waits]
+    assert len(spread) == 20
+    assert 4000 <= spread[0] and spread[-1] <= 15000
+    assert spread[-1] - spread[0] > 1000  # random, not one value
+
+
+def test_a_persisted_crawl_in_todays_layout_is_carried_over(server, schedulers):
+    spider = make_spider({"SCHEDULER_FLEET_LIMITS": True})
+    legacy = PriorityQueue(server, spider, KEY)
+    legacy.push_entries([legacy.encode(Request(f"http://h/{n}", priority=n % 2)) for n in range(6)])
+
+    class Fake:
+        crawler = spider.crawler
+        serializer = None
+        worker_timeout = 30
+
+    Fake.server = server
+    queue = fleet_queue(Fake, spider, legacy)
+    assert isinstance(queue, SlotQueue)
+    got, _ = take(queue, LeaseBook(server, KEY, "w", 30), 100)
+    expected = ["http://h/1", "http://h/3", "http://h/5", "http://h/0", "http://h/2"]
+    assert urls(queue, got) == [*expected, "http://h/4"]  # the order kept
+    assert len(legacy) == 0 and len(queue) == 0
+    assert server.hlen(f"{KEY}:leases") == 1  # the mover's leases released
+
+
+def test_turning_the_setting_off_on_per_slot_data_names_the_setting(server):
+    queue = make_queue(server)
+    push(queue, "http://a/1")
+    spider = make_spider({})
+
+    class Fake:
+        crawler = spider.crawler
+
+    Fake.server = server
+    with pytest.raises(ConfigurationError, match="SCHEDULER_FLEET_LIMITS = True"):
+        fleet_queue(Fake, spider, PriorityQueue(server, spider, KEY))
