@@ -229,3 +229,51 @@ def test_turning_the_setting_off_on_per_slot_data_names_the_setting(server):
     Fake.server = server
     with pytest.raises(ConfigurationError, match="SCHEDULER_FLEET_LIMITS = True"):
         fleet_queue(Fake, spider, PriorityQueue(server, spider, KEY))
+
+
+def test_a_late_start_pushes_the_slots_next_start_back(server):
+    queue = make_queue(server, {"DOWNLOAD_DELAY": 0.3, "RANDOMIZE_DOWNLOAD_DELAY": False})
+    push(queue, "http://a/1", "http://a/2")
+    book = LeaseBook(server, KEY, "w1", 30)
+    take(queue, book, 10)
+    time.sleep(0.1)  # the worker is slow to start it (the scenario, not a wait for an event)
+    assert 0.29 <= queue.started("a") <= 0.3  # counted from now, not from the pop
+    assert take(queue, book, 10)[0] == []
+    assert 0.25 < queue.next_start_in <= 0.3
+    assert queue.started("unknown") == 0
+
+
+def test_a_slot_waits_for_the_report_of_its_last_start(server):
+    queue = make_queue(server, {"DOWNLOAD_DELAY": 0.2, "RANDOMIZE_DOWNLOAD_DELAY": False})
+    queue.reports_starts = True
+    push(queue, "http://a/1", "http://a/2", "http://a/3")
+    book = LeaseBook(server, KEY, "w1", 30)
+    take(queue, book, 10)
+    popped = time.monotonic()
+    deadline = popped + 0.6
+    while time.monotonic() < deadline:  # not reported: a waits, up to the grace of 1 s
+        assert take(queue, book, 10)[0] == []
+        assert queue.next_start_in <= 0.2
+        time.sleep(0.02)
+    assert 0.19 <= queue.started("a") <= 0.2  # the start: the next one a delay after it
+    assert take(queue, book, 10)[0] == []
+    got = []
+    while not got:
+        got, _ = take(queue, book, 10)
+        assert time.monotonic() - popped < 5
+    assert urls(queue, got) == ["http://a/2"]
+    assert time.monotonic() - popped >= 0.79
+    deadline = time.monotonic() + 5
+    while not take(queue, book, 10)[0]:  # never reported: counted from the pop after 1 s
+        assert time.monotonic() < deadline
+
+
+def test_purge_deletes_the_per_slot_queues_with_their_leases(server):
+    from scrapy_redis.operations import purge_queue
+
+    queue = make_queue(server)
+    push(queue, "http://a/1", "http://b/1")
+    take(queue, LeaseBook(server, KEY, "w1", 30), 1)
+    assert server.exists(*slot_queue_keys(KEY), f"{KEY}:leases") == 5  # none waits
+    purge_queue(server, KEY)
+    assert server.keys("polite:*") == []

@@ -12,13 +12,23 @@
 --           earliest start allowed (ms, the Redis server's clock), member = slot
 --   slots   hash slot -> msgpack {next start allowed (ms), in flight, delay (ms),
 --           concurrency (0: no cap), jitter (0.5: uniform 0.5-1.5 x delay), place, ready
---           member}; place is
+--           member, the delay drawn at the last start (ms), the time of the last start
+--           while its worker has not reported it (0: reported)}
+-- A start of a slot with a delay is reported by its worker when the request reaches its
+-- downloader (slot_started.lua): the next start is allowed the drawn delay after that,
+-- not after the pop (a busy worker may start what it popped some time later). Until it
+-- is reported (at most REPORT_GRACE ms), the slot waits; a slot whose request is done
+-- without reaching a downloader (a response from a cache) counts from the pop.; place is
 --           "r" (in ready), "w" (in waiting), "f" (full: at its concurrency, placed
 --           again when a download ends), "i" (no request queued)
 --   seq     string, the last sequence number given
 --#include _chunks.lua
 
 local PRIORITY_BIAS = 140737488355327 -- 2^47 - 1: priorities are clamped to +-(2^47 - 1)
+-- How long a slot waits at most for the report of its last start (ms), and how often a
+-- waiting worker asks again meanwhile.
+local REPORT_GRACE = 1000
+local REPORT_POLL = 20
 
 -- The polite keys of base key `pq` ("<base>pq").
 local function slot_keys(pq)
@@ -58,7 +68,7 @@ end
 local function load_slot(k, slot)
   local raw = redis.call('HGET', k.slots, slot)
   if not raw then
-    return {0, 0, 0, 0, 0, 'i', ''}
+    return {0, 0, 0, 0, 0, 'i', '', 0, 0}
   end
   return cmsgpack.unpack(raw)
 end
@@ -85,10 +95,15 @@ local function place(k, slot, st, now)
   if not head then
     return
   end
+  local unreported = (st[9] or 0) > 0 and now < st[9] + st[8] + REPORT_GRACE
   if st[4] > 0 and st[2] >= st[4] then
     st[6] = 'f'
-  elseif st[1] > now then
-    redis.call('ZADD', k.waiting, st[1], slot)
+  elseif st[1] > now or unreported then
+    local at = st[1]
+    if at <= now then -- due, but its last start is not reported yet: ask again soon
+      at = math.min(st[9] + st[8] + REPORT_GRACE, now + REPORT_POLL)
+    end
+    redis.call('ZADD', k.waiting, at, slot)
     st[6] = 'w'
   else
     st[7] = ready_member(slot, head)
@@ -135,6 +150,7 @@ local function slots_done(pq, members)
     if raw then
       local st = cmsgpack.unpack(raw)
       st[2] = math.max(0, st[2] - 1)
+      st[9] = 0 -- done: reported, or never reached a downloader (counted from its pop)
       if st[6] == 'f' then
         place(k, slot, st, now)
       end

@@ -7,8 +7,9 @@
 -- KEYS[5], KEYS[6], KEYS[7] = (to lease) the leases hash, the lease deadlines sorted set,
 --           the deliveries hash (a worker takes at most one suspect at a time)
 -- ARGV[1] = how many requests to take at most
--- ARGV[2], ARGV[3] = (to lease) timeout in ms, the id to lease them under
--- ARGV[4..n] = (to lease) this worker's leases whose work is done, released first:
+-- ARGV[2] = "1" if the worker reports the starts of slots with a delay (slot_started.lua)
+-- ARGV[3], ARGV[4] = (to lease) timeout in ms, the id to lease them under
+-- ARGV[5..n] = (to lease) this worker's leases whose work is done, released first:
 --              groups of (lease id, n, n positions), n = 0 for the whole lease
 -- returns {record, wait}: the record {op, key, key2, arg, entry...} packed ("" if none
 --         taken), entries in the order taken; wait = ms until the earliest slot with
@@ -18,9 +19,9 @@
 
 local leasing = #KEYS >= 6
 if leasing then
-  release_leases(KEYS[5], KEYS[6], 4, KEYS[7])
+  release_leases(KEYS[5], KEYS[6], 5, KEYS[7])
   -- A lease with this id exists: this call is a retry (its reply was lost).
-  local leased = redis.call('HGET', KEYS[5], ARGV[3])
+  local leased = redis.call('HGET', KEYS[5], ARGV[4])
   if leased then
     return {leased, 0}
   end
@@ -28,6 +29,7 @@ end
 
 local k = slot_keys(KEYS[1])
 local count = tonumber(ARGV[1])
+local report = ARGV[2]
 local now, micros = now_ms()
 
 -- Slots whose wait is over are ready (at most what this call may take, and some more).
@@ -38,7 +40,7 @@ for _, slot in ipairs(redis.call('ZRANGEBYSCORE', k.waiting, '-inf', now, 'LIMIT
 end
 
 local deliveries = leasing and suspects(KEYS[7]) or nil
-local busy = deliveries and holds_suspect(KEYS[5], deliveries, ARGV[3])
+local busy = deliveries and holds_suspect(KEYS[5], deliveries, ARGV[4])
 local taken, skipped = {}, {}
 for _ = 1, count + 64 do
   if #taken >= count then
@@ -63,12 +65,14 @@ for _ = 1, count + 64 do
     taken[#taken + 1] = head
     if suspect then
       busy = true
-      redis.call('HSET', deliveries, suspect_marker(ARGV[3]), ARGV[3] .. '|' .. #taken)
+      redis.call('HSET', deliveries, suspect_marker(ARGV[4]), ARGV[4] .. '|' .. #taken)
     end
     if leasing then
       st[2] = st[2] + 1
     end
-    st[1] = now + next_delay(st, slot, micros)
+    st[8] = next_delay(st, slot, micros)
+    st[1] = now + st[8]
+    st[9] = (leasing and st[8] > 0 and report == '1') and now or 0
     place(k, slot, st, now)
     save_slot(k, slot, st)
   end
@@ -91,6 +95,6 @@ if #taken == 0 then
 end
 local packed = pack_record('slot', KEYS[1], '', '', taken)
 if leasing then
-  lease(KEYS[5], KEYS[6], ARGV[3], ARGV[2], packed)
+  lease(KEYS[5], KEYS[6], ARGV[4], ARGV[3], packed)
 end
 return {packed, wait}

@@ -5,7 +5,10 @@ has passed and it has an in-flight place. So the worker
 
 * starts it at once: the local downloader slot's own delay is set to 0 as the
   request is handed out (else Scrapy would wait once more, per worker, on top of
-  the fleet's delay: the pop's time is the start's time);
+  the fleet's delay: the pop's time is the start's time); and when the request
+  of a slot with a delay reaches the downloader, tells Redis, which counts the
+  slot's next start from then if that is later (a busy worker may start a
+  request some tens of milliseconds after its pop);
 * leases only what its downloader has room for now (CONCURRENT_REQUESTS minus
   the downloads it has running, at most SCHEDULER_PREFETCH): a request leased
   and not started would hold a fleet-wide place for nothing;
@@ -15,14 +18,19 @@ has passed and it has an in-flight place. So the worker
 
 from __future__ import annotations
 
+import weakref
+import zlib
 from typing import TYPE_CHECKING, Any
 
 from scrapy_redis._engine import engine_downloader, installed_reactor, wake_engine
+from scrapy_redis.outage import OUTAGE_ERRORS
 from scrapy_redis.pacing import DownloaderPacing, Pacer
 
 if TYPE_CHECKING:
     from scrapy import Request
     from scrapy.crawler import Crawler
+
+    from scrapy_redis.politeness.queue import SlotQueue
 
 #: Wake the engine at most this long after a pop that found every slot waiting or full
 #: (a download ending elsewhere frees a place without telling this worker).
@@ -41,6 +49,16 @@ class PolitePacing(DownloaderPacing):
         settings = crawler.settings if crawler is not None else None
         self.concurrency = settings.getint("CONCURRENT_REQUESTS", 16) if settings else 16
         self._wake_at: float | None = None
+        #: The queues (one per lane) whose slots this worker takes requests of.
+        self.queues: list[SlotQueue] = []
+        #: Handed-out requests of slots with a delay, not in the downloader yet.
+        self._starting: weakref.WeakKeyDictionary[Request, str] = weakref.WeakKeyDictionary()
+        #: Whether it reports starts (it has a crawler to be told of them by).
+        self.reports = crawler is not None and getattr(crawler, "signals", None) is not None
+        if self.reports:
+            from scrapy import signals
+
+            crawler.signals.connect(self.reached, signal=signals.request_reached_downloader)
 
     def batch_size(self) -> int:
         downloader = self.downloader or engine_downloader(self.crawler)
@@ -57,15 +75,47 @@ class PolitePacing(DownloaderPacing):
         return None
 
     def held_back(self, request: Request) -> bool:
-        """Never: the fleet allowed it now. Its local slot's delay is set to 0."""
+        """Never: the fleet allowed it now. Its local slot's delay is set to 0, and the
+        start of a slot with a delay is reported (see :meth:`reached`)."""
         downloader = self.downloader
         try:
-            slot = downloader.slots.get(downloader.get_slot_key(request))
+            key = downloader.get_slot_key(request)
+            slot = downloader.slots.get(key)
         except Exception:  # a downloader unlike Scrapy's: nothing to set
             return False
         if slot is not None and getattr(slot, "delay", 0):
             slot.delay = 0
+        queue = self.queue_of(key)
+        if queue is not None and queue.limits.of(key).delay > 0:
+            self._starting[request] = key
         return False
+
+    def queue_of(self, slot: str) -> SlotQueue | None:
+        """The queue (lane) holding ``slot``'s requests."""
+        queues = self.queues
+        if len(queues) <= 1:
+            return queues[0] if queues else None
+        return queues[zlib.crc32(slot.encode()) % len(queues)]  # as lanes.lane_of()
+
+    def reached(self, request: Request, spider: Any = None) -> None:
+        """Scrapy's ``request_reached_downloader``: a request of a slot with a delay
+        starts now, maybe a little after the pop allowed it (a busy worker): the slot's
+        next start is counted from now (one script call; lost in an outage, when the
+        pop's time stands)."""
+        key = self._starting.pop(request, None)
+        if key is not None:
+            # at the reactor's next turn: after the request's bytes were written (or
+            # later, when the worker is busy; then the slot's next start is later too)
+            reactor = self.reactor or installed_reactor()
+            reactor.callLater(0, self._report, key)
+
+    def _report(self, key: str) -> None:
+        queue = self.queue_of(key)
+        try:
+            if queue is not None:
+                queue.started(key)
+        except OUTAGE_ERRORS:
+            pass
 
     def wake_in(self, seconds: float | None) -> None:
         """Ask the engine for requests again in ``seconds`` (None: :data:`MAX_WAIT`)."""
@@ -90,6 +140,8 @@ def polite_pacing(scheduler: Any, pacer: Pacer) -> PolitePacing | None:
     if not all(isinstance(q, SlotQueue) for q in queues):
         return None
     pacing = PolitePacing(pacer, scheduler.crawler, scheduler.spider, scheduler.reactor)
+    pacing.queues = queues
     for q in queues:
         q.on_wait = pacing.wake_in
+        q.reports_starts = pacing.reports
     return pacing

@@ -79,6 +79,9 @@ class SlotQueue(Base):
         self.next_start_in: float | None = None
         #: Told the seconds to wait when a pop found slots that must wait (the pacing's hook).
         self.on_wait: Callable[[float | None], object] = lambda seconds: None
+        #: Whether the worker reports when a request of a slot with a delay reaches its
+        #: downloader (:meth:`started`); the slot waits for it (set by the pacing).
+        self.reports_starts = False
         #: Moves requests queued in the layout of SCHEDULER_QUEUE_CLASS here (setup.py).
         self.carry_over: Any = None
 
@@ -182,7 +185,7 @@ class SlotQueue(Base):
         ignored: a slot's wait is told to :attr:`on_wait` instead)."""
         if self.carry_over is not None and self.carry_over.due():
             self.carry_over.move()
-        keys, args = list(self.slot_keys[:4]), [count]
+        keys, args = list(self.slot_keys[:4]), [count, "1" if self.reports_starts else "0"]
         if ticket is not None:
             keys += [ticket.leases_key, ticket.deadlines_key, ticket.deliveries_key]
             args += [ticket.timeout_ms, ticket.id, *release_args(ticket.releases)]
@@ -193,3 +196,9 @@ class SlotQueue(Base):
         if not entries:
             self.on_wait(self.next_start_in)
         return entries
+
+    def started(self, slot: str) -> float:
+        """A download of ``slot`` reached the downloader: its next start is allowed no
+        earlier than its delay after now (``slot_started.lua``); seconds until then."""
+        wait = script("slot_started")(self.server, list(self.slot_keys[:4]), [slot])
+        return int(wait) / 1000

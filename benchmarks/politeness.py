@@ -1,0 +1,153 @@
+"""Fleet-wide limits per download slot (SCHEDULER_FLEET_LIMITS): what the sites see, and
+what a pop costs.
+
+1. **Sites** (``--skip-sites`` to skip): 4 workers (``scrapy runspider``
+   tests/spiders/polite_spider.py), DOWNLOAD_DELAY = 0.5 without jitter, 3 sites of
+   tests/polite_site.py (127.0.0.2-4): per site the rate (requests a second) and the
+   smallest gap between two requests, with the setting off and on.
+2. **Scale**: the per-slot queues filled with Q requests over S slots (10^3 and 10^5
+   slots, 10^5 requests; ``--queued`` for more), then the cost of one pop script call
+   taking 8 requests under a lease (and releasing the previous pop's), as a worker
+   does, in microseconds on the server (``INFO commandstats``) and round trip; the
+   same for today's PriorityQueue; and Redis memory per queued request of each.
+
+    python benchmarks/politeness.py                 # ~3 min on 2 cores
+    python benchmarks/politeness.py --queued 1000000 --skip-sites
+
+Prints a Markdown report on stdout. Nothing is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "src"), str(HERE)]
+
+from _util import log  # noqa: E402
+
+
+def sites_report(pages: int) -> list[str]:
+    import redis
+    from polite_site import ADDRESSES, PoliteSites
+    from redis_server import RedisServer
+    from test_politeness_e2e import POLITE, fleet
+
+    from test_e2e import wait_all
+
+    lines = ["| SCHEDULER_FLEET_LIMITS | site | requests | rate (/s) | min gap (s) | median gap (s) |",
+             "|---|---|---|---|---|---|"]
+    for on in (False, True):
+        server_process = RedisServer().start()
+        try:
+            server = redis.Redis(port=server_process.port)
+            url = f"redis://127.0.0.1:{server_process.port}/0"
+            tmp = Path(f"/tmp/politeness-bench-{'on' if on else 'off'}")
+            tmp.mkdir(exist_ok=True)
+            settings = {**POLITE, "SCHEDULER_FLEET_LIMITS": on}
+            log(f"4 workers, 3 sites, fleet limits {'on' if on else 'off'}")
+            import test_politeness_e2e
+
+            test_politeness_e2e.PAGES = pages
+            with PoliteSites(ADDRESSES, pages=pages) as sites:
+                wait_all(fleet(server, url, tmp, settings, sites))
+            for address in ADDRESSES:
+                gaps = sites.gaps(address)
+                lines.append(
+                    f"| {on} | {address} | {len(gaps) + 1} | {sites.rate(address):.2f} | "
+                    f"{min(gaps):.3f} | {statistics.median(gaps):.3f} |"
+                )
+        finally:
+            server_process.cleanup()
+    return lines
+
+
+def fill(queue, slots: int, queued: int) -> None:
+    from scrapy import Request
+
+    batch = []
+    for n in range(queued):
+        request = Request(f"http://site{n % slots}.example/page/{n}.html")
+        batch.append(queue.encode(request))
+        if len(batch) == 1000:
+            queue.push_entries(batch)
+            batch = []
+    if batch:
+        queue.push_entries(batch)
+
+
+def pop_cost(server, queue, pops: int) -> tuple[float, float]:
+    """(µs per pop call on the server, µs per round trip) over ``pops`` pops of 8."""
+    from scrapy_redis.leases import LeaseBook
+
+    book = LeaseBook(server, queue.key, "bench", 300)
+    server.config_resetstat()
+    held = None
+    started = time.perf_counter()
+    for _ in range(pops):
+        releases = [(held, list(range(1, held.unreleased + 1)))] if held else []
+        ticket = book.ticket(releases=releases)
+        entries = queue.pop_entries(8, ticket=ticket)
+        held = book.taken_batch(ticket, len(entries))
+    elapsed = time.perf_counter() - started
+    stats = server.info("commandstats")
+    evalsha = stats.get("cmdstat_evalsha", {})
+    return float(evalsha.get("usec_per_call", 0.0)), elapsed / pops * 1e6
+
+
+def scale_report(sizes: list[tuple[int, int]], pops: int) -> list[str]:
+    import redis
+    from helpers import make_spider
+    from redis_server import RedisServer
+
+    from scrapy_redis.politeness.queue import SlotQueue
+    from scrapy_redis.queue import PriorityQueue
+
+    lines = ["| queue | slots | queued | pop of 8, server (µs) | pop of 8, round trip (µs) | "
+             "memory per queued request (bytes) |", "|---|---|---|---|---|---|"]
+    spider = make_spider({"DOWNLOAD_DELAY": 1.0, "CONCURRENT_REQUESTS_PER_DOMAIN": 1})
+    for slots, queued in sizes:
+        for kind in (SlotQueue, PriorityQueue):
+            process = RedisServer().start()
+            try:
+                server = redis.Redis(port=process.port)
+                queue = kind(server, spider, "bench:requests")
+                before = server.info("memory")["used_memory"]
+                log(f"{kind.__name__}: {queued} requests over {slots} slots")
+                fill(queue, slots, queued)
+                per_request = (server.info("memory")["used_memory"] - before) / queued
+                server_us, trip_us = pop_cost(server, queue, pops)
+                name = "per slot" if kind is SlotQueue else "PriorityQueue (today)"
+                lines.append(
+                    f"| {name} | {slots if kind is SlotQueue else '-'} | {queued} | "
+                    f"{server_us:.1f} | {trip_us:.1f} | {per_request:.0f} |"
+                )
+            finally:
+                process.cleanup()
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--skip-sites", action="store_true")
+    parser.add_argument("--pages", type=int, default=30, help="pages per site")
+    parser.add_argument("--queued", type=int, default=100_000)
+    parser.add_argument("--pops", type=int, default=2000)
+    args = parser.parse_args()
+    out = ["# Fleet-wide limits per download slot", ""]
+    if not args.skip_sites:
+        out += ["## What each site sees (4 workers, DOWNLOAD_DELAY = 0.5, no jitter)", ""]
+        out += sites_report(args.pages) + [""]
+    out += ["## Cost of a pop, memory (DOWNLOAD_DELAY = 1, CONCURRENT_REQUESTS_PER_DOMAIN = 1)", ""]
+    sizes = [(1000, args.queued), (100_000, args.queued)]
+    out += scale_report(sizes, args.pops)
+    print("\n".join(out))
+
+
+if __name__ == "__main__":
+    main()
