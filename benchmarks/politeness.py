@@ -9,9 +9,10 @@ what a pop costs.
    slots, 10^5 requests; ``--queued`` for more), then the cost of one pop script call
    taking 8 requests under a lease (and releasing the previous pop's), as a worker
    does, in microseconds on the server (``INFO commandstats``) and round trip; the
-   same for today's PriorityQueue; and Redis memory per queued request of each.
+   same for today's PriorityQueue; and Redis memory per queued request of each
+   (medians of ``--runs`` interleaved runs).
 
-    python benchmarks/politeness.py                 # ~3 min on 2 cores
+    python benchmarks/politeness.py                 # ~5 min on 2 cores
     python benchmarks/politeness.py --queued 1000000 --skip-sites
 
 Prints a Markdown report on stdout. Nothing is asserted.
@@ -100,7 +101,7 @@ def pop_cost(server, queue, pops: int) -> tuple[float, float]:
     return float(evalsha.get("usec_per_call", 0.0)), elapsed / pops * 1e6
 
 
-def scale_report(sizes: list[tuple[int, int]], pops: int) -> list[str]:
+def scale_report(sizes: list[tuple[int, int]], pops: int, runs: int) -> list[str]:
     import redis
     from helpers import make_spider
     from redis_server import RedisServer
@@ -111,24 +112,29 @@ def scale_report(sizes: list[tuple[int, int]], pops: int) -> list[str]:
     lines = ["| queue | slots | queued | pop of 8, server (µs) | pop of 8, round trip (µs) | "
              "memory per queued request (bytes) |", "|---|---|---|---|---|---|"]
     spider = make_spider({"DOWNLOAD_DELAY": 1.0, "CONCURRENT_REQUESTS_PER_DOMAIN": 1})
-    for slots, queued in sizes:
-        for kind in (SlotQueue, PriorityQueue):
-            process = RedisServer().start()
-            try:
-                server = redis.Redis(port=process.port)
-                queue = kind(server, spider, "bench:requests")
-                before = server.info("memory")["used_memory"]
-                log(f"{kind.__name__}: {queued} requests over {slots} slots")
-                fill(queue, slots, queued)
-                per_request = (server.info("memory")["used_memory"] - before) / queued
-                server_us, trip_us = pop_cost(server, queue, pops)
-                name = "per slot" if kind is SlotQueue else "PriorityQueue (today)"
-                lines.append(
-                    f"| {name} | {slots if kind is SlotQueue else '-'} | {queued} | "
-                    f"{server_us:.1f} | {trip_us:.1f} | {per_request:.0f} |"
-                )
-            finally:
-                process.cleanup()
+    results: dict[tuple[str, int, int], list[tuple[float, float, float]]] = {}
+    for run in range(runs):  # interleaved: the machine's load changes over minutes
+        for slots, queued in sizes:
+            for kind in (SlotQueue, PriorityQueue):
+                process = RedisServer().start()
+                try:
+                    server = redis.Redis(port=process.port)
+                    queue = kind(server, spider, "bench:requests")
+                    before = server.info("memory")["used_memory"]
+                    log(f"run {run + 1}: {kind.__name__}, {queued} requests, {slots} slots")
+                    fill(queue, slots, queued)
+                    per_request = (server.info("memory")["used_memory"] - before) / queued
+                    server_us, trip_us = pop_cost(server, queue, pops)
+                    key = (kind.__name__, slots, queued)
+                    results.setdefault(key, []).append((server_us, trip_us, per_request))
+                finally:
+                    process.cleanup()
+    for (name, slots, queued), measures in results.items():
+        server_us, trip_us, per_request = (statistics.median(m[i] for m in measures) for i in range(3))
+        label = "per slot" if name == "SlotQueue" else "PriorityQueue (today)"
+        lines.append(
+            f"| {label} | {slots} | {queued} | {server_us:.1f} | {trip_us:.1f} | {per_request:.0f} |"
+        )
     return lines
 
 
@@ -138,6 +144,7 @@ def main() -> None:
     parser.add_argument("--pages", type=int, default=30, help="pages per site")
     parser.add_argument("--queued", type=int, default=100_000)
     parser.add_argument("--pops", type=int, default=2000)
+    parser.add_argument("--runs", type=int, default=3, help="runs of each scale case (median)")
     args = parser.parse_args()
     out = ["# Fleet-wide limits per download slot", ""]
     if not args.skip_sites:
@@ -145,7 +152,9 @@ def main() -> None:
         out += sites_report(args.pages) + [""]
     out += ["## Cost of a pop, memory (DOWNLOAD_DELAY = 1, CONCURRENT_REQUESTS_PER_DOMAIN = 1)", ""]
     sizes = [(1000, args.queued), (100_000, args.queued)]
-    out += scale_report(sizes, args.pops)
+    out += scale_report(sizes, args.pops, args.runs)
+    out += ["", f"Medians of {args.runs} interleaved runs; PriorityQueue ignores the slots (its "
+            "requests are the same URLs)."]
     print("\n".join(out))
 
 

@@ -65,6 +65,8 @@ class PoliteSites:
         links = "".join(f'<a href="/p/{i}.html">page {i}</a>' for i in range(self.pages))
 
         class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # keep-alive, as most sites
+
             def do_GET(self) -> None:
                 sites.arrived(address, self.path)
                 try:

@@ -277,3 +277,62 @@ def test_purge_deletes_the_per_slot_queues_with_their_leases(server):
     assert server.exists(*slot_queue_keys(KEY), f"{KEY}:leases") == 5  # none waits
     purge_queue(server, KEY)
     assert server.keys("polite:*") == []
+
+
+def fleet_settings(url: str, **extra) -> dict:
+    return {
+        "REDIS_URL": url,
+        "SCHEDULER": "scrapy_redis.scheduler.Scheduler",
+        "DUPEFILTER_CLASS": "scrapy_redis.dupefilter.RFPDupeFilter",
+        "SCHEDULER_FLEET_LIMITS": True,
+        "CONCURRENT_REQUESTS_PER_DOMAIN": 1,
+        **extra,
+    }
+
+
+def enqueue_hosts(scheduler, hosts: int, pages: int) -> list[str]:
+    urls = [f"http://h{h}.example/{p}" for p in range(pages) for h in range(hosts)]
+    for url in urls:
+        scheduler.enqueue_request(Request(url))
+    assert scheduler.send_enqueued()
+    return urls
+
+
+def lanes_of_slots(scheduler) -> dict[str, set[int]]:
+    """Per slot, the lanes its queued requests are in."""
+    found: dict[str, set[int]] = {}
+    for number, lane in enumerate(scheduler.queue.lanes):
+        for member in lane.server.zrange(lane.slot_keys[0], 0, -1):
+            found.setdefault(member_slot(member), set()).add(number)
+    return found
+
+
+def test_a_split_crawl_keeps_each_slot_in_one_lane_and_its_limits(redis_url, server, schedulers):
+    first = schedulers(fleet_settings(redis_url, SCHEDULER_SHARDS=4, SCHEDULER_PERSIST=True))
+    second = schedulers(fleet_settings(redis_url, SCHEDULER_SHARDS=4, SCHEDULER_PERSIST=True))
+    urls = enqueue_hosts(first, 12, 3)
+    spread = lanes_of_slots(first)
+    assert len(spread) == 12 and all(len(lanes) == 1 for lanes in spread.values())
+    assert len({lane for lanes in spread.values() for lane in lanes}) > 1  # spread over lanes
+    taken = [r.url for r in iter(first.next_request, None)]
+    taken += [r.url for r in iter(second.next_request, None)]
+    assert sorted(taken) == sorted(f"http://h{h}.example/0" for h in range(12))  # one each
+    first.close("finished")  # gives back its places and requests
+    rest = [r.url for r in iter(second.next_request, None)]
+    assert len(rest) > 0 and len(taken) + len(rest) <= len(urls)
+
+
+def test_a_split_crawl_on_the_cluster(redis_cluster, cluster, schedulers):
+    settings = fleet_settings(redis_cluster.url, SCHEDULER_PERSIST=True)
+    scheduler = schedulers(settings)
+    assert len(scheduler.queue.lanes) == 3  # a lane per master
+    enqueue_hosts(scheduler, 9, 2)
+    spread = lanes_of_slots(scheduler)
+    assert all(len(lanes) == 1 for lanes in spread.values()) and len(spread) == 9
+    taken = [r.url for r in iter(scheduler.next_request, None)]
+    assert sorted(taken) == sorted(f"http://h{h}.example/0" for h in range(9))
+    scheduler.close("finished")
+    other = schedulers(settings)
+    again = [r.url for r in iter(other.next_request, None)]
+    assert len(again) == 9  # what the first gave back, one per slot
+    other.flush()
