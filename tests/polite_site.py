@@ -3,7 +3,8 @@ request's arrival time is logged per site, with how many of its requests were in
 
 Scrapy sees one download slot per address. Each site has a listing page ``/`` linking
 to ``/p/0.html`` ... ``/p/<pages - 1>.html`` (no other links); a page may take
-``latency`` seconds to answer (slow pages, to see the downloads in flight). Used by
+``latency`` seconds to answer (slow pages, to see the downloads in flight), and a
+page named in ``retry_after`` answers 429 with that ``Retry-After`` once. Used by
 tests/test_politeness_e2e.py and benchmarks/politeness.py::
 
     with PoliteSites(["127.0.0.2", "127.0.0.3"], pages=20) as sites:
@@ -48,6 +49,8 @@ class PoliteSites:
         self.addresses = list(addresses)
         self.pages = pages
         self.latency = latency
+        #: (address, path) -> seconds: answered once 429 with that Retry-After.
+        self.retry_after: dict[tuple[str, str], float] = {}
         self.port = free_port(self.addresses)
         self.lock = threading.Lock()
         self.arrivals: dict[str, list[tuple[float, str]]] = defaultdict(list)
@@ -70,6 +73,13 @@ class PoliteSites:
             def do_GET(self) -> None:
                 sites.arrived(address, self.path)
                 try:
+                    wait = sites.retry_after.pop((address, self.path), None)
+                    if wait is not None:
+                        self.send_response(429)
+                        self.send_header("Retry-After", str(wait))
+                        self.send_header("Content-Length", "0")
+                        self.end_headers()
+                        return
                     if sites.latency:
                         time.sleep(sites.latency)
                     body = f"<html><body>{links if self.path == '/' else self.path}</body></html>"
@@ -106,6 +116,10 @@ class PoliteSites:
     def paths(self, address: str) -> list[str]:
         with self.lock:
             return [path for _, path in self.arrivals[address]]
+
+    def times(self, address: str) -> list[float]:
+        with self.lock:
+            return [at for at, _ in self.arrivals[address]]
 
     def gaps(self, address: str) -> list[float]:
         """Seconds between consecutive arrivals at one site."""

@@ -336,3 +336,70 @@ def test_a_split_crawl_on_the_cluster(redis_cluster, cluster, schedulers):
     again = [r.url for r in iter(other.next_request, None)]
     assert len(again) == 9  # what the first gave back, one per slot
     other.flush()
+
+
+def test_a_retry_after_holds_the_slot_for_every_worker(server):
+    queue = make_queue(server)
+    push(queue, "http://a/1", "http://a/2", "http://b/1")
+    book = LeaseBook(server, KEY, "w1", 30)
+    take(queue, book, 1)  # a/1
+    queue.retry_after("a", 30)
+    got, _ = take(queue, LeaseBook(server, KEY, "w2", 30), 10)
+    assert urls(queue, got) == ["http://b/1"]  # b is not held up
+    assert 29 < queue.next_start_in <= 30
+    assert slot_state(server, "a")[9] > 0  # slowed until (for the status)
+
+
+def test_autothrottle_sets_one_delay_per_slot_by_scrapys_rules(server):
+    from scrapy_redis.politeness.limits import Throttle
+
+    settings = {
+        "AUTOTHROTTLE_ENABLED": True, "AUTOTHROTTLE_START_DELAY": 1.0,
+        "AUTOTHROTTLE_MAX_DELAY": 4.0, "AUTOTHROTTLE_TARGET_CONCURRENCY": 2.0,
+        "DOWNLOAD_DELAY": 0.25,
+    }
+    queue = make_queue(server, settings)
+    throttle = queue.limits.throttle
+    assert throttle == Throttle(0.25, 4.0, 2.0)
+    push(queue, "http://a/1")
+    assert slot_state(server, "a")[2] == 1000  # AUTOTHROTTLE_START_DELAY
+    # target = 3 / 2 = 1.5; new = max(1.5, (1 + 1.5) / 2) = 1.5
+    assert queue.latency("a", 3.0, True, throttle) == 1.5
+    # target 0.1: new = max(0.1, 0.8) = 0.8
+    assert queue.latency("a", 0.2, True, throttle) == 0.8
+    assert queue.latency("a", 0.2, False, throttle) == 0.8  # not 200: never lower
+    assert queue.latency("a", 20.0, False, throttle) == 4.0  # higher, at most MAX
+    assert queue.latency("a", 0.0, True, throttle) == 2.0
+    assert queue.latency("a", 0.0, True, throttle) == 1.0
+    for _ in range(5):
+        queue.latency("a", 0.0, True, throttle)
+    assert slot_state(server, "a")[2] == 250  # at least DOWNLOAD_DELAY
+    push(queue, "http://a/2")  # a push keeps the delay AutoThrottle set
+    assert slot_state(server, "a")[2] == 250
+    assert queue.latency("unknown", 1.0, True, throttle) == -0.001
+
+
+@pytest.mark.parametrize(
+    ("status", "header", "expected"),
+    [(429, "7", 7.0), (503, "1.5", 1.5), (200, "7", 0.0), (429, None, 0.0),
+     (429, "soon", 0.0), (503, "999999", 3600.0)],
+)
+def test_retry_after_is_read_from_429_and_503(status, header, expected):
+    from scrapy.http import Response
+
+    from scrapy_redis.politeness.pacing import retry_after
+
+    headers = {"Retry-After": header} if header else {}
+    assert retry_after(Response("http://a/", status=status, headers=headers)) == expected
+
+
+def test_retry_after_as_an_http_date():
+    from email.utils import format_datetime
+    from datetime import datetime, timedelta, timezone
+
+    from scrapy.http import Response
+
+    from scrapy_redis.politeness.pacing import retry_after
+
+    when = format_datetime(datetime.now(timezone.utc) + timedelta(seconds=60), usegmt=True)
+    assert 55 < retry_after(Response("http://a/", status=429, headers={"Retry-After": when})) <= 60

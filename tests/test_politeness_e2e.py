@@ -114,3 +114,35 @@ def test_a_killed_worker_loses_nothing_and_the_limits_hold(server, redis_url, tm
     logs = "".join(w.log for w in workers[1:])
     assert not PROBLEM.search(logs)
     assert server.keys("polite:*") == []
+
+
+def test_a_retry_after_slows_the_site_for_the_whole_fleet(server, redis_url, tmp_path):
+    settings = {"SCHEDULER_FLEET_LIMITS": True, "DOWNLOAD_DELAY": 0.1, **NO_JITTER}
+    slowed = ADDRESSES[0]
+    with PoliteSites(ADDRESSES, pages=PAGES) as sites:
+        sites.retry_after[(slowed, "/p/5.html")] = 2
+        wait_all(fleet(server, redis_url, tmp_path, settings, sites))
+    paths = sites.paths(slowed)
+    assert paths.count("/p/5.html") == 2  # the 429, then its retry
+    assert sorted(set(paths)) == expected_paths()
+    times = sites.times(slowed)
+    at = times[paths.index("/p/5.html")]
+    after = [t for t in times if t > at]
+    assert after and after[0] - at >= 1.9, after[0] - at  # nobody came back before 2 s
+    others = [t for address in ADDRESSES[1:] for t in sites.times(address)]
+    assert any(at < t < at + 1.9 for t in others)  # the other sites were not held up
+
+
+def test_autothrottle_sets_one_delay_for_the_fleet(server, redis_url, tmp_path):
+    settings = {
+        "SCHEDULER_FLEET_LIMITS": True, "AUTOTHROTTLE_ENABLED": True,
+        "AUTOTHROTTLE_START_DELAY": 0.1, "AUTOTHROTTLE_MAX_DELAY": 5,
+        "AUTOTHROTTLE_TARGET_CONCURRENCY": 1, **NO_JITTER,
+    }
+    with PoliteSites(ADDRESSES, pages=PAGES, latency=0.3) as sites:
+        wait_all(fleet(server, redis_url, tmp_path, settings, sites))
+    assert_every_page_once(sites)
+    for address in ADDRESSES:
+        settled = sites.gaps(address)[10:]  # after the delay grew from 0.1 to the latency
+        assert min(settled) >= 0.2, (address, sorted(settled)[:5])
+        assert sites.max_in_flight[address] <= 2

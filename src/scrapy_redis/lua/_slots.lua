@@ -13,7 +13,8 @@
 --   slots   hash slot -> msgpack {next start allowed (ms), in flight, delay (ms),
 --           concurrency (0: no cap), jitter (0.5: uniform 0.5-1.5 x delay), place, ready
 --           member, the delay drawn at the last start (ms), the time of the last start
---           while its worker has not reported it (0: reported)}
+--           while its worker has not reported it (0: reported), the time until which a
+--           Retry-After slowed it (ms), 1 if AutoThrottle sets its delay (pushes keep it)}
 -- A start of a slot with a delay is reported by its worker when the request reaches its
 -- downloader (slot_started.lua): the next start is allowed the drawn delay after that,
 -- not after the pop (a busy worker may start what it popped some time later). Until it
@@ -68,12 +69,15 @@ end
 local function load_slot(k, slot)
   local raw = redis.call('HGET', k.slots, slot)
   if not raw then
-    return {0, 0, 0, 0, 0, 'i', '', 0, 0}
+    return {0, 0, 0, 0, 0, 'i', '', 0, 0, 0, 0}
   end
   return cmsgpack.unpack(raw)
 end
 
 local function save_slot(k, slot, st)
+  for i = 8, 11 do -- an array without holes (older states have fewer fields)
+    st[i] = st[i] or 0
+  end
   redis.call('HSET', k.slots, slot, cmsgpack.pack(st))
 end
 
@@ -192,7 +196,10 @@ local function push_new_slots(k, conf, entries)
     local st = load_slot(k, slot)
     local c = conf[slot]
     if c then
-      st[3], st[4], st[5] = tonumber(c[1]), tonumber(c[2]), tonumber(c[3])
+      if (st[11] or 0) ~= 1 then -- (a delay AutoThrottle set is kept)
+        st[3] = tonumber(c[1])
+      end
+      st[4], st[5] = tonumber(c[2]), tonumber(c[3])
     end
     if st[6] ~= 'w' then
       place(k, slot, st, now)

@@ -5,7 +5,8 @@ downloader computes them (``scrapy/core/downloader/__init__.py``):
   CONCURRENT_REQUESTS_PER_IP the host's IP address once this worker's DNS cache
   knows it (as Scrapy: before the first lookup, the host name);
 * the delay: ``DOWNLOAD_SLOTS[slot]["delay"]``, else a spider's ``download_delay``,
-  else DOWNLOAD_DELAY; its jitter: ``DOWNLOAD_SLOTS[slot]["jitter"]`` (or
+  else DOWNLOAD_DELAY (with AutoThrottle, at least AUTOTHROTTLE_START_DELAY to
+  start with; then the fleet's AutoThrottle sets it); its jitter: ``DOWNLOAD_SLOTS[slot]["jitter"]`` (or
   ``["randomize_delay"]``), else DOWNLOAD_DELAY_JITTER, else 0.5 if
   RANDOMIZE_DOWNLOAD_DELAY (the next start is uniform in 0.5-1.5 x delay);
 * the concurrency: ``DOWNLOAD_SLOTS[slot]["concurrency"]``, else a spider's
@@ -56,6 +57,32 @@ def default_jitter(settings: BaseSettings) -> float:
     return 0.5 if settings.getbool("RANDOMIZE_DOWNLOAD_DELAY", True) else 0.0
 
 
+@dataclass(frozen=True, slots=True)
+class Throttle:
+    """AutoThrottle's settings, applied to the fleet's delay per slot (slot_feedback.lua)."""
+
+    #: DOWNLOAD_DELAY: the least delay.
+    min_delay: float
+    #: AUTOTHROTTLE_MAX_DELAY.
+    max_delay: float
+    #: AUTOTHROTTLE_TARGET_CONCURRENCY.
+    target: float
+
+    @classmethod
+    def from_settings(cls, settings: BaseSettings) -> Throttle | None:
+        """None unless AUTOTHROTTLE_ENABLED."""
+        if not settings.getbool("AUTOTHROTTLE_ENABLED"):
+            return None
+        return cls(
+            settings.getfloat("DOWNLOAD_DELAY"),
+            settings.getfloat("AUTOTHROTTLE_MAX_DELAY", 60.0),
+            settings.getfloat("AUTOTHROTTLE_TARGET_CONCURRENCY", 1.0) or 1.0,
+        )
+
+    def args(self) -> list[int | float]:
+        return [int(self.min_delay * 1000), int(self.max_delay * 1000), self.target]
+
+
 class SlotLimits:
     """The slot of each request and its limits, from one crawl's settings and spider."""
 
@@ -66,6 +93,11 @@ class SlotLimits:
         delay = settings.getfloat("DOWNLOAD_DELAY")
         if spider is not None and hasattr(spider, "download_delay"):
             delay = float(spider.download_delay)
+        #: AutoThrottle's settings if enabled: the delay starts at AUTOTHROTTLE_START_DELAY
+        #: (at least the delay), as Scrapy's AutoThrottle starts it.
+        self.throttle = Throttle.from_settings(settings)
+        if self.throttle is not None:
+            delay = max(delay, settings.getfloat("AUTOTHROTTLE_START_DELAY", 5.0))
         if spider is not None and hasattr(spider, "max_concurrent_requests"):
             concurrency = int(spider.max_concurrent_requests)
         self.default = Limits(delay, concurrency, default_jitter(settings))

@@ -12,6 +12,10 @@ has passed and it has an in-flight place. So the worker
 * leases only what its downloader has room for now (CONCURRENT_REQUESTS minus
   the downloads it has running, at most SCHEDULER_PREFETCH): a request leased
   and not started would hold a fleet-wide place for nothing;
+* tells the fleet what a response says about its site: a 429 or 503 with
+  ``Retry-After`` holds every worker's next start of the slot until then; with
+  AUTOTHROTTLE_ENABLED, the download's latency sets the slot's one delay for the
+  fleet, by AutoThrottle's rules (``slot_feedback.lua``);
 * when a pop took nothing because the slots must wait, asks the engine again
   when the earliest may start (the pop script says when), instead of polling.
 """
@@ -20,6 +24,8 @@ from __future__ import annotations
 
 import weakref
 import zlib
+from datetime import datetime, timezone
+from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any
 
 from scrapy_redis._engine import engine_downloader, installed_reactor, wake_engine
@@ -59,6 +65,7 @@ class PolitePacing(DownloaderPacing):
             from scrapy import signals
 
             crawler.signals.connect(self.reached, signal=signals.request_reached_downloader)
+            crawler.signals.connect(self.responded, signal=signals.response_downloaded)
 
     def batch_size(self) -> int:
         downloader = self.downloader or engine_downloader(self.crawler)
@@ -109,6 +116,27 @@ class PolitePacing(DownloaderPacing):
             reactor = self.reactor or installed_reactor()
             reactor.callLater(0, self._report, key)
 
+    def responded(self, response: Any, request: Request, spider: Any = None) -> None:
+        """Scrapy's ``response_downloaded`` (before the downloader middlewares: a 429
+        the retry middleware turns into a retry is seen too): a Retry-After of a 429
+        or 503 slows the slot for the whole fleet; with AutoThrottle, the latency sets
+        the fleet's delay."""
+        key = request.meta.get("download_slot")
+        queue = self.queue_of(key) if isinstance(key, str) else None
+        if queue is None:
+            return
+        try:
+            wait = retry_after(response)
+            if wait:
+                queue.retry_after(key, wait)
+            throttle = queue.limits.throttle
+            latency = request.meta.get("download_latency")
+            if throttle is not None and latency is not None:
+                if not request.meta.get("autothrottle_dont_adjust_delay"):
+                    queue.latency(key, float(latency), response.status == 200, throttle)
+        except OUTAGE_ERRORS:
+            pass
+
     def _report(self, key: str) -> None:
         queue = self.queue_of(key)
         try:
@@ -145,3 +173,29 @@ def polite_pacing(scheduler: Any, pacer: Pacer) -> PolitePacing | None:
         q.on_wait = pacing.wake_in
         q.reports_starts = pacing.reports
     return pacing
+
+
+#: The longest Retry-After honoured (seconds): a site asking for more is retried then.
+MAX_RETRY_AFTER = 3600.0
+
+
+def retry_after(response: Any) -> float:
+    """Seconds a 429 or 503 response's ``Retry-After`` asks to wait (seconds, or an HTTP
+    date, read against this worker's clock), at most :data:`MAX_RETRY_AFTER`; 0 if none."""
+    if getattr(response, "status", None) not in (429, 503):
+        return 0.0
+    value = response.headers.get(b"Retry-After")
+    if not value:
+        return 0.0
+    text = value.decode("latin-1").strip()
+    try:
+        seconds = float(text)
+    except ValueError:
+        try:
+            when = parsedate_to_datetime(text)
+        except (TypeError, ValueError):
+            return 0.0
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=timezone.utc)
+        seconds = (when - datetime.now(timezone.utc)).total_seconds()
+    return min(max(seconds, 0.0), MAX_RETRY_AFTER)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy_redis.keys import slot_queue_keys
 from scrapy_redis.leases import Ticket, release_args
-from scrapy_redis.politeness.limits import SlotLimits
+from scrapy_redis.politeness.limits import SlotLimits, Throttle
 from scrapy_redis.queue_base import (
     PUSH_CHUNK,
     Base,
@@ -202,3 +202,16 @@ class SlotQueue(Base):
         earlier than its delay after now (``slot_started.lua``); seconds until then."""
         wait = script("slot_started")(self.server, list(self.slot_keys[:4]), [slot])
         return int(wait) / 1000
+
+    def retry_after(self, slot: str, seconds: float) -> None:
+        """The site of ``slot`` asked to wait ``seconds`` (a 429 or 503 with Retry-After):
+        no worker starts a download of it before then (``slot_feedback.lua``)."""
+        args = [slot, "retry_after", int(seconds * 1000)]
+        script("slot_feedback")(self.server, list(self.slot_keys[:4]), args)
+
+    def latency(self, slot: str, latency: float, ok: bool, throttle: Throttle) -> float:
+        """AutoThrottle for the fleet: a download of ``slot`` took ``latency`` seconds
+        (``ok``: status 200); the slot's delay after it, in seconds (-0.001: unknown)."""
+        args = [slot, "latency", int(latency * 1000), "1" if ok else "0", *throttle.args()]
+        delay = script("slot_feedback")(self.server, list(self.slot_keys[:4]), args)
+        return int(delay) / 1000
