@@ -18,7 +18,7 @@ class PoliteSpider(RedisSpider):
         "SCHEDULER": "scrapy_redis.scheduler.Scheduler",
         "DUPEFILTER_CLASS": "scrapy_redis.dupefilter.RFPDupeFilter",
         "SCHEDULER_PERSIST": False,
-        "MAX_IDLE_TIME_BEFORE_CLOSE": 3,
+        "MAX_IDLE_TIME_BEFORE_CLOSE": 8,  # (all four join before the start URLs come)
         "TELNETCONSOLE_ENABLED": False,
         "ROBOTSTXT_OBEY": False,
         "LOG_LEVEL": "INFO",

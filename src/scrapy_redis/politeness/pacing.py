@@ -4,8 +4,8 @@ Every request the pop script hands out may start now: its slot's fleet-wide dela
 has passed and it has an in-flight place. So the worker
 
 * starts it at once: the local downloader slot's own delay is set to 0 as the
-  request is handed out (else Scrapy would wait once more, per worker, on top of
-  the fleet's delay: the pop's time is the start's time); and when the request
+  request reaches it (else Scrapy would wait once more, per worker, on top of the
+  fleet's delay, or as its own AutoThrottle says); and when the request
   of a slot with a delay reaches the downloader, tells Redis, which counts the
   slot's next start from then if that is later (a busy worker may start a
   request some tens of milliseconds after its pop);
@@ -57,8 +57,11 @@ class PolitePacing(DownloaderPacing):
         self._wake_at: float | None = None
         #: The queues (one per lane) whose slots this worker takes requests of.
         self.queues: list[SlotQueue] = []
-        #: Handed-out requests of slots with a delay, not in the downloader yet.
-        self._starting: weakref.WeakKeyDictionary[Request, str] = weakref.WeakKeyDictionary()
+        #: Handed-out requests not in the downloader yet: their slot, and whether its
+        #: start is reported (a slot with a delay).
+        self._starting: weakref.WeakKeyDictionary[Request, tuple[str, bool]] = (
+            weakref.WeakKeyDictionary()
+        )
         #: Whether it reports starts (it has a crawler to be told of them by).
         self.reports = crawler is not None and getattr(crawler, "signals", None) is not None
         if self.reports:
@@ -82,20 +85,23 @@ class PolitePacing(DownloaderPacing):
         return None
 
     def held_back(self, request: Request) -> bool:
-        """Never: the fleet allowed it now. Its local slot's delay is set to 0, and the
-        start of a slot with a delay is reported (see :meth:`reached`)."""
-        downloader = self.downloader
+        """Never: the fleet allowed it now. When it reaches the downloader, its local
+        slot's delay is set to 0, and the start of a slot with a delay is reported (see
+        :meth:`reached`)."""
         try:
-            key = downloader.get_slot_key(request)
-            slot = downloader.slots.get(key)
+            key = self.downloader.get_slot_key(request)
         except Exception:  # a downloader unlike Scrapy's: nothing to set
             return False
+        queue = self.queue_of(key)
+        self._starting[request] = (key, queue is not None and queue.limits.of(key).delay > 0)
+        return False
+
+    def _no_local_delay(self, key: str) -> None:
+        """The worker's own slot ``key`` starts what reaches it at once (AutoThrottle's
+        local adjustment included: the fleet's delay holds instead)."""
+        slot = getattr(self.downloader, "slots", {}).get(key)
         if slot is not None and getattr(slot, "delay", 0):
             slot.delay = 0
-        queue = self.queue_of(key)
-        if queue is not None and queue.limits.of(key).delay > 0:
-            self._starting[request] = key
-        return False
 
     def queue_of(self, slot: str) -> SlotQueue | None:
         """The queue (lane) holding ``slot``'s requests."""
@@ -109,8 +115,11 @@ class PolitePacing(DownloaderPacing):
         starts now, maybe a little after the pop allowed it (a busy worker): the slot's
         next start is counted from now (one script call; lost in an outage, when the
         pop's time stands)."""
-        key = self._starting.pop(request, None)
-        if key is not None:
+        key, report = self._starting.pop(request, (None, False))
+        if key is None:
+            return
+        self._no_local_delay(key)  # (sent before the downloader's slot takes it)
+        if report:
             # at the reactor's next turn: after the request's bytes were written (or
             # later, when the worker is busy; then the slot's next start is later too)
             reactor = self.reactor or installed_reactor()
