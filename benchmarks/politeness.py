@@ -6,8 +6,8 @@ what a pop costs.
    tests/polite_site.py (127.0.0.2-4): per site the rate (requests a second) and the
    smallest gap between two requests, with the setting off and on.
 2. **Scale**: the per-slot queues filled with Q requests over S slots (10^3 and 10^5
-   slots, 10^5 requests; ``--queued`` for more), then the cost of one pop script call
-   taking 8 requests under a lease (and releasing the previous pop's), as a worker
+   slots, 10^4 and 10^5 requests; ``--queued`` for more), then the cost of one pop
+   script call taking 8 requests under a lease (and releasing the previous pop's), as a worker
    does, in microseconds on the server (``INFO commandstats``) and round trip; the
    same for today's PriorityQueue; and Redis memory per queued request of each
    (medians of ``--runs`` interleaved runs).
@@ -82,23 +82,25 @@ def fill(queue, slots: int, queued: int) -> None:
         queue.push_entries(batch)
 
 
-def pop_cost(server, queue, pops: int) -> tuple[float, float]:
-    """(µs per pop call on the server, µs per round trip) over ``pops`` pops of 8."""
+def pop_cost(server, queue, pops: int) -> tuple[float, float, float]:
+    """(µs per pop call on the server, µs per round trip, requests taken per call) over
+    ``pops`` pops of 8, each releasing the previous one's lease (as a worker does)."""
     from scrapy_redis.leases import LeaseBook
 
     book = LeaseBook(server, queue.key, "bench", 300)
     server.config_resetstat()
-    held = None
+    held, taken = None, 0
     started = time.perf_counter()
     for _ in range(pops):
         releases = [(held, list(range(1, held.unreleased + 1)))] if held else []
         ticket = book.ticket(releases=releases)
         entries = queue.pop_entries(8, ticket=ticket)
         held = book.taken_batch(ticket, len(entries))
+        taken += len(entries)
     elapsed = time.perf_counter() - started
     stats = server.info("commandstats")
     evalsha = stats.get("cmdstat_evalsha", {})
-    return float(evalsha.get("usec_per_call", 0.0)), elapsed / pops * 1e6
+    return float(evalsha.get("usec_per_call", 0.0)), elapsed / pops * 1e6, taken / pops
 
 
 def scale_report(sizes: list[tuple[int, int]], pops: int, runs: int) -> list[str]:
@@ -109,10 +111,13 @@ def scale_report(sizes: list[tuple[int, int]], pops: int, runs: int) -> list[str
     from scrapy_redis.politeness.queue import SlotQueue
     from scrapy_redis.queue import PriorityQueue
 
-    lines = ["| queue | slots | queued | pop of 8, server (µs) | pop of 8, round trip (µs) | "
-             "memory per queued request (bytes) |", "|---|---|---|---|---|---|"]
-    spider = make_spider({"DOWNLOAD_DELAY": 1.0, "CONCURRENT_REQUESTS_PER_DOMAIN": 1})
-    results: dict[tuple[str, int, int], list[tuple[float, float, float]]] = {}
+    lines = ["| queue | slots | queued | pop of 8, server (µs) | round trip (µs) | "
+             "taken per pop | memory per queued request (bytes) |",
+             "|---|---|---|---|---|---|---|"]
+    # no delay, a cap above what one worker holds: every pop takes 8 (the cost per
+    # request taken; with delays, a pop of slots that all wait returns at once)
+    spider = make_spider({"DOWNLOAD_DELAY": 0, "CONCURRENT_REQUESTS_PER_DOMAIN": 1000})
+    results: dict[tuple[str, int, int], list[tuple[float, ...]]] = {}
     for run in range(runs):  # interleaved: the machine's load changes over minutes
         for slots, queued in sizes:
             for kind in (SlotQueue, PriorityQueue):
@@ -124,16 +129,19 @@ def scale_report(sizes: list[tuple[int, int]], pops: int, runs: int) -> list[str
                     log(f"run {run + 1}: {kind.__name__}, {queued} requests, {slots} slots")
                     fill(queue, slots, queued)
                     per_request = (server.info("memory")["used_memory"] - before) / queued
-                    server_us, trip_us = pop_cost(server, queue, pops)
+                    server_us, trip_us, per_pop = pop_cost(server, queue, pops)
                     key = (kind.__name__, slots, queued)
-                    results.setdefault(key, []).append((server_us, trip_us, per_request))
+                    results.setdefault(key, []).append((server_us, trip_us, per_pop, per_request))
                 finally:
                     process.cleanup()
     for (name, slots, queued), measures in results.items():
-        server_us, trip_us, per_request = (statistics.median(m[i] for m in measures) for i in range(3))
+        server_us, trip_us, per_pop, per_request = (
+            statistics.median(m[i] for m in measures) for i in range(4)
+        )
         label = "per slot" if name == "SlotQueue" else "PriorityQueue (today)"
         lines.append(
-            f"| {label} | {slots} | {queued} | {server_us:.1f} | {trip_us:.1f} | {per_request:.0f} |"
+            f"| {label} | {slots} | {queued} | {server_us:.1f} | {trip_us:.1f} | "
+            f"{per_pop:.1f} | {per_request:.0f} |"
         )
     return lines
 
@@ -150,8 +158,8 @@ def main() -> None:
     if not args.skip_sites:
         out += ["## What each site sees (4 workers, DOWNLOAD_DELAY = 0.5, no jitter)", ""]
         out += sites_report(args.pages) + [""]
-    out += ["## Cost of a pop, memory (DOWNLOAD_DELAY = 1, CONCURRENT_REQUESTS_PER_DOMAIN = 1)", ""]
-    sizes = [(1000, args.queued), (100_000, args.queued)]
+    out += ["## Cost of a pop of 8, memory (no delay, concurrency 1000 per slot)", ""]
+    sizes = [(1000, args.queued), (100_000, args.queued), (1000, args.queued // 10)]
     out += scale_report(sizes, args.pops, args.runs)
     out += ["", f"Medians of {args.runs} interleaved runs; PriorityQueue ignores the slots (its "
             "requests are the same URLs)."]

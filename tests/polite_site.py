@@ -4,7 +4,9 @@ request's arrival time is logged per site, with how many of its requests were in
 Scrapy sees one download slot per address. Each site has a listing page ``/`` linking
 to ``/p/0.html`` ... ``/p/<pages - 1>.html`` (no other links); a page may take
 ``latency`` seconds to answer (slow pages, to see the downloads in flight), and a
-page named in ``retry_after`` answers 429 with that ``Retry-After`` once. Used by
+page named in ``retry_after`` answers 429 with that ``Retry-After`` once; a site
+named in ``robots`` serves that ``/robots.txt`` (requests for it are not counted in
+``paths``, ``times``, ``gaps`` and ``rate``). Used by
 tests/test_politeness_e2e.py and benchmarks/politeness.py::
 
     with PoliteSites(["127.0.0.2", "127.0.0.3"], pages=20) as sites:
@@ -51,6 +53,8 @@ class PoliteSites:
         self.latency = latency
         #: (address, path) -> seconds: answered once 429 with that Retry-After.
         self.retry_after: dict[tuple[str, str], float] = {}
+        #: address -> its /robots.txt (else a 404).
+        self.robots: dict[str, str] = {}
         self.port = free_port(self.addresses)
         self.lock = threading.Lock()
         self.arrivals: dict[str, list[tuple[float, str]]] = defaultdict(list)
@@ -83,8 +87,11 @@ class PoliteSites:
                     if sites.latency:
                         time.sleep(sites.latency)
                     body = f"<html><body>{links if self.path == '/' else self.path}</body></html>"
+                    if self.path == "/robots.txt" and address in sites.robots:
+                        body = sites.robots[address]
                     data = body.encode()
-                    self.send_response(200 if self.path == "/" or self.path.startswith("/p/") else 404)
+                    found = self.path in ("/", "/robots.txt") or self.path.startswith("/p/")
+                    self.send_response(200 if found else 404)
                     self.send_header("Content-Type", "text/html")
                     self.send_header("Content-Length", str(len(data)))
                     self.end_headers()
@@ -115,22 +122,20 @@ class PoliteSites:
 
     def paths(self, address: str) -> list[str]:
         with self.lock:
-            return [path for _, path in self.arrivals[address]]
+            return [path for _, path in self.arrivals[address] if path != "/robots.txt"]
 
     def times(self, address: str) -> list[float]:
         with self.lock:
-            return [at for at, _ in self.arrivals[address]]
+            return [at for at, path in self.arrivals[address] if path != "/robots.txt"]
 
     def gaps(self, address: str) -> list[float]:
-        """Seconds between consecutive arrivals at one site."""
-        with self.lock:
-            times = [at for at, _ in self.arrivals[address]]
+        """Seconds between consecutive arrivals at one site (robots.txt apart)."""
+        times = self.times(address)
         return [b - a for a, b in zip(times, times[1:])]
 
     def rate(self, address: str) -> float:
         """Requests a second from the first arrival to the last."""
-        with self.lock:
-            times = [at for at, _ in self.arrivals[address]]
+        times = self.times(address)
         return (len(times) - 1) / (times[-1] - times[0]) if len(times) > 1 else 0.0
 
     def __enter__(self) -> PoliteSites:

@@ -403,3 +403,12 @@ def test_retry_after_as_an_http_date():
 
     when = format_datetime(datetime.now(timezone.utc) + timedelta(seconds=60), usegmt=True)
     assert 55 < retry_after(Response("http://a/", status=429, headers={"Retry-After": when})) <= 60
+
+
+def test_a_crawl_delay_is_the_slots_least_delay(server):
+    queue = make_queue(server, {"DOWNLOAD_DELAY": 0.1})  # randomized: 0.05 to 0.15
+    push(queue, "http://a/1", "http://a/2")
+    queue.crawl_delay("a", 20)
+    take(queue, LeaseBook(server, KEY, "w1", 30), 10)
+    assert take(queue, LeaseBook(server, KEY, "w2", 30), 10)[0] == []
+    assert 19 < queue.next_start_in <= 20

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from scrapy import signals as scrapy_signals
 from scrapy.core import downloader as scrapy_downloader
 from polite_site import ADDRESSES, PoliteSites
 
@@ -146,3 +147,16 @@ def test_autothrottle_sets_one_delay_for_the_fleet(server, redis_url, tmp_path):
         settled = sites.gaps(address)[10:]  # after the delay grew from 0.1 to the latency
         assert min(settled) >= 0.2, (address, sorted(settled)[:5])
         assert sites.max_in_flight[address] <= 2
+
+
+def test_a_robots_crawl_delay_holds_for_the_fleet(server, redis_url, tmp_path):
+    if not hasattr(scrapy_signals, "robots_parsed"):
+        pytest.skip("Scrapy < 2.18 has no robots_parsed signal (Crawl-delay not applied)")
+    settings = {"SCHEDULER_FLEET_LIMITS": True, "ROBOTSTXT_OBEY": True}
+    delayed = ADDRESSES[0]
+    with PoliteSites(ADDRESSES, pages=15) as sites:
+        sites.robots[delayed] = "User-agent: *\nCrawl-delay: 0.5\n"
+        wait_all(fleet(server, redis_url, tmp_path, settings, sites))
+    assert min(sites.gaps(delayed)) >= 0.45, sorted(sites.gaps(delayed))[:5]
+    assert len(sites.paths(delayed)) == 16
+    assert min(sites.gaps(ADDRESSES[1])) < 0.2  # no delay where robots.txt sets none

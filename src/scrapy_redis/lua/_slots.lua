@@ -14,7 +14,8 @@
 --           concurrency (0: no cap), jitter (0.5: uniform 0.5-1.5 x delay), place, ready
 --           member, the delay drawn at the last start (ms), the time of the last start
 --           while its worker has not reported it (0: reported), the time until which a
---           Retry-After slowed it (ms), 1 if AutoThrottle sets its delay (pushes keep it)}
+--           Retry-After slowed it (ms), 1 if AutoThrottle sets its delay (pushes keep it),
+--           the robots.txt Crawl-delay of its site (ms: the least delay)}
 -- A start of a slot with a delay is reported by its worker when the request reaches its
 -- downloader (slot_started.lua): the next start is allowed the drawn delay after that,
 -- not after the pop (a busy worker may start what it popped some time later). Until it
@@ -69,13 +70,13 @@ end
 local function load_slot(k, slot)
   local raw = redis.call('HGET', k.slots, slot)
   if not raw then
-    return {0, 0, 0, 0, 0, 'i', '', 0, 0, 0, 0}
+    return {0, 0, 0, 0, 0, 'i', '', 0, 0, 0, 0, 0}
   end
   return cmsgpack.unpack(raw)
 end
 
 local function save_slot(k, slot, st)
-  for i = 8, 11 do -- an array without holes (older states have fewer fields)
+  for i = 8, 12 do -- an array without holes (older states have fewer fields)
     st[i] = st[i] or 0
   end
   redis.call('HSET', k.slots, slot, cmsgpack.pack(st))
@@ -165,14 +166,14 @@ end
 
 -- The delay (ms) before the next start of a slot starting a download now: its delay,
 -- or with a jitter j, uniform in [1 - j, 1 + j] x delay (Scrapy's RANDOMIZE_DOWNLOAD_DELAY
--- is j = 0.5).
+-- is j = 0.5); at least its site's Crawl-delay.
 local function next_delay(st, slot, micros)
   local delay, jitter = st[3], st[5]
   if delay > 0 and jitter > 0 then
     local h = tonumber(string.sub(redis.sha1hex(slot .. ':' .. micros .. ':' .. st[2]), 1, 8), 16)
     delay = delay * (1 - jitter + 2 * jitter * h / 4294967296)
   end
-  return math.max(0, math.floor(delay))
+  return math.max(0, math.floor(delay), st[12] or 0) -- a Crawl-delay is a least delay
 end
 
 -- Queue new requests. `conf`: slot -> {delay ms, concurrency, jitter}, the limits

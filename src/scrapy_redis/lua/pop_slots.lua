@@ -11,10 +11,11 @@
 -- ARGV[3], ARGV[4] = (to lease) timeout in ms, the id to lease them under
 -- ARGV[5..n] = (to lease) this worker's leases whose work is done, released first:
 --              groups of (lease id, n, n positions), n = 0 for the whole lease
--- returns {record, wait}: the record {op, key, key2, arg, entry...} packed ("" if none
---         taken), entries in the order taken; wait = ms until the earliest slot with
---         requests may start one (0: one may now; -1: none may until a download ends,
---         or nothing is queued)
+-- returns {record, wait, slots}: the record {op, key, key2, arg, entry...} packed (""
+--         if none taken), entries in the order taken; wait = ms until the earliest slot
+--         with requests may start one (0: one may now; -1: none may until a download
+--         ends, or nothing is queued); the slots taken from that have a delay (whose
+--         starts the worker reports, see slot_started.lua)
 --#include _leases.lua
 
 local leasing = #KEYS >= 6
@@ -23,7 +24,7 @@ if leasing then
   -- A lease with this id exists: this call is a retry (its reply was lost).
   local leased = redis.call('HGET', KEYS[5], ARGV[4])
   if leased then
-    return {leased, 0}
+    return {leased, 0, {}}
   end
 end
 
@@ -42,6 +43,7 @@ end
 local deliveries = leasing and suspects(KEYS[7]) or nil
 local busy = deliveries and holds_suspect(KEYS[5], deliveries, ARGV[4])
 local taken, skipped = {}, {}
+local delayed, delayed_list = {}, {} -- the slots taken from whose starts wait for a report
 for _ = 1, count + 64 do
   if #taken >= count then
     break
@@ -73,6 +75,10 @@ for _ = 1, count + 64 do
     st[8] = next_delay(st, slot, micros)
     st[1] = now + st[8]
     st[9] = (leasing and st[8] > 0 and report == '1') and now or 0
+    if st[8] > 0 and not delayed[slot] then
+      delayed[slot] = true
+      delayed_list[#delayed_list + 1] = slot
+    end
     place(k, slot, st, now)
     save_slot(k, slot, st)
   end
@@ -91,10 +97,10 @@ else
   end
 end
 if #taken == 0 then
-  return {'', wait}
+  return {'', wait, {}}
 end
 local packed = pack_record('slot', KEYS[1], '', '', taken)
 if leasing then
   lease(KEYS[5], KEYS[6], ARGV[4], ARGV[3], packed)
 end
-return {packed, wait}
+return {packed, wait, delayed_list}

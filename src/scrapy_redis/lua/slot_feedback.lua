@@ -4,6 +4,8 @@
 -- ARGV[1] = the slot
 -- ARGV[2] = "retry_after": the site asked to wait (a 429 or 503 with Retry-After):
 --             ARGV[3] = how long, in ms; no start of the slot before then
+--           "crawl_delay": the site's robots.txt Crawl-delay, ARGV[3] in ms (0: none):
+--             the least delay of the slot from now on (not randomized), from now
 --           "latency": AutoThrottle, with Scrapy's rules, on one delay for the fleet:
 --             ARGV[3] = the download's latency (ms), ARGV[4] = "1" if its status was
 --             200, ARGV[5], ARGV[6] = the least and most delay (ms: DOWNLOAD_DELAY,
@@ -28,6 +30,15 @@ if ARGV[2] == 'retry_after' then
     st[1] = until_ms
   end
   st[10] = math.max(st[10] or 0, until_ms)
+  if st[6] == 'w' or st[6] == 'r' then
+    place(k, slot, st, now)
+  end
+elseif ARGV[2] == 'crawl_delay' then
+  -- robots.txt was just fetched (the next request waits the delay after it too)
+  st[12] = tonumber(ARGV[3])
+  if now + st[12] > st[1] then
+    st[1] = now + st[12]
+  end
   if st[6] == 'w' or st[6] == 'r' then
     place(k, slot, st, now)
   end

@@ -15,7 +15,8 @@ has passed and it has an in-flight place. So the worker
 * tells the fleet what a response says about its site: a 429 or 503 with
   ``Retry-After`` holds every worker's next start of the slot until then; with
   AUTOTHROTTLE_ENABLED, the download's latency sets the slot's one delay for the
-  fleet, by AutoThrottle's rules (``slot_feedback.lua``);
+  fleet, by AutoThrottle's rules (``slot_feedback.lua``); with ROBOTSTXT_OBEY
+  (Scrapy >= 2.18), the site's robots.txt Crawl-delay is the slot's least delay;
 * when a pop took nothing because the slots must wait, asks the engine again
   when the earliest may start (the pop script says when), instead of polling.
 """
@@ -69,6 +70,9 @@ class PolitePacing(DownloaderPacing):
 
             crawler.signals.connect(self.reached, signal=signals.request_reached_downloader)
             crawler.signals.connect(self.responded, signal=signals.response_downloaded)
+            robots_parsed = getattr(signals, "robots_parsed", None)  # Scrapy >= 2.18
+            if robots_parsed is not None and crawler.settings.getbool("ROBOTSTXT_OBEY"):
+                crawler.signals.connect(self.robots_parsed, signal=robots_parsed)
 
     def batch_size(self) -> int:
         downloader = self.downloader or engine_downloader(self.crawler)
@@ -93,7 +97,8 @@ class PolitePacing(DownloaderPacing):
         except Exception:  # a downloader unlike Scrapy's: nothing to set
             return False
         queue = self.queue_of(key)
-        self._starting[request] = (key, queue is not None and queue.limits.of(key).delay > 0)
+        delayed = queue is not None and (key in queue.delayed_slots or queue.limits.of(key).delay > 0)
+        self._starting[request] = (key, delayed)
         return False
 
     def _no_local_delay(self, key: str) -> None:
@@ -143,6 +148,32 @@ class PolitePacing(DownloaderPacing):
             if throttle is not None and latency is not None:
                 if not request.meta.get("autothrottle_dont_adjust_delay"):
                     queue.latency(key, float(latency), response.status == 200, throttle)
+        except OUTAGE_ERRORS:
+            pass
+
+    def robots_parsed(self, robotparser: Any, request: Request, **kwargs: Any) -> None:
+        """Scrapy's ``robots_parsed`` (ROBOTSTXT_OBEY): the site's Crawl-delay for the
+        user agent Scrapy checks robots.txt with is the slot's least delay, fleet-wide."""
+        crawler = self.crawler
+        assert crawler is not None
+        settings = crawler.settings
+        agent = settings.get("ROBOTSTXT_USER_AGENT") or request.headers.get(
+            b"User-Agent", settings.get("USER_AGENT")
+        )
+        if isinstance(agent, bytes):
+            agent = agent.decode("latin-1")
+        try:
+            delay = robotparser.crawl_delay(agent)
+        except Exception:  # a parser without it, or a bad value
+            delay = None
+        queue = self.queues[0] if self.queues else None
+        if delay is None or queue is None:
+            return
+        key = queue.limits.slot_of(request)
+        target = self.queue_of(key)
+        try:
+            if target is not None:
+                target.crawl_delay(key, float(delay))
         except OUTAGE_ERRORS:
             pass
 

@@ -82,6 +82,9 @@ class SlotQueue(Base):
         #: Whether the worker reports when a request of a slot with a delay reaches its
         #: downloader (:meth:`started`); the slot waits for it (set by the pacing).
         self.reports_starts = False
+        #: Slots popped from whose delay (configured, AutoThrottle's, a robots.txt
+        #: Crawl-delay) is not 0: their starts are reported.
+        self.delayed_slots: set[str] = set()
         #: Moves requests queued in the layout of SCHEDULER_QUEUE_CLASS here (setup.py).
         self.carry_over: Any = None
 
@@ -189,8 +192,11 @@ class SlotQueue(Base):
         if ticket is not None:
             keys += [ticket.leases_key, ticket.deadlines_key, ticket.deliveries_key]
             args += [ticket.timeout_ms, ticket.id, *release_args(ticket.releases)]
-        packed, wait = script("pop_slots")(self.server, keys, args)
+        packed, wait, delayed = script("pop_slots")(self.server, keys, args)
         wait = int(wait)
+        if len(self.delayed_slots) > 10_000:
+            self.delayed_slots.clear()
+        self.delayed_slots.update(slot.decode("utf-8", "replace") for slot in delayed)
         self.next_start_in = None if wait < 0 else wait / 1000
         entries = [Entry(member) for member in record_entries(packed)]
         if not entries:
@@ -215,3 +221,9 @@ class SlotQueue(Base):
         args = [slot, "latency", int(latency * 1000), "1" if ok else "0", *throttle.args()]
         delay = script("slot_feedback")(self.server, list(self.slot_keys[:4]), args)
         return int(delay) / 1000
+
+    def crawl_delay(self, slot: str, seconds: float) -> None:
+        """The robots.txt of ``slot``'s site has this Crawl-delay: the least delay of the
+        slot for the whole fleet (``slot_feedback.lua``)."""
+        args = [slot, "crawl_delay", int(seconds * 1000)]
+        script("slot_feedback")(self.server, list(self.slot_keys[:4]), args)
