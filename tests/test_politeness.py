@@ -412,3 +412,21 @@ def test_a_crawl_delay_is_the_slots_least_delay(server):
     take(queue, LeaseBook(server, KEY, "w1", 30), 10)
     assert take(queue, LeaseBook(server, KEY, "w2", 30), 10)[0] == []
     assert 19 < queue.next_start_in <= 20
+
+
+def test_status_counts_the_per_slot_queues_and_names_no_shared_delay(redis_url, server, schedulers):
+    from scrapy.settings import Settings
+
+    from helpers import DemoSpider
+    from scrapy_redis.status import crawl_status
+
+    settings = fleet_settings(redis_url, DOWNLOAD_DELAY=1, SCHEDULER_PERSIST=True)
+    first, second = schedulers(settings), schedulers(settings)
+    enqueue_hosts(first, 3, 4)
+    status = crawl_status(server, Settings(settings), DemoSpider)
+    assert status.queued == 12
+    assert status.diagnosis is None or "times the configured rate" not in status.diagnosis
+    off = {**settings, "SCHEDULER_FLEET_LIMITS": False}
+    line = crawl_status(server, Settings(off), DemoSpider).diagnosis
+    assert line is not None and "2 workers each apply DOWNLOAD_DELAY = 1" in line
+    assert "up to 2 times the configured rate" in line and "SCHEDULER_FLEET_LIMITS = True" in line

@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from scrapy_redis.keys import invalid_entries_key
+from scrapy_redis.politeness.diagnosis import shared_delay
 from scrapy_redis.stats_worker import RATE_WINDOW
 
 if TYPE_CHECKING:
@@ -154,4 +155,5 @@ RULES: list[Rule] = [
     _start_unread,
     _invalid_entries,
     _idle_with_work,
+    shared_delay,  # (not a cause of idling: a warning, when nothing else is wrong)
 ]

@@ -1,13 +1,14 @@
 """How many requests a queue holds, read from its Redis key's type (for the tools that
 look at a crawl from outside, see :mod:`scrapy_redis.status`): a list (FifoQueue,
 LifoQueue), or a PriorityQueue's index of priorities with a list per priority, where
-entries written by the original scrapy-redis may still sit in the index itself."""
+entries written by the original scrapy-redis may still sit in the index itself, or
+the per-slot queues of SCHEDULER_FLEET_LIMITS (the queue key itself then holds nothing)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from scrapy_redis.keys import priority_list_key
+from scrapy_redis.keys import priority_list_key, slot_queue_keys
 from scrapy_redis.queue_priority import priority_of_member
 from scrapy_redis.utils import bytes_to_str
 
@@ -19,6 +20,8 @@ def queue_lengths(server: Any, queue_key: str, cluster: bool) -> tuple[str, int,
     """The Redis type of ``queue_key`` ("none" when absent), the requests waiting in it,
     and per priority for a priority queue."""
     kind = bytes_to_str(server.type(queue_key))
+    if kind == "none":  # queued per download slot (SCHEDULER_FLEET_LIMITS), if at all
+        return kind, int(server.zcard(slot_queue_keys(queue_key, cluster)[0])), None
     if kind == "list":
         return kind, int(server.llen(queue_key)), None
     if kind != "zset":
