@@ -5,7 +5,10 @@ what a pop costs.
    tests/spiders/polite_spider.py), DOWNLOAD_DELAY = 0.5 without jitter, 3 sites of
    tests/polite_site.py (127.0.0.2-4): per site the rate (requests a second) and the
    smallest gap between two requests, with the setting off and on.
-2. **Scale**: the per-slot queues filled with Q requests over S slots (10^3 and 10^5
+2. **Speed** (``--skip-speed``): pages a second of the same fleet on the 3 sites
+   without delays and with CONCURRENT_REQUESTS_PER_DOMAIN = 64 (the limits do not
+   bind), off and on.
+3. **Scale**: the per-slot queues filled with Q requests over S slots (10^3 and 10^5
    slots, 10^4 and 10^5 requests; ``--queued`` for more), then the cost of one pop
    script call taking 8 requests under a lease (and releasing the previous pop's), as a worker
    does, in microseconds on the server (``INFO commandstats``) and round trip; the
@@ -66,6 +69,44 @@ def sites_report(pages: int) -> list[str]:
         finally:
             server_process.cleanup()
     return lines
+
+
+def speed_report(pages: int, runs: int) -> list[str]:
+    """Pages a second of 4 workers on 3 sites without delays, CONCURRENT_REQUESTS_PER_DOMAIN
+    = 64 (the fleet-wide cap does not bind), with the setting off and on, interleaved."""
+    import redis
+    from polite_site import ADDRESSES, PoliteSites
+    from redis_server import RedisServer
+    from test_politeness_e2e import fleet
+
+    from test_e2e import wait_all
+
+    rates: dict[bool, list[float]] = {False: [], True: []}
+    for run in range(runs):
+        for on in (False, True):
+            process = RedisServer().start()
+            try:
+                server = redis.Redis(port=process.port)
+                url = f"redis://127.0.0.1:{process.port}/0"
+                tmp = Path(f"/tmp/politeness-speed-{run}-{on}")
+                tmp.mkdir(exist_ok=True)
+                settings = {"SCHEDULER_FLEET_LIMITS": on, "CONCURRENT_REQUESTS_PER_DOMAIN": 64}
+                log(f"speed run {run + 1}, fleet limits {on}")
+                with PoliteSites(ADDRESSES, pages=pages) as sites:
+                    wait_all(fleet(server, url, tmp, settings, sites))
+                times = sorted(t for address in ADDRESSES for t in sites.times(address))
+                rates[on].append((len(times) - 1) / (times[-1] - times[0]))
+            finally:
+                process.cleanup()
+    off, on = statistics.median(rates[False]), statistics.median(rates[True])
+    return [
+        "| SCHEDULER_FLEET_LIMITS | pages a second (median) | runs |",
+        "|---|---|---|",
+        f"| False | {off:.0f} | {', '.join(f'{r:.0f}' for r in rates[False])} |",
+        f"| True | {on:.0f} | {', '.join(f'{r:.0f}' for r in rates[True])} |",
+        "",
+        f"Ratio on / off: {on / off:.2f}.",
+    ]
 
 
 def fill(queue, slots: int, queued: int) -> None:
@@ -149,6 +190,8 @@ def scale_report(sizes: list[tuple[int, int]], pops: int, runs: int) -> list[str
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--skip-sites", action="store_true")
+    parser.add_argument("--skip-speed", action="store_true")
+    parser.add_argument("--speed-pages", type=int, default=300, help="pages per site (speed)")
     parser.add_argument("--pages", type=int, default=30, help="pages per site")
     parser.add_argument("--queued", type=int, default=100_000)
     parser.add_argument("--pops", type=int, default=2000)
@@ -158,6 +201,9 @@ def main() -> None:
     if not args.skip_sites:
         out += ["## What each site sees (4 workers, DOWNLOAD_DELAY = 0.5, no jitter)", ""]
         out += sites_report(args.pages) + [""]
+    if not args.skip_speed:
+        out += ["## Speed when the limits do not bind (4 workers, 3 sites, no delay)", ""]
+        out += speed_report(args.speed_pages, args.runs) + [""]
     out += ["## Cost of a pop of 8, memory (no delay, concurrency 1000 per slot)", ""]
     sizes = [(1000, args.queued), (100_000, args.queued), (1000, args.queued // 10)]
     out += scale_report(sizes, args.pops, args.runs)

@@ -430,3 +430,24 @@ def test_status_counts_the_per_slot_queues_and_names_no_shared_delay(redis_url, 
     line = crawl_status(server, Settings(off), DemoSpider).diagnosis
     assert line is not None and "2 workers each apply DOWNLOAD_DELAY = 1" in line
     assert "up to 2 times the configured rate" in line and "SCHEDULER_FLEET_LIMITS = True" in line
+
+
+def test_scrapy_redis_status_shows_the_busiest_slots(tmp_path, redis_url, server, schedulers):
+    from test_commands import write_project
+
+    settings = fleet_settings(redis_url, DOWNLOAD_DELAY=30, SCHEDULER_PERSIST=True)
+    scheduler = schedulers(settings)
+    enqueue_hosts(scheduler, 2, 3)
+    scheduler.enqueue_request(Request("http://h1.example/extra"))
+    assert scheduler.send_enqueued()
+    assert scheduler.next_request() is not None  # h0 and h1 start one each: 30 s to wait
+    project = write_project(tmp_path, redis_url)
+    settings_py = project.path / "proj" / "settings.py"
+    settings_py.write_text(settings_py.read_text() + "SCHEDULER_FLEET_LIMITS = True\n")
+    text = project.run("status").stdout
+    assert "  queue        5 queued, 2 leased" in text
+    slots = [line for line in text.splitlines() if line.startswith("  slot ")]
+    assert slots[0].startswith("  slot         h1.example: 3 queued, 1 in flight (of 1), 1 started")
+    assert "delay 30 s, next start in " in slots[0] and "next start in 0.0 s" not in slots[0]
+    assert slots[1].startswith("  slot         h0.example: 2 queued, 1 in flight (of 1)")
+    assert '"slot": "h1.example"' in project.run("status", "--json").stdout

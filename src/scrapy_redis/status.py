@@ -26,6 +26,7 @@ from scrapy_redis.keys import (
     leases_key,
     worker_stats_key,
 )
+from scrapy_redis.politeness.report import slot_views
 from scrapy_redis.queue_lengths import queue_lengths
 from scrapy_redis.records import unpack_record
 from scrapy_redis.stats_values import decode_value
@@ -92,6 +93,8 @@ class CrawlStatus:
     #: Items in RedisPipeline's list (None: no such list).
     items: int | None = None
     workers: list[WorkerStatus] = field(default_factory=list)
+    #: SCHEDULER_FLEET_LIMITS: the busiest download slots (scrapy_redis.politeness.report).
+    slots: list[dict[str, Any]] = field(default_factory=list)
     #: The fleet's stats (STATS_KEY).
     stats: dict[str, Any] = field(default_factory=dict)
     diagnosis: str | None = None
@@ -143,6 +146,7 @@ def crawl_status(
     status.items = _items(server, keys.items_key)
     status.stats = _decoded_hash(server, keys.stats_key)
     status.start_invalid = int(status.stats.get("redis/start_messages/invalid", 0) or 0)
+    status.slots = slot_views(server, keys.queue_keys, keys.cluster, now)  # politeness/
     status.diagnosis = diagnose(status, keys)
     return status
 

@@ -15,7 +15,7 @@
 --           member, the delay drawn at the last start (ms), the time of the last start
 --           while its worker has not reported it (0: reported), the time until which a
 --           Retry-After slowed it (ms), 1 if AutoThrottle sets its delay (pushes keep it),
---           the robots.txt Crawl-delay of its site (ms: the least delay)}
+--           the robots.txt Crawl-delay of its site (ms: the least delay), starts so far}
 -- A start of a slot with a delay is reported by its worker when the request reaches its
 -- downloader (slot_started.lua): the next start is allowed the drawn delay after that,
 -- not after the pop (a busy worker may start what it popped some time later). Until it
@@ -70,13 +70,13 @@ end
 local function load_slot(k, slot)
   local raw = redis.call('HGET', k.slots, slot)
   if not raw then
-    return {0, 0, 0, 0, 0, 'i', '', 0, 0, 0, 0, 0}
+    return {0, 0, 0, 0, 0, 'i', '', 0, 0, 0, 0, 0, 0}
   end
   return cmsgpack.unpack(raw)
 end
 
 local function save_slot(k, slot, st)
-  for i = 8, 12 do -- an array without holes (older states have fewer fields)
+  for i = 8, 13 do -- an array without holes (older states have fewer fields)
     st[i] = st[i] or 0
   end
   redis.call('HSET', k.slots, slot, cmsgpack.pack(st))

@@ -72,6 +72,7 @@ for _ = 1, count + 64 do
     if leasing then
       st[2] = st[2] + 1
     end
+    st[13] = (st[13] or 0) + 1
     st[8] = next_delay(st, slot, micros)
     st[1] = now + st[8]
     st[9] = (leasing and st[8] > 0 and report == '1') and now or 0

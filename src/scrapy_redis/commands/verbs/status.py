@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from scrapy_redis.politeness.report import render_slot
 from scrapy_redis.status import crawl_status
 
 if TYPE_CHECKING:
@@ -59,6 +60,7 @@ def render(status: CrawlStatus) -> list[str]:
             f"  start        {', '.join(status.start_keys)}: {status.start_pending:,} pending, "
             f"{status.start_leased:,} leased, {status.start_invalid:,} invalid"
         )
+    lines += [f"  slot         {render_slot(view)}" for view in status.slots[:5]]
     lines.append(f"  fingerprints {_count(status.fingerprints)}")
     lines.append(f"  items        {_count(status.items)}")
     lines.append(f"  workers      {status.workers_alive} alive{_fleet_rate(status)}")
