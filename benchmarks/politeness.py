@@ -38,14 +38,16 @@ from _util import log  # noqa: E402
 
 def sites_report(pages: int) -> list[str]:
     import redis
+
     from polite_site import ADDRESSES, PoliteSites
     from redis_server import RedisServer
+    from test_e2e import wait_all
     from test_politeness_e2e import POLITE, fleet
 
-    from test_e2e import wait_all
-
-    lines = ["| SCHEDULER_FLEET_LIMITS | site | requests | rate (/s) | min gap (s) | median gap (s) |",
-             "|---|---|---|---|---|---|"]
+    lines = [
+        "| SCHEDULER_FLEET_LIMITS | site | requests | rate (/s) | min gap (s) | median gap (s) |",
+        "|---|---|---|---|---|---|",
+    ]
     for on in (False, True):
         server_process = RedisServer().start()
         try:
@@ -75,11 +77,11 @@ def speed_report(pages: int, runs: int) -> list[str]:
     """Pages a second of 4 workers on 3 sites without delays, CONCURRENT_REQUESTS_PER_DOMAIN
     = 64 (the fleet-wide cap does not bind), with the setting off and on, interleaved."""
     import redis
+
     from polite_site import ADDRESSES, PoliteSites
     from redis_server import RedisServer
-    from test_politeness_e2e import fleet
-
     from test_e2e import wait_all
+    from test_politeness_e2e import fleet
 
     rates: dict[bool, list[float]] = {False: [], True: []}
     for run in range(runs):
@@ -146,15 +148,17 @@ def pop_cost(server, queue, pops: int) -> tuple[float, float, float]:
 
 def scale_report(sizes: list[tuple[int, int]], pops: int, runs: int) -> list[str]:
     import redis
+
     from helpers import make_spider
     from redis_server import RedisServer
-
     from scrapy_redis.politeness.queue import SlotQueue
     from scrapy_redis.queue import PriorityQueue
 
-    lines = ["| queue | slots | queued | pop of 8, server (µs) | round trip (µs) | "
-             "taken per pop | memory per queued request (bytes) |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        "| queue | slots | queued | pop of 8, server (µs) | round trip (µs) | "
+        "taken per pop | memory per queued request (bytes) |",
+        "|---|---|---|---|---|---|---|",
+    ]
     # no delay, a cap above what one worker holds: every pop takes 8 (the cost per
     # request taken; with delays, a pop of slots that all wait returns at once)
     spider = make_spider({"DOWNLOAD_DELAY": 0, "CONCURRENT_REQUESTS_PER_DOMAIN": 1000})
@@ -200,15 +204,18 @@ def main() -> None:
     out = ["# Fleet-wide limits per download slot", ""]
     if not args.skip_sites:
         out += ["## What each site sees (4 workers, DOWNLOAD_DELAY = 0.5, no jitter)", ""]
-        out += sites_report(args.pages) + [""]
+        out += [*sites_report(args.pages), ""]
     if not args.skip_speed:
         out += ["## Speed when the limits do not bind (4 workers, 3 sites, no delay)", ""]
-        out += speed_report(args.speed_pages, args.runs) + [""]
+        out += [*speed_report(args.speed_pages, args.runs), ""]
     out += ["## Cost of a pop of 8, memory (no delay, concurrency 1000 per slot)", ""]
     sizes = [(1000, args.queued), (100_000, args.queued), (1000, args.queued // 10)]
     out += scale_report(sizes, args.pops, args.runs)
-    out += ["", f"Medians of {args.runs} interleaved runs; PriorityQueue ignores the slots (its "
-            "requests are the same URLs)."]
+    out += [
+        "",
+        f"Medians of {args.runs} interleaved runs; PriorityQueue ignores the slots (its "
+        "requests are the same URLs).",
+    ]
     print("\n".join(out))
 
 

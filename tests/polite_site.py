@@ -22,6 +22,7 @@ import time
 from collections import defaultdict
 from collections.abc import Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from itertools import pairwise
 
 ADDRESSES = ("127.0.0.2", "127.0.0.3", "127.0.0.4")
 
@@ -131,7 +132,7 @@ class PoliteSites:
     def gaps(self, address: str) -> list[float]:
         """Seconds between consecutive arrivals at one site (robots.txt apart)."""
         times = self.times(address)
-        return [b - a for a, b in zip(times, times[1:])]
+        return [b - a for a, b in pairwise(times)]
 
     def rate(self, address: str) -> float:
         """Requests a second from the first arrival to the last."""

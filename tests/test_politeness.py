@@ -6,9 +6,9 @@ from __future__ import annotations
 import time
 
 import pytest
-from helpers import make_spider
 from scrapy import Request
 
+from helpers import make_spider
 from scrapy_redis.exceptions import ConfigurationError
 from scrapy_redis.keys import slot_queue_keys
 from scrapy_redis.leases import LeaseBook
@@ -57,7 +57,11 @@ def test_one_slot_at_a_time_highest_priority_first_fifo_among_equals(server):
     book = LeaseBook(server, KEY, "w1", 30)
     entries, _ = take(queue, book, 10)
     assert urls(queue, entries) == [
-        "http://a/3", "http://b/1", "http://b/2", "http://a/1", "http://a/2",
+        "http://a/3",
+        "http://b/1",
+        "http://b/2",
+        "http://a/1",
+        "http://a/2",
     ]
     assert len(queue) == 0 and queue.is_empty()
 
@@ -84,7 +88,9 @@ def test_a_slot_with_a_delay_starts_one_request_per_delay_fleet_wide(server):
 
 
 def test_a_waiting_slot_never_holds_up_the_others(server):
-    queue = make_queue(server, {"DOWNLOAD_SLOTS": {"slow": {"delay": 60, "randomize_delay": False}}})
+    queue = make_queue(
+        server, {"DOWNLOAD_SLOTS": {"slow": {"delay": 60, "randomize_delay": False}}}
+    )
     push(queue, "http://x/1", "http://x/2", priority=10, download_slot="slow")
     push(queue, *(f"http://fast{n}/" for n in range(5)))
     book = LeaseBook(server, KEY, "w1", 30)
@@ -194,7 +200,7 @@ def test_randomized_delays_stay_within_half_and_one_and_a_half_times(server):
     now_ms = now[0] * 1000 + now[1] // 1000
     spread = [w - now_ms for w in waits]
     assert len(spread) == 20
-    assert 4000 <= spread[0] and spread[-1] <= 15000
+    assert spread[0] >= 4000 and spread[-1] <= 15000
     assert spread[-1] - spread[0] > 1000  # random, not one value
 
 
@@ -354,8 +360,10 @@ def test_autothrottle_sets_one_delay_per_slot_by_scrapys_rules(server):
     from scrapy_redis.politeness.limits import Throttle
 
     settings = {
-        "AUTOTHROTTLE_ENABLED": True, "AUTOTHROTTLE_START_DELAY": 1.0,
-        "AUTOTHROTTLE_MAX_DELAY": 4.0, "AUTOTHROTTLE_TARGET_CONCURRENCY": 2.0,
+        "AUTOTHROTTLE_ENABLED": True,
+        "AUTOTHROTTLE_START_DELAY": 1.0,
+        "AUTOTHROTTLE_MAX_DELAY": 4.0,
+        "AUTOTHROTTLE_TARGET_CONCURRENCY": 2.0,
         "DOWNLOAD_DELAY": 0.25,
     }
     queue = make_queue(server, settings)
@@ -381,8 +389,14 @@ def test_autothrottle_sets_one_delay_per_slot_by_scrapys_rules(server):
 
 @pytest.mark.parametrize(
     ("status", "header", "expected"),
-    [(429, "7", 7.0), (503, "1.5", 1.5), (200, "7", 0.0), (429, None, 0.0),
-     (429, "soon", 0.0), (503, "999999", 3600.0)],
+    [
+        (429, "7", 7.0),
+        (503, "1.5", 1.5),
+        (200, "7", 0.0),
+        (429, None, 0.0),
+        (429, "soon", 0.0),
+        (503, "999999", 3600.0),
+    ],
 )
 def test_retry_after_is_read_from_429_and_503(status, header, expected):
     from scrapy.http import Response
@@ -394,8 +408,8 @@ def test_retry_after_is_read_from_429_and_503(status, header, expected):
 
 
 def test_retry_after_as_an_http_date():
-    from email.utils import format_datetime
     from datetime import datetime, timedelta, timezone
+    from email.utils import format_datetime
 
     from scrapy.http import Response
 
@@ -421,7 +435,7 @@ def test_status_counts_the_per_slot_queues_and_names_no_shared_delay(redis_url, 
     from scrapy_redis.status import crawl_status
 
     settings = fleet_settings(redis_url, DOWNLOAD_DELAY=1, SCHEDULER_PERSIST=True)
-    first, second = schedulers(settings), schedulers(settings)
+    first, _second = schedulers(settings), schedulers(settings)  # two workers alive
     enqueue_hosts(first, 3, 4)
     status = crawl_status(server, Settings(settings), DemoSpider)
     assert status.queued == 12

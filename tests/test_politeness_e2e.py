@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from scrapy import signals as scrapy_signals
 from scrapy.core import downloader as scrapy_downloader
-from polite_site import ADDRESSES, PoliteSites
 
+from polite_site import ADDRESSES, PoliteSites
 from test_e2e import PROBLEM, Worker, wait_all
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
@@ -136,9 +136,12 @@ def test_a_retry_after_slows_the_site_for_the_whole_fleet(server, redis_url, tmp
 
 def test_autothrottle_sets_one_delay_for_the_fleet(server, redis_url, tmp_path):
     settings = {
-        "SCHEDULER_FLEET_LIMITS": True, "AUTOTHROTTLE_ENABLED": True,
-        "AUTOTHROTTLE_START_DELAY": 0.1, "AUTOTHROTTLE_MAX_DELAY": 5,
-        "AUTOTHROTTLE_TARGET_CONCURRENCY": 1, **NO_JITTER,
+        "SCHEDULER_FLEET_LIMITS": True,
+        "AUTOTHROTTLE_ENABLED": True,
+        "AUTOTHROTTLE_START_DELAY": 0.1,
+        "AUTOTHROTTLE_MAX_DELAY": 5,
+        "AUTOTHROTTLE_TARGET_CONCURRENCY": 1,
+        **NO_JITTER,
     }
     with PoliteSites(ADDRESSES, pages=PAGES, latency=0.3) as sites:
         wait_all(fleet(server, redis_url, tmp_path, settings, sites))

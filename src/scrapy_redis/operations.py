@@ -68,9 +68,9 @@ def purge_queue(
     server: Any, queue_key: str, other_keys: Sequence[str] = (), orphans: bool = True
 ) -> int:
     """Delete the queue (or one lane) ``queue_key``: its requests (a PriorityQueue's index
-    and every list it names, or its per-slot queues), their leases and ``other_keys`` (in the queue's slot), in
-    one call of ``lua/queue_purge.lua``. A worker pushing a new priority meanwhile makes
-    the script refuse and name it; it is called again with it (at most
+    and every list it names; or its per-slot queues), their leases and ``other_keys``
+    (in the queue's slot), in one call of ``lua/queue_purge.lua``. A worker pushing a
+    new priority meanwhile makes the script refuse and name it; it is called again with it (at most
     :data:`PURGE_ATTEMPTS` times). With ``orphans``, priority lists no index names (left by
     a purge of an older version racing a push) are found with SCAN and deleted too. How
     many keys were deleted."""

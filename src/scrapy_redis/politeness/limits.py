@@ -6,9 +6,10 @@ downloader computes them (``scrapy/core/downloader/__init__.py``):
   knows it (as Scrapy: before the first lookup, the host name);
 * the delay: ``DOWNLOAD_SLOTS[slot]["delay"]``, else a spider's ``download_delay``,
   else DOWNLOAD_DELAY (with AutoThrottle, at least AUTOTHROTTLE_START_DELAY to
-  start with; then the fleet's AutoThrottle sets it); its jitter: ``DOWNLOAD_SLOTS[slot]["jitter"]`` (or
-  ``["randomize_delay"]``), else DOWNLOAD_DELAY_JITTER, else 0.5 if
-  RANDOMIZE_DOWNLOAD_DELAY (the next start is uniform in 0.5-1.5 x delay);
+  start with; then the fleet's AutoThrottle sets it); its jitter:
+  ``DOWNLOAD_SLOTS[slot]["jitter"]`` (or ``["randomize_delay"]``), else
+  DOWNLOAD_DELAY_JITTER, else 0.5 if RANDOMIZE_DOWNLOAD_DELAY (the next start is
+  uniform in 0.5-1.5 x delay);
 * the concurrency: ``DOWNLOAD_SLOTS[slot]["concurrency"]``, else a spider's
   ``max_concurrent_requests``, else CONCURRENT_REQUESTS_PER_IP if set, else
   CONCURRENT_REQUESTS_PER_DOMAIN.
@@ -43,7 +44,7 @@ class Limits:
     jitter: float
 
     def arg(self) -> list[float | int]:
-        return [int(round(self.delay * 1000)), max(0, self.concurrency), self.jitter]
+        return [round(self.delay * 1000), max(0, self.concurrency), self.jitter]
 
 
 def default_jitter(settings: BaseSettings) -> float:

@@ -65,7 +65,7 @@ class PolitePacing(DownloaderPacing):
         )
         #: Whether it reports starts (it has a crawler to be told of them by).
         self.reports = crawler is not None and getattr(crawler, "signals", None) is not None
-        if self.reports:
+        if crawler is not None and self.reports:
             from scrapy import signals
 
             crawler.signals.connect(self.reached, signal=signals.request_reached_downloader)
@@ -97,7 +97,9 @@ class PolitePacing(DownloaderPacing):
         except Exception:  # a downloader unlike Scrapy's: nothing to set
             return False
         queue = self.queue_of(key)
-        delayed = queue is not None and (key in queue.delayed_slots or queue.limits.of(key).delay > 0)
+        delayed = queue is not None and (
+            key in queue.delayed_slots or queue.limits.of(key).delay > 0
+        )
         self._starting[request] = (key, delayed)
         return False
 
@@ -105,7 +107,7 @@ class PolitePacing(DownloaderPacing):
         """The worker's own slot ``key`` starts what reaches it at once (AutoThrottle's
         local adjustment included: the fleet's delay holds instead)."""
         slot = getattr(self.downloader, "slots", {}).get(key)
-        if slot is not None and getattr(slot, "delay", 0):
+        if slot is not None and getattr(slot, "delay", None):
             slot.delay = 0
 
     def queue_of(self, slot: str) -> SlotQueue | None:
@@ -137,7 +139,7 @@ class PolitePacing(DownloaderPacing):
         the fleet's delay."""
         key = request.meta.get("download_slot")
         queue = self.queue_of(key) if isinstance(key, str) else None
-        if queue is None:
+        if queue is None or not isinstance(key, str):
             return
         try:
             wait = retry_after(response)
@@ -145,9 +147,9 @@ class PolitePacing(DownloaderPacing):
                 queue.retry_after(key, wait)
             throttle = queue.limits.throttle
             latency = request.meta.get("download_latency")
-            if throttle is not None and latency is not None:
-                if not request.meta.get("autothrottle_dont_adjust_delay"):
-                    queue.latency(key, float(latency), response.status == 200, throttle)
+            adjust = not request.meta.get("autothrottle_dont_adjust_delay")
+            if throttle is not None and latency is not None and adjust:
+                queue.latency(key, float(latency), response.status == 200, throttle)
         except OUTAGE_ERRORS:
             pass
 

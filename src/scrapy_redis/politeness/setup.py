@@ -45,9 +45,11 @@ def fleet_queue(scheduler: Any, spider: Any, queue: Any) -> Any:
     :class:`SlotQueue` at its key, which carries over what ``queue`` holds."""
     crawler = scheduler.crawler
     if not fleet_limits_on(crawler.settings if crawler is not None else None):
-        pending = slot_queue_keys(queue.key, is_cluster(scheduler.server))[0] if isinstance(
-            queue, Base
-        ) else None
+        pending = (
+            slot_queue_keys(queue.key, is_cluster(scheduler.server))[0]
+            if isinstance(queue, Base)
+            else None
+        )
         if pending is not None and scheduler.server.exists(pending):
             raise ConfigurationError(
                 f"{queue.key} holds requests queued per download slot by workers with "
