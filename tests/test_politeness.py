@@ -465,3 +465,37 @@ def test_scrapy_redis_status_shows_the_busiest_slots(tmp_path, redis_url, server
     assert "delay 30 s, next start in " in slots[0] and "next start in 0.0 s" not in slots[0]
     assert slots[1].startswith("  slot         h0.example: 2 queued, 1 in flight (of 1)")
     assert '"slot": "h1.example"' in project.run("status", "--json").stdout
+
+
+def test_a_crawl_queued_per_slot_moves_into_the_clusters_lanes_whatever_its_limits(
+    redis_url, server, redis_cluster, cluster, schedulers, capsys
+):
+    from scrapy_redis.move_crawl import main
+
+    kept = fleet_settings(redis_url, DOWNLOAD_DELAY=60, SCHEDULER_PERSIST=True)
+    scheduler = open_scheduler_closed_after(kept, 5, 4)  # 20 queued, slots waiting 60 s
+    assert len(scheduler.queue) == 20
+    moved = ["-s", "SCHEDULER_FLEET_LIMITS=True", "-s", "CONCURRENT_REQUESTS_PER_DOMAIN=1"]
+    assert (
+        main(["demo", "--from", redis_url, "--to", redis_cluster.url, "--delete-source", *moved])
+        == 0
+    )
+    assert "Moved 20 requests" in capsys.readouterr().out
+    assert server.keys("*") == []
+    target = schedulers(fleet_settings(redis_cluster.url, SCHEDULER_PERSIST=True))
+    spread = lanes_of_slots(target)
+    assert len(spread) == 5 and all(len(lanes) == 1 for lanes in spread.values())
+    taken = [r.url for r in iter(target.next_request, None)]
+    assert sorted(taken) == sorted(f"http://h{h}.example/0" for h in range(5))  # order kept
+    target.flush()
+
+
+def open_scheduler_closed_after(settings: dict, hosts: int, pages: int):
+    from helpers import open_scheduler
+
+    scheduler = open_scheduler(settings)
+    enqueue_hosts(scheduler, hosts, pages)
+    assert scheduler.next_request() is not None  # some slots started: they wait now
+    scheduler.close("shutdown")  # gives back what it took
+    scheduler.stop_timers()
+    return scheduler

@@ -176,6 +176,15 @@ local function next_delay(st, slot, micros)
   return math.max(0, math.floor(delay), st[12] or 0) -- a Crawl-delay is a least delay
 end
 
+-- A slot's limits from a pushing worker's settings: {delay ms, concurrency, jitter} (a
+-- delay AutoThrottle set is kept).
+local function set_limits(st, c)
+  if (st[11] or 0) ~= 1 then
+    st[3] = tonumber(c[1])
+  end
+  st[4], st[5] = tonumber(c[2]), tonumber(c[3])
+end
+
 -- Queue new requests. `conf`: slot -> {delay ms, concurrency, jitter}, the limits
 -- the pushing worker's settings give it; `entries`: {slot, priority, request} in
 -- enqueue order (first in, first out among equal priorities, fleet-wide: one sequence).
@@ -197,10 +206,7 @@ local function push_new_slots(k, conf, entries)
     local st = load_slot(k, slot)
     local c = conf[slot]
     if c then
-      if (st[11] or 0) ~= 1 then -- (a delay AutoThrottle set is kept)
-        st[3] = tonumber(c[1])
-      end
-      st[4], st[5] = tonumber(c[2]), tonumber(c[3])
+      set_limits(st, c)
     end
     if st[6] ~= 'w' then
       place(k, slot, st, now)

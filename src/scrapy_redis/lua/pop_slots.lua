@@ -7,7 +7,9 @@
 -- KEYS[5], KEYS[6], KEYS[7] = (to lease) the leases hash, the lease deadlines sorted set,
 --           the deliveries hash (a worker takes at most one suspect at a time)
 -- ARGV[1] = how many requests to take at most
--- ARGV[2] = "1" if the worker reports the starts of slots with a delay (slot_started.lua)
+-- ARGV[2] = "1" if the worker reports the starts of slots with a delay (slot_started.lua);
+--           "drain" to take requests whatever their slots' limits, in slot order (a move
+--           of a stopped crawl: no place is taken, the slots are placed again as used)
 -- ARGV[3], ARGV[4] = (to lease) timeout in ms, the id to lease them under
 -- ARGV[5..n] = (to lease) this worker's leases whose work is done, released first:
 --              groups of (lease id, n, n positions), n = 0 for the whole lease
@@ -38,6 +40,19 @@ for _, slot in ipairs(redis.call('ZRANGEBYSCORE', k.waiting, '-inf', now, 'LIMIT
   local st = load_slot(k, slot)
   place(k, slot, st, now)
   save_slot(k, slot, st)
+end
+
+if report == 'drain' then -- a move of a stopped crawl: every request, whatever its limits
+  local taken = redis.call('ZRANGE', k.pq, 0, count - 1)
+  if #taken == 0 then
+    return {'', -1, {}}
+  end
+  call_in_chunks('ZREM', k.pq, taken)
+  local packed = pack_record('slot', KEYS[1], '', '', taken)
+  if leasing then
+    lease(KEYS[5], KEYS[6], ARGV[4], ARGV[3], packed)
+  end
+  return {packed, 0, {}}
 end
 
 local deliveries = leasing and suspects(KEYS[7]) or nil

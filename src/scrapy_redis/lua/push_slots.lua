@@ -7,7 +7,7 @@
 --           "back": ARGV[5] is a msgpack array of members popped before (see _slots.lua)
 -- ARGV[2] = how long the record is kept, in ms
 -- ARGV[3] = the write number of this call
--- ARGV[4] = msgpack map slot -> {delay ms, concurrency, jitter} (for "new")
+-- ARGV[4] = msgpack map slot -> {delay ms, concurrency, jitter}: the slots' limits
 -- ARGV[5] = the batch
 -- returns how many requests were pushed (the recorded count for a copy of this call
 -- sent again after its reply was lost: it pushes nothing)
@@ -23,6 +23,11 @@ local k = slot_keys(KEYS[1])
 local batch = cmsgpack.unpack(ARGV[5])
 local n
 if ARGV[1] == 'back' then
+  for slot, c in pairs(cmsgpack.unpack(ARGV[4])) do -- the limits of slots new here (a move)
+    local st = load_slot(k, slot)
+    set_limits(st, c)
+    save_slot(k, slot, st)
+  end
   put_back_slots(KEYS[1], batch)
   n = #batch
 else

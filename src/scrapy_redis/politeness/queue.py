@@ -52,6 +52,15 @@ def member_slot(member: bytes) -> str:
     return member[: member.index(b"\0")].decode("utf-8", "replace")
 
 
+class Member(Entry):
+    """A popped entry of the per-slot queues: its data is the whole member (slot,
+    priority and sequence before the request), put back as it was."""
+
+    @classmethod
+    def of(cls, member: bytes) -> Member:
+        return cls(member, slot=member_slot(member))
+
+
 class SlotQueue(Base):
     """Per-slot queues with fleet-wide limits per download slot (SCHEDULER_FLEET_LIMITS):
     highest priority first, first in first out among equals, among the slots allowed to
@@ -85,6 +94,8 @@ class SlotQueue(Base):
         #: Slots popped from whose delay (configured, AutoThrottle's, a robots.txt
         #: Crawl-delay) is not 0: their starts are reported.
         self.delayed_slots: set[str] = set()
+        #: Pops take every request, whatever its slot's limits (moving a stopped crawl).
+        self.drain = False
         #: Moves requests queued in the layout of SCHEDULER_QUEUE_CLASS here (setup.py).
         self.carry_over: Any = None
 
@@ -105,9 +116,7 @@ class SlotQueue(Base):
         return entry
 
     def decode(self, entry: Entry) -> Request:
-        data = entry.data
-        if entry.slot is None and b"\0" in data:  # popped: a member
-            data = member_request(data)
+        data = member_request(entry.data) if isinstance(entry, Member) else entry.data
         return self._decode_request(data)
 
     # -- pushing -------------------------------------------------------------------------
@@ -124,6 +133,10 @@ class SlotQueue(Base):
         return entry.slot
 
     def push_entries(self, entries: Sequence[Entry]) -> None:
+        members = [entry for entry in entries if isinstance(entry, Member)]
+        if members:  # popped from per-slot queues (a move): they keep their member
+            self.restore_entries(members)
+            entries = [entry for entry in entries if not isinstance(entry, Member)]
         for start in range(0, len(entries), PUSH_CHUNK):
             chunk = entries[start : start + PUSH_CHUNK]
             batch: list[Any] = []
@@ -143,7 +156,8 @@ class SlotQueue(Base):
     def restore_entries(self, entries: Sequence[Entry]) -> None:
         members = [entry.data for entry in entries]
         for start in range(0, len(members), PUSH_CHUNK):
-            self._push("back", b"\x80", members[start : start + PUSH_CHUNK])
+            chunk = members[start : start + PUSH_CHUNK]
+            self._push("back", self._conf({member_slot(m) for m in chunk}), chunk)
 
     def push_new(
         self,
@@ -188,7 +202,8 @@ class SlotQueue(Base):
         ignored: a slot's wait is told to :attr:`on_wait` instead)."""
         if self.carry_over is not None and self.carry_over.due():
             self.carry_over.move()
-        keys, args = list(self.slot_keys[:4]), [count, "1" if self.reports_starts else "0"]
+        report = "drain" if self.drain else "1" if self.reports_starts else "0"
+        keys, args = list(self.slot_keys[:4]), [count, report]
         if ticket is not None:
             keys += [ticket.leases_key, ticket.deadlines_key, ticket.deliveries_key]
             args += [ticket.timeout_ms, ticket.id, *release_args(ticket.releases)]
@@ -198,7 +213,7 @@ class SlotQueue(Base):
             self.delayed_slots.clear()
         self.delayed_slots.update(slot.decode("utf-8", "replace") for slot in delayed)
         self.next_start_in = None if wait < 0 else wait / 1000
-        entries = [Entry(member) for member in record_entries(packed)]
+        entries = [Member.of(member) for member in record_entries(packed)]
         if not entries:
             self.on_wait(self.next_start_in)
         return entries
