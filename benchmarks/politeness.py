@@ -8,15 +8,19 @@ what a pop costs.
 2. **Speed** (``--skip-speed``): pages a second of the same fleet on the 3 sites
    without delays and with CONCURRENT_REQUESTS_PER_DOMAIN = 64 (the limits do not
    bind), off and on.
-3. **Scale**: the per-slot queues filled with Q requests over S slots (10^3 and 10^5
-   slots, 10^4 and 10^5 requests; ``--queued`` for more), then the cost of one pop
-   script call taking 8 requests under a lease (and releasing the previous pop's), as a worker
-   does, in microseconds on the server (``INFO commandstats``) and round trip; the
-   same for today's PriorityQueue; and Redis memory per queued request of each
-   (medians of ``--runs`` interleaved runs).
+3. **Fairness** (``--fairness``): a broad crawl of one site of 300 pages and 30 of 5,
+   DOWNLOAD_DELAY = 0.2: the crawl's length against the ideal polite schedule (300 x
+   0.2 s), and when the small sites were done, off and on.
+4. **Scale** (``--skip-scale``): the per-slot queues filled with Q requests over S
+   slots (10^3 and 10^5 slots, 10^4 and 10^5 requests; ``--queued`` for more), then
+   the cost of one pop script call taking 8 requests under a lease (and releasing the
+   previous pop's), as a worker does, in microseconds on the server (``INFO
+   commandstats``) and round trip; the same for today's PriorityQueue; and Redis
+   memory per queued request of each (medians of ``--runs`` interleaved runs).
 
-    python benchmarks/politeness.py                 # ~5 min on 2 cores
-    python benchmarks/politeness.py --queued 1000000 --skip-sites
+    python benchmarks/politeness.py --runs 2        # ~6 min on 2 cores
+    python benchmarks/politeness.py --skip-sites --skip-speed --skip-scale --fairness
+    python benchmarks/politeness.py --queued 1000000 --skip-sites --skip-speed
 
 Prints a Markdown report on stdout. Nothing is asserted.
 """
@@ -111,6 +115,61 @@ def speed_report(pages: int, runs: int) -> list[str]:
     ]
 
 
+def fairness_report(big: int, small_sites: int, small: int, delay: float) -> list[str]:
+    """A broad crawl: one site of ``big`` pages and ``small_sites`` sites of ``small``
+    pages, DOWNLOAD_DELAY = ``delay`` without jitter, 4 workers: the crawl's length
+    against the ideal polite schedule (the big site's pages times the delay), and when
+    the small sites were done, with the setting off and on."""
+    import redis
+
+    from polite_site import PoliteSites
+    from redis_server import RedisServer
+    from test_e2e import wait_all
+    from test_politeness_e2e import NO_JITTER, fleet
+
+    big_site = "127.0.1.1"
+    smalls = [f"127.0.1.{n}" for n in range(2, small_sites + 2)]
+    ideal = big * delay
+    lines = [
+        "| SCHEDULER_FLEET_LIMITS | crawl (s) | / ideal | small sites done at (s) | "
+        "/ ideal | big site's min gap (s) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for on in (False, True):
+        process = RedisServer().start()
+        try:
+            server = redis.Redis(port=process.port)
+            url = f"redis://127.0.0.1:{process.port}/0"
+            tmp = Path(f"/tmp/politeness-fair-{on}")
+            tmp.mkdir(exist_ok=True)
+            settings = {"SCHEDULER_FLEET_LIMITS": on, "DOWNLOAD_DELAY": delay, **NO_JITTER}
+            log(f"fairness, fleet limits {on}")
+            with (
+                PoliteSites([big_site], pages=big) as big_sites,
+                PoliteSites(smalls, pages=small) as small_sites_,
+            ):
+                urls = big_sites.urls + small_sites_.urls
+                wait_all(fleet(server, url, tmp, settings, _Urls(urls)))
+            start = min(t for t in big_sites.times(big_site))
+            small_times = [t for a in smalls for t in small_sites_.times(a)]
+            end = max([*big_sites.times(big_site), *small_times])
+            done = max(small_times) - start
+            lines.append(
+                f"| {on} | {end - start:.1f} | {(end - start) / ideal:.2f} | {done:.1f} | "
+                f"{done / ideal:.2f} | {min(big_sites.gaps(big_site)):.3f} |"
+            )
+        finally:
+            process.cleanup()
+    return lines
+
+
+class _Urls:
+    """What fleet() needs of the sites: their listing pages."""
+
+    def __init__(self, urls: list[str]) -> None:
+        self.urls = urls
+
+
 def fill(queue, slots: int, queued: int) -> None:
     from scrapy import Request
 
@@ -195,6 +254,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--skip-sites", action="store_true")
     parser.add_argument("--skip-speed", action="store_true")
+    parser.add_argument("--skip-scale", action="store_true")
+    parser.add_argument(
+        "--fairness", action="store_true", help="a broad crawl: 1 site of 300 pages, 30 of 5"
+    )
     parser.add_argument("--speed-pages", type=int, default=300, help="pages per site (speed)")
     parser.add_argument("--pages", type=int, default=30, help="pages per site")
     parser.add_argument("--queued", type=int, default=100_000)
@@ -208,6 +271,12 @@ def main() -> None:
     if not args.skip_speed:
         out += ["## Speed when the limits do not bind (4 workers, 3 sites, no delay)", ""]
         out += [*speed_report(args.speed_pages, args.runs), ""]
+    if args.fairness:
+        out += ["## Fairness: a broad crawl (4 workers, DOWNLOAD_DELAY = 0.2)", ""]
+        out += [*fairness_report(300, 30, 5, 0.2), ""]
+    if args.skip_scale:
+        print("\n".join(out))
+        return
     out += ["## Cost of a pop of 8, memory (no delay, concurrency 1000 per slot)", ""]
     sizes = [(1000, args.queued), (100_000, args.queued), (1000, args.queued // 10)]
     out += scale_report(sizes, args.pops, args.runs)

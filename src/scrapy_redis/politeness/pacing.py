@@ -8,7 +8,9 @@ has passed and it has an in-flight place. So the worker
   fleet's delay, or as its own AutoThrottle says); and when the request
   of a slot with a delay reaches the downloader, tells Redis, which counts the
   slot's next start from then if that is later (a busy worker may start a
-  request some tens of milliseconds after its pop);
+  request some tens of milliseconds after its pop); the first request of a slot
+  in a worker sets up a connection first, which takes some reactor turns (many on
+  a busy worker): its start is reported when it leaves the downloader;
 * leases only what its downloader has room for now (CONCURRENT_REQUESTS minus
   the downloads it has running, at most SCHEDULER_PREFETCH): a request leased
   and not started would hold a fleet-wide place for nothing;
@@ -60,15 +62,19 @@ class PolitePacing(DownloaderPacing):
         self.queues: list[SlotQueue] = []
         #: Handed-out requests not in the downloader yet: their slot, and whether its
         #: start is reported (a slot with a delay).
-        self._starting: weakref.WeakKeyDictionary[Request, tuple[str, bool]] = (
+        self._starting: weakref.WeakKeyDictionary[Request, tuple[str, bool, bool]] = (
             weakref.WeakKeyDictionary()
         )
+        #: Requests whose start is reported when they leave the downloader (the first of
+        #: their slot in this worker: a connection is set up first), with their slot.
+        self._leaving: weakref.WeakKeyDictionary[Request, str] = weakref.WeakKeyDictionary()
         #: Whether it reports starts (it has a crawler to be told of them by).
         self.reports = crawler is not None and getattr(crawler, "signals", None) is not None
         if crawler is not None and self.reports:
             from scrapy import signals
 
             crawler.signals.connect(self.reached, signal=signals.request_reached_downloader)
+            crawler.signals.connect(self.left, signal=signals.request_left_downloader)
             crawler.signals.connect(self.responded, signal=signals.response_downloaded)
             robots_parsed = getattr(signals, "robots_parsed", None)  # Scrapy >= 2.18
             if robots_parsed is not None and crawler.settings.getbool("ROBOTSTXT_OBEY"):
@@ -100,7 +106,9 @@ class PolitePacing(DownloaderPacing):
         delayed = queue is not None and (
             key in queue.delayed_slots or queue.limits.of(key).delay > 0
         )
-        self._starting[request] = (key, delayed)
+        # no local slot yet: the first request of the slot here, which sets up a connection
+        fresh = key not in getattr(self.downloader, "slots", {})
+        self._starting[request] = (key, delayed, fresh)
         return False
 
     def _no_local_delay(self, key: str) -> None:
@@ -122,15 +130,26 @@ class PolitePacing(DownloaderPacing):
         starts now, maybe a little after the pop allowed it (a busy worker): the slot's
         next start is counted from now (one script call; lost in an outage, when the
         pop's time stands)."""
-        key, report = self._starting.pop(request, (None, False))
+        key, report, fresh = self._starting.pop(request, (None, False, False))
         if key is None:
             return
         self._no_local_delay(key)  # (sent before the downloader's slot takes it)
-        if report:
+        if report and fresh:
+            # its bytes leave once a connection is set up, some reactor turns later (many
+            # on a busy worker): counted from its response, to be sure
+            self._leaving[request] = key
+        elif report:
             # at the reactor's next turn: after the request's bytes were written (or
             # later, when the worker is busy; then the slot's next start is later too)
             reactor = self.reactor or installed_reactor()
             reactor.callLater(0, self._report, key)
+
+    def left(self, request: Request, spider: Any = None) -> None:
+        """Scrapy's ``request_left_downloader``: the start of the first request of a
+        slot in this worker is reported now (see :meth:`reached`)."""
+        key = self._leaving.pop(request, None)
+        if key is not None:
+            self._report(key)
 
     def responded(self, response: Any, request: Request, spider: Any = None) -> None:
         """Scrapy's ``response_downloaded`` (before the downloader middlewares: a 429

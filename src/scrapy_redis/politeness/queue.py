@@ -213,7 +213,7 @@ class SlotQueue(Base):
             self.delayed_slots.clear()
         self.delayed_slots.update(slot.decode("utf-8", "replace") for slot in delayed)
         self.next_start_in = None if wait < 0 else wait / 1000
-        entries = [Member.of(member) for member in record_entries(packed)]
+        entries: list[Entry] = [Member.of(member) for member in record_entries(packed)]
         if not entries:
             self.on_wait(self.next_start_in)
         return entries
