@@ -499,3 +499,39 @@ def open_scheduler_closed_after(settings: dict, hosts: int, pages: int):
     scheduler.close("shutdown")  # gives back what it took
     scheduler.stop_timers()
     return scheduler
+
+
+@pytest.mark.filterwarnings("ignore::scrapy.exceptions.ScrapyDeprecationWarning")  # >= 2.14
+def test_under_concurrent_requests_per_ip_the_slot_is_the_ip_once_resolved():
+    from scrapy.resolver import dnscache
+
+    spider = make_spider({"CONCURRENT_REQUESTS_PER_IP": 3, "CONCURRENT_REQUESTS_PER_DOMAIN": 8})
+    limits = SlotLimits(spider.crawler.settings, spider)
+    assert limits.slot_of(Request("http://unresolved.example/")) == "unresolved.example"
+    dnscache["resolved.example"] = "192.0.2.7"
+    try:
+        assert limits.slot_of(Request("http://resolved.example/")) == "192.0.2.7"  # as Scrapy
+    finally:
+        del dnscache["resolved.example"]
+    assert limits.of("192.0.2.7").concurrency == 3  # CONCURRENT_REQUESTS_PER_IP
+
+
+def test_a_worker_leases_what_its_downloader_has_room_for():
+    from scrapy_redis.pacing import Pacer
+    from scrapy_redis.politeness.pacing import PolitePacing
+
+    spider = make_spider({"CONCURRENT_REQUESTS": 10})
+
+    class Downloader:
+        active = {1, 2, 3}
+        slots: dict = {}
+
+        def get_slot_key(self, request):
+            return "a"
+
+    pacing = PolitePacing(Pacer(prefetch=128), spider.crawler, spider)
+    pacing.downloader = Downloader()
+    assert pacing.batch_size() == 7  # CONCURRENT_REQUESTS - running downloads
+    Downloader.active = set(range(12))
+    assert pacing.batch_size() == 1
+    assert PolitePacing(Pacer(prefetch=4), spider.crawler, spider).batch_size() == 4  # no engine
