@@ -33,6 +33,7 @@ LAYERS: list[set[str]] = [
     {"queue", "dupefilter"},  # the original's queue classes and filter
     {"dupefilters"},  # LeanDupeFilter and BloomDupeFilter subclass RFPDupeFilter
     {"scheduling"},
+    {"politeness"},  # SCHEDULER_FLEET_LIMITS: per-slot queues and their pacing
     {"scheduler"},
     {"start"},  # the spider's start side
     {"spiders", "stats", "pipelines"},

@@ -92,6 +92,10 @@ SCHEDULER_ENQUEUE_BATCH_SIZE = 100
 #: pushed with others (0: at once, and enqueue_request() returns False for duplicates).
 SCHEDULER_ENQUEUE_DELAY = 0.1
 
+#: SCHEDULER_FLEET_LIMITS: queue requests per download slot and hold each slot's delay and
+#: concurrency across the whole fleet (see docs/politeness.rst); False: as the original.
+SCHEDULER_FLEET_LIMITS = False
+
 #: SCHEDULER_FLUSH_ON_START: clear queue and fingerprints on open if no other worker is alive.
 SCHEDULER_FLUSH_ON_START = False
 

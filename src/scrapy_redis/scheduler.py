@@ -32,6 +32,7 @@ from scrapy.utils.misc import build_from_crawler
 from scrapy_redis import connection, defaults
 from scrapy_redis.core.compat import Derived, PerInstance
 from scrapy_redis.exceptions import warn_from_settings
+from scrapy_redis.politeness.setup import fleet_queue
 from scrapy_redis.queue import Base
 from scrapy_redis.scheduling.lane_split import check_lane_count, split_into_lanes
 from scrapy_redis.scheduling.lanes import LanedQueue
@@ -199,7 +200,7 @@ class Scheduler:
     def open(self, spider: Spider) -> Deferred[None] | None:
         self._opening = True
         self.spider = spider
-        self.queue = self._build_queue(spider)
+        self.queue = fleet_queue(self, spider, self._build_queue(spider))  # politeness/
         if self.df is None:
             self.df = load_configured("DUPEFILTER_CLASS", self.dupefilter_cls).from_spider(spider)
         self.queue = split_into_lanes(self, spider, self.queue)

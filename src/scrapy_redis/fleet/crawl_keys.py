@@ -50,6 +50,9 @@ class CrawlKeys:
     #: "list", "set" or "zset" (REDIS_START_URLS_AS_SET / _AS_ZSET).
     start_mode: str
     worker_timeout: float
+    #: SCHEDULER_FLEET_LIMITS, and DOWNLOAD_DELAY (see scrapy_redis.fleet.diagnosis.shared_delay).
+    fleet_limits: bool = False
+    download_delay: float = 0.0
 
     @property
     def lanes(self) -> int:
@@ -114,6 +117,8 @@ def crawl_keys(
         worker_timeout=settings.getfloat(
             "SCHEDULER_WORKER_TIMEOUT", defaults.SCHEDULER_WORKER_TIMEOUT
         ),
+        fleet_limits=settings.getbool("SCHEDULER_FLEET_LIMITS", defaults.SCHEDULER_FLEET_LIMITS),
+        download_delay=settings.getfloat("DOWNLOAD_DELAY"),
     )
 
 

@@ -145,6 +145,21 @@ def _idle_workers(status: CrawlStatus) -> list[WorkerStatus]:
     return [worker for worker in status.workers if worker.alive and not worker.leased]
 
 
+def shared_delay(status: CrawlStatus, keys: CrawlKeys) -> str | None:
+    """Several workers apply DOWNLOAD_DELAY each to their own downloads (fleet-wide
+    limits off): a site they all crawl sees up to that many times the configured rate."""
+    workers = status.workers_alive
+    delay = keys.download_delay
+    if keys.fleet_limits or delay <= 0 or workers < 2:
+        return None
+    return (
+        f"{workers} workers each apply DOWNLOAD_DELAY = {delay:g} to their own downloads: a "
+        f"site they all crawl sees up to {workers} times the configured rate "
+        f"({workers / delay:.3g} requests a second instead of {1 / delay:.3g}). Set "
+        "SCHEDULER_FLEET_LIMITS = True to hold it for the whole fleet."
+    )
+
+
 RULES: list[Rule] = [
     _wrong_queue_type,
     _wrong_start_type,
@@ -154,4 +169,5 @@ RULES: list[Rule] = [
     _start_unread,
     _invalid_entries,
     _idle_with_work,
+    shared_delay,  # (not a cause of idling: a warning, when nothing else is wrong)
 ]

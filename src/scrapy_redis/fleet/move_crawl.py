@@ -148,6 +148,8 @@ def move_requests(source: Any, target: Any) -> int:
             "run: stop them, or wait SCHEDULER_WORKER_TIMEOUT, and move again."
         )
     lanes = getattr(target.queue, "lanes", None) or [target.queue]
+    if hasattr(source.queue, "drain"):  # per-slot queues: every request, whatever its limits
+        source.queue.drain = True
     moved = 0
     while True:
         ticket = book.ticket()

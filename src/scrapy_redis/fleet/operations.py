@@ -18,6 +18,7 @@ from scrapy_redis.start.messages import StartMessageRules, check_start_message
 from scrapy_redis.store.keys import (
     derived_pattern,
     priority_list_key,
+    slot_queue_keys,
 )
 from scrapy_redis.store.scripts import script
 from scrapy_redis.utils import bytes_to_str
@@ -108,14 +109,15 @@ def purge_queue(
     server: Any, queue_key: str, other_keys: Sequence[str] = (), orphans: bool = True
 ) -> int:
     """Delete the queue (or one lane) ``queue_key``: its requests (a PriorityQueue's index
-    and every list it names), their leases and ``other_keys`` (in the queue's slot), in
-    one call of ``lua/queue_purge.lua``. A worker pushing a new priority meanwhile makes
-    the script refuse and name it; it is called again with it (at most
+    and every list it names; or its per-slot queues), their leases and ``other_keys``
+    (in the queue's slot), in one call of ``lua/queue_purge.lua``. A worker pushing a
+    new priority meanwhile makes the script refuse and name it; it is called again with it (at most
     :data:`PURGE_ATTEMPTS` times). With ``orphans``, priority lists no index names (left by
     a purge of an older version racing a push) are found with SCAN and deleted too. How
     many keys were deleted."""
     cluster = is_cluster(server)
-    extra = [*lease_flush_keys(queue_key, cluster), *other_keys]
+    extra = [*lease_flush_keys(queue_key, cluster), *slot_queue_keys(queue_key, cluster)]
+    extra += other_keys  # (the per-slot queues: SCHEDULER_FLEET_LIMITS)
     if orphans:
         extra += scan_keys(server, derived_pattern(queue_key, "prio:", cluster))
     members: list[bytes] = []

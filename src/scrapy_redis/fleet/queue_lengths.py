@@ -1,7 +1,8 @@
 """How many requests a queue holds, read from its Redis key's type (for the tools that
 look at a crawl from outside, see :mod:`scrapy_redis.fleet.status`): a list (FifoQueue,
 LifoQueue), or a PriorityQueue's index of priorities with a list per priority, where
-entries written by the original scrapy-redis may still sit in the index itself."""
+entries written by the original scrapy-redis may still sit in the index itself, or
+the per-slot queues of SCHEDULER_FLEET_LIMITS (the queue key itself then holds nothing)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Any
 from redis.exceptions import ResponseError
 
 from scrapy_redis.queues.priority import priority_of_member
-from scrapy_redis.store.keys import priority_list_key
+from scrapy_redis.store.keys import priority_list_key, slot_queue_keys
 from scrapy_redis.store.redis_values import Reader, UnreadableValueError, shown, text_of
 
 #: Requests waiting per priority.
@@ -29,6 +30,8 @@ def queue_lengths(
     ``reader`` (see :class:`~scrapy_redis.store.redis_values.Reader`)."""
     reader = reader or Reader(server)
     kind = reader.type(queue_key)
+    if kind == "none":  # queued per download slot (SCHEDULER_FLEET_LIMITS), if at all
+        return kind, reader.zcard(slot_queue_keys(queue_key, cluster)[0]), None
     if kind == "list":
         return kind, reader.llen(queue_key), None
     if kind != "zset":

@@ -67,6 +67,8 @@ class CrawlStatus:
     #: Items in RedisPipeline's list (None: no such list).
     items: int | None = None
     workers: list[WorkerStatus] = field(default_factory=list)
+    #: SCHEDULER_FLEET_LIMITS: the busiest download slots (scrapy_redis.politeness.report).
+    slots: list[dict[str, Any]] = field(default_factory=list)
     #: The fleet's stats (STATS_KEY).
     stats: dict[str, Any] = field(default_factory=dict)
     diagnosis: str | None = None

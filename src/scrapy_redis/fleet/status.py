@@ -22,6 +22,7 @@ from scrapy_redis.fleet.diagnosis import diagnose
 from scrapy_redis.fleet.queue_lengths import queue_lengths
 from scrapy_redis.fleet.snapshot import CrawlStatus, WorkerStatus
 from scrapy_redis.metrics.values import decode_value
+from scrapy_redis.politeness.report import slot_views
 from scrapy_redis.queues.records import unpack_record
 from scrapy_redis.scheduling.workers import registered, server_time_ms
 from scrapy_redis.store.keys import (
@@ -90,6 +91,7 @@ def crawl_status(
     status.items = _items(reader, keys.items_key)
     status.stats = _decoded_hash(reader, keys.stats_key)
     status.start_invalid = _stat_count(reader, keys.stats_key, status.stats)
+    status.slots = slot_views(server, keys.queue_keys, keys.cluster, now)  # politeness/
     status.diagnosis = diagnose(status, keys)
     return status
 

@@ -38,6 +38,8 @@ class Entry:
     priority: int = 0
     #: The sorted-set score of an entry written by the original PriorityQueue.
     legacy_score: bytes | None = None
+    #: Its download slot, when queued per slot (scrapy_redis.politeness); None otherwise.
+    slot: str | None = None
 
 
 @dataclass(slots=True, unsafe_hash=True)

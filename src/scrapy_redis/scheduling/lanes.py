@@ -48,8 +48,12 @@ EMPTY_FOR = 1.0
 
 
 def lane_of(candidate: Candidate, lanes: int) -> int:
-    """The lane of a request: by its fingerprint (a request not filtered, by its entry).
-    CRC-32, not the fingerprint's own digits, which the filters use for their layouts."""
+    """The lane of a request: by its fingerprint (a request not filtered, by its entry;
+    queued per download slot, by its slot). CRC-32, not the fingerprint's own digits,
+    which the filters use for their layouts."""
+    entry = candidate.entry
+    if entry is not None and entry.slot is not None:  # queued per slot: a slot in one lane
+        return zlib.crc32(entry.slot.encode()) % lanes
     token = candidate.fingerprint
     if token is None:
         data = candidate.entry.data if candidate.entry is not None else b""

@@ -225,6 +225,10 @@ def assemble(scheduler: Scheduler) -> Parts:
 
 def _pacing(scheduler: Scheduler) -> DownloaderPacing:
     pacer = Pacer(scheduler.prefetch, scheduler.clock)
+    first = (getattr(scheduler.queue, "lanes", None) or [scheduler.queue])[0]
+    fleet_pacing = getattr(first, "fleet_pacing", None)  # SCHEDULER_FLEET_LIMITS (politeness/)
+    if fleet_pacing is not None and (polite := fleet_pacing(scheduler, pacer)):
+        return polite
     return DownloaderPacing(pacer, scheduler.crawler, scheduler.spider, scheduler.reactor)
 
 

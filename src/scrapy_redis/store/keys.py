@@ -130,6 +130,16 @@ def priority_list_key(queue_key: str, priority: int, cluster: bool = False) -> s
     return derived(queue_key, f"prio:{priority}", cluster)
 
 
+def slot_queue_keys(queue_key: str, cluster: bool = False) -> list[str]:
+    """The keys of the per-slot queues of the queue ``queue_key`` (fleet-wide limits, see
+    :mod:`scrapy_redis.politeness` and ``lua/_slots.lua``), in one slot: the queued
+    requests, the ready slots, the waiting slots, the slots' state, the sequence."""
+    return [
+        derived(queue_key, f"polite:{name}", cluster)
+        for name in ("pq", "ready", "waiting", "slots", "seq")
+    ]
+
+
 def invalid_entries_key(queue_key: str, cluster: bool = False) -> str:
     """Where queue entries that cannot be decoded are moved (never deleted)."""
     return derived(queue_key, "invalid", cluster)

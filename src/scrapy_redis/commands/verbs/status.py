@@ -19,6 +19,7 @@ from redis.exceptions import NoPermissionError, ResponseError
 
 from scrapy_redis.exceptions import ScrapyRedisError
 from scrapy_redis.fleet.status import crawl_status, unreadable_status
+from scrapy_redis.politeness.report import render_slot
 from scrapy_redis.store.redis_values import printable
 
 if TYPE_CHECKING:
@@ -101,6 +102,7 @@ def _other_lines(status: CrawlStatus) -> list[str]:
             f"  start        {', '.join(status.start_keys)}: {status.start_pending:,} pending, "
             f"{status.start_leased:,} leased, {status.start_invalid:,} invalid{set_aside}"
         )
+    lines += [f"  slot         {render_slot(view)}" for view in status.slots[:5]]
     lines.append(f"  items        {_count(status.items)}")
     lines.append(f"  workers      {status.workers_alive} alive{_fleet_rate(status)}")
     lines += [f"    {_worker_line(worker)}" for worker in status.workers]

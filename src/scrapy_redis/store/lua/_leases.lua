@@ -5,6 +5,7 @@
 -- Python reads records with scrapy_redis.queues.records only.
 
 --#include _chunks.lua
+--#include _slots.lua
 
 -- Whether a record still holds an entry.
 local function holds_entries(record)
@@ -67,6 +68,14 @@ local function forget_done_suspect(leases_key, deliveries, lease_id)
   end
 end
 
+-- The entries `ended` of a lease record are done or leave the lease (put back, dead
+-- letters, set aside): a per-slot queue's record gives back their in-flight places.
+local function record_ended(record, ended)
+  if record[1] == 'slot' then
+    slots_done(record[2], ended)
+  end
+end
+
 -- Release the leases ARGV names from index `first` on, as groups (lease id, n, n
 -- positions): n = 0 releases the whole lease; otherwise the entries at those positions
 -- (1 = the record's first entry) are done. `deliveries_key` (optional): the deliveries
@@ -77,31 +86,35 @@ local function release_leases(leases_key, deadlines_key, first, deliveries_key)
   local i = first
   while i <= #ARGV do
     local id, n = ARGV[i], tonumber(ARGV[i + 1])
-    local raw = nil
-    if n ~= 0 or deliveries then
-      raw = redis.call('HGET', leases_key, id)
-    end
+    -- read even for a whole lease: a per-slot queue's record gives back in-flight places
+    local raw = redis.call('HGET', leases_key, id)
     if n == 0 then
       whole[#whole + 1] = id
       if raw then
         local record = cmsgpack.unpack(raw)
+        local ended = {}
         for at = 5, #record do
           if record[at] then
             done[#done + 1] = record[at]
+            ended[#ended + 1] = record[at]
           end
         end
+        record_ended(record, ended)
       end
     elseif raw then
       local record = cmsgpack.unpack(raw)
+      local ended = {}
       for j = i + 2, i + 1 + n do
         local at = 4 + tonumber(ARGV[j])
         if at > 4 and at <= #record then
           if record[at] then
             done[#done + 1] = record[at]
+            ended[#ended + 1] = record[at]
           end
           record[at] = false
         end
       end
+      record_ended(record, ended)
       if holds_entries(record) then
         redis.call('HSET', leases_key, id, cmsgpack.pack(record))
       else
@@ -213,6 +226,8 @@ local function put_back(op, key, key2, arg, entries)
     end
   elseif op == 'sadd' then
     call_in_chunks('SADD', key, entries)
+  elseif op == 'slot' then
+    put_back_slots(key, entries)
   end
 end
 

@@ -86,6 +86,7 @@ while i <= #ARGV do
         record[4 + p] = false
       end
     end
+    record_ended(record, entries)
     local back = count_deliveries(op, key, key2, arg, entries)
     put_back(op, key, key2, arg, back)
     requeued = requeued + #back

@@ -17,6 +17,7 @@ for i = 1, #ARGV, 2 do
   if raw then
     local record = cmsgpack.unpack(raw)
     if at > 4 and at <= #record and record[at] then
+      record_ended(record, {record[at]})
       redis.call('RPUSH', KEYS[3], record[at])
       forget_deliveries(deliveries, {record[at]})
       record[at] = false

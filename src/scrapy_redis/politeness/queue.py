@@ -1,0 +1,253 @@
+"""``SlotQueue``: requests queued per download slot, taken under fleet-wide limits.
+
+Every queued request is a member of one sorted set, ``<queue key>:polite:pq``, named
+``<slot> NUL <priority> <sequence> <request>`` so that one slot's requests are a
+lexicographic range, most urgent first; the slots that may start a download now are
+a heap of their most urgent request (``:polite:ready``), those that must wait a heap
+of the time they may (``:polite:waiting``), each slot's delay, concurrency, next start
+and downloads in flight a field of ``:polite:slots``. The scripts (``lua/_slots.lua``,
+``pop_slots.lua``, ``push_slots.lua``, ``dedup_push_slots.lua``) keep them on the Redis
+server's clock; see docs/politeness.rst.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from scrapy_redis.politeness.limits import SlotLimits, Throttle
+from scrapy_redis.queues.base import (
+    PUSH_CHUNK,
+    Base,
+    Candidate,
+    Entry,
+    FilterArgs,
+    Seen,
+    batch_arg,
+    filter_args,
+    send_push,
+)
+from scrapy_redis.queues.leases import Ticket, release_args
+from scrapy_redis.queues.records import record_entries
+from scrapy_redis.serializers import Serializer
+from scrapy_redis.store.keys import slot_queue_keys
+from scrapy_redis.store.scripts import script
+
+if TYPE_CHECKING:
+    from scrapy import Request, Spider
+
+import msgpack  # type: ignore[import-untyped]
+
+#: Characters of a member between the slot's NUL and the request (priority, sequence).
+_PREFIX = 24
+
+
+def member_request(member: bytes) -> bytes:
+    """The serialized request of a queued member."""
+    return member[member.index(b"\0") + 1 + _PREFIX :]
+
+
+def member_slot(member: bytes) -> str:
+    """The download slot of a queued member."""
+    return member[: member.index(b"\0")].decode("utf-8", "replace")
+
+
+class Member(Entry):
+    """A popped entry of the per-slot queues: its data is the whole member (slot,
+    priority and sequence before the request), put back as it was."""
+
+    @classmethod
+    def of(cls, member: bytes) -> Member:
+        return cls(member, slot=member_slot(member))
+
+
+class SlotQueue(Base):
+    """Per-slot queues with fleet-wide limits per download slot (SCHEDULER_FLEET_LIMITS):
+    highest priority first, first in first out among equals, among the slots allowed to
+    start a download now."""
+
+    uses_leases = True
+    uses_push_script = True
+    #: The scheduler paces it with :meth:`fleet_pacing` (see scheduling.parts).
+    paced_by_the_fleet = True
+    #: Its key holds nothing itself: its data is under ``<key>:polite:*``.
+    redis_type = None
+
+    @staticmethod
+    def fleet_pacing(scheduler: Any, pacer: Any) -> Any:
+        """The pacing of a scheduler whose queue (or every lane) is a SlotQueue."""
+        from scrapy_redis.politeness.pacing import polite_pacing
+
+        return polite_pacing(scheduler, pacer)
+
+    def __init__(
+        self, server: Any, spider: Spider, key: str, serializer: Serializer | Any = None
+    ) -> None:
+        super().__init__(server, spider, key, serializer)
+        crawler = getattr(spider, "crawler", None)
+        settings = crawler.settings if crawler is not None else None
+        if settings is None:
+            from scrapy.settings import Settings
+
+            settings = Settings()
+        self.limits = SlotLimits(settings, spider)
+        self.slot_keys = slot_queue_keys(self.key, self.on_cluster)
+        #: Seconds until the earliest slot with requests may start one, after the last
+        #: pop that took nothing (None: none may until a download ends, or none queued).
+        self.next_start_in: float | None = None
+        #: Told the seconds to wait when a pop found slots that must wait (the pacing's hook).
+        self.on_wait: Callable[[float | None], object] = lambda seconds: None
+        #: Whether the worker reports when a request of a slot with a delay reaches its
+        #: downloader (:meth:`started`); the slot waits for it (set by the pacing).
+        self.reports_starts = False
+        #: Slots popped from whose delay (configured, AutoThrottle's, a robots.txt
+        #: Crawl-delay) is not 0: their starts are reported.
+        self.delayed_slots: set[str] = set()
+        #: Pops take every request, whatever its slot's limits (moving a stopped crawl).
+        self.drain = False
+        #: Moves requests queued in the layout of SCHEDULER_QUEUE_CLASS here (setup.py).
+        self.carry_over: Any = None
+
+    # -- the original's contract --------------------------------------------------------
+
+    def __len__(self) -> int:
+        return int(self.server.zcard(self.slot_keys[0]))
+
+    def is_empty(self) -> bool:
+        return not self.server.exists(self.slot_keys[0])
+
+    def flush_keys(self) -> list[str]:
+        return list(self.slot_keys)
+
+    def encode(self, request: Request) -> Entry:
+        entry = Entry(self._encode_request(request), request.priority)
+        entry.slot = self.limits.slot_of(request)
+        return entry
+
+    def decode(self, entry: Entry) -> Request:
+        data = member_request(entry.data) if isinstance(entry, Member) else entry.data
+        return self._decode_request(data)
+
+    # -- pushing -------------------------------------------------------------------------
+
+    def _conf(self, slots: set[str]) -> bytes:
+        packed: bytes = msgpack.packb(
+            {slot: self.limits.of(slot).arg() for slot in slots}, use_bin_type=False
+        )
+        return packed
+
+    def _slot(self, entry: Entry) -> str:
+        if entry.slot is None:  # an entry made elsewhere: its slot from the request
+            entry.slot = self.limits.slot_of(self._decode_request(entry.data))
+        return entry.slot
+
+    def push_entries(self, entries: Sequence[Entry]) -> None:
+        members = [entry for entry in entries if isinstance(entry, Member)]
+        if members:  # popped from per-slot queues (a move): they keep their member
+            self.restore_entries(members)
+            entries = [entry for entry in entries if not isinstance(entry, Member)]
+        for start in range(0, len(entries), PUSH_CHUNK):
+            chunk = entries[start : start + PUSH_CHUNK]
+            batch: list[Any] = []
+            for entry in chunk:
+                batch += [self._slot(entry), entry.priority, entry.data]
+            conf = self._conf({batch[i] for i in range(0, len(batch), 3)})
+            self._push("new", conf, batch)
+
+    def _push(self, mode: str, conf: bytes, batch: list[Any]) -> None:
+        record = self.writes.key(self.slot_keys[0])
+        number = self.writes.take_for((mode, *batch))
+        keys = [*self.slot_keys, record]
+        args = [mode, self.writes.ttl_ms, number, conf, batch_arg(batch)]
+        script("push_slots")(self.server, keys, args)
+        self.writes.confirmed()
+
+    def restore_entries(self, entries: Sequence[Entry]) -> None:
+        members = [entry.data for entry in entries]
+        for start in range(0, len(members), PUSH_CHUNK):
+            chunk = members[start : start + PUSH_CHUNK]
+            self._push("back", self._conf({member_slot(m) for m in chunk}), chunk)
+
+    def push_new(
+        self,
+        candidates: Sequence[Candidate],
+        seen: Seen,
+        news: str = "",
+        write: int | None = None,
+    ) -> list[bool]:
+        if not candidates:
+            return []
+        first = filter_args(seen, candidates)
+        if first is None:
+            return super().push_new(candidates, seen, news, write)
+        record = self.writes.key(first.base)
+        if not self.scripts_may_use(*self.slot_keys, record, *first.keys):
+            return super().push_new(candidates, seen, news, write)
+        write = self.writes.take() if write is None else write
+        news_args = self.news_args(news)
+        slots = {self._slot(c.entry) for c in candidates if c.entry is not None}
+        conf = self._conf(slots)
+
+        def send(filter_part: FilterArgs) -> Any:
+            batch: list[Any] = []
+            for candidate, token in zip(candidates, filter_part.tokens, strict=True):
+                entry = candidate.entry
+                if entry is None:
+                    batch += [*token, "", 0, ""]
+                else:
+                    batch += [*token, self._slot(entry), entry.priority, entry.data]
+            keys = [*self.slot_keys, record, *filter_part.keys]
+            args = [*news_args, batch_arg(batch), conf, self.writes.ttl_ms, write]
+            return script("dedup_push_slots")(self.server, keys, [*args, *filter_part.args])
+
+        return send_push(seen, candidates, first, send)
+
+    # -- popping -------------------------------------------------------------------------
+
+    def pop_entries(
+        self, count: int, timeout: int = 0, ticket: Ticket | None = None
+    ) -> list[Entry]:
+        """Up to ``count`` requests of the slots allowed to start one now (``timeout`` is
+        ignored: a slot's wait is told to :attr:`on_wait` instead)."""
+        if self.carry_over is not None and self.carry_over.due():
+            self.carry_over.move()
+        report = "drain" if self.drain else "1" if self.reports_starts else "0"
+        keys, args = list(self.slot_keys[:4]), [count, report]
+        if ticket is not None:
+            keys += [ticket.leases_key, ticket.deadlines_key, ticket.deliveries_key]
+            args += [ticket.timeout_ms, ticket.id, *release_args(ticket.releases)]
+        packed, wait, delayed = script("pop_slots")(self.server, keys, args)
+        wait = int(wait)
+        if len(self.delayed_slots) > 10_000:
+            self.delayed_slots.clear()
+        self.delayed_slots.update(slot.decode("utf-8", "replace") for slot in delayed)
+        self.next_start_in = None if wait < 0 else wait / 1000
+        entries: list[Entry] = [Member.of(member) for member in record_entries(packed)]
+        if not entries:
+            self.on_wait(self.next_start_in)
+        return entries
+
+    def started(self, slot: str) -> float:
+        """A download of ``slot`` reached the downloader: its next start is allowed no
+        earlier than its delay after now (``slot_started.lua``); seconds until then."""
+        wait = script("slot_started")(self.server, list(self.slot_keys[:4]), [slot])
+        return int(wait) / 1000
+
+    def retry_after(self, slot: str, seconds: float) -> None:
+        """The site of ``slot`` asked to wait ``seconds`` (a 429 or 503 with Retry-After):
+        no worker starts a download of it before then (``slot_feedback.lua``)."""
+        args = [slot, "retry_after", int(seconds * 1000)]
+        script("slot_feedback")(self.server, list(self.slot_keys[:4]), args)
+
+    def latency(self, slot: str, latency: float, ok: bool, throttle: Throttle) -> float:
+        """AutoThrottle for the fleet: a download of ``slot`` took ``latency`` seconds
+        (``ok``: status 200); the slot's delay after it, in seconds (-0.001: unknown)."""
+        args = [slot, "latency", int(latency * 1000), "1" if ok else "0", *throttle.args()]
+        delay = script("slot_feedback")(self.server, list(self.slot_keys[:4]), args)
+        return int(delay) / 1000
+
+    def crawl_delay(self, slot: str, seconds: float) -> None:
+        """The robots.txt of ``slot``'s site has this Crawl-delay: the least delay of the
+        slot for the whole fleet (``slot_feedback.lua``)."""
+        args = [slot, "crawl_delay", int(seconds * 1000)]
+        script("slot_feedback")(self.server, list(self.slot_keys[:4]), args)

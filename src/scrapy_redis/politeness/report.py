@@ -1,0 +1,87 @@
+"""The download slots of a crawl queued per slot (SCHEDULER_FLEET_LIMITS), as ``scrapy
+redis status`` shows them: the busiest by queued requests, with their downloads in
+flight, starts so far, next allowed start, delay, and whether a Retry-After or
+AutoThrottle slowed them. Read-only; a crawl of very many slots is sampled
+(:data:`SCAN_LIMIT` slots per lane)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import msgpack  # type: ignore[import-untyped]
+
+from scrapy_redis.store.keys import slot_queue_keys
+
+#: Slots read per lane at most (HSCAN).
+SCAN_LIMIT = 10_000
+#: Slots shown.
+TOP = 10
+
+
+def slot_views(
+    server: Any, queue_keys: Sequence[str], cluster: bool, now: float, top: int = TOP
+) -> list[dict[str, Any]]:
+    """The ``top`` slots with the most queued requests (``now``: the server's clock, s)."""
+    views: list[dict[str, Any]] = []
+    for queue_key in queue_keys:
+        pq, _, _, slots_key, _ = slot_queue_keys(queue_key, cluster)
+        states = _states(server, slots_key)
+        if not states:
+            continue
+        pipe = server.pipeline(transaction=False)
+        for slot in states:
+            pipe.zlexcount(pq, b"[" + slot + b"\0", b"(" + slot + b"\1")
+        for (slot, state), queued in zip(states.items(), pipe.execute(), strict=True):
+            views.append(_view(slot, state, int(queued), now))
+    views.sort(key=lambda view: (-view["queued"], -view["in_flight"], view["slot"]))
+    return views[:top]
+
+
+def _states(server: Any, slots_key: str) -> dict[bytes, list[Any]]:
+    states: dict[bytes, list[Any]] = {}
+    for slot, raw in server.hscan_iter(slots_key, count=1000):
+        try:
+            state = msgpack.unpackb(raw, raw=True)
+        except (ValueError, msgpack.ExtraData):  # not ours: shown as nothing
+            continue
+        if isinstance(state, list) and len(state) >= 6:
+            states[slot] = state
+        if len(states) >= SCAN_LIMIT:
+            break
+    return states
+
+
+def _field(state: list[Any], index: int) -> float:
+    value = state[index] if len(state) > index else 0
+    return float(value) if isinstance(value, (int, float)) else 0.0
+
+
+def _view(slot: bytes, state: list[Any], queued: int, now: float) -> dict[str, Any]:
+    now_ms = now * 1000
+    return {
+        "slot": slot.decode("utf-8", "replace"),
+        "queued": queued,
+        "in_flight": int(_field(state, 1)),
+        "starts": int(_field(state, 12)),
+        "next_start_in": max(0.0, (_field(state, 0) - now_ms) / 1000),
+        "delay": max(_field(state, 2), _field(state, 11)) / 1000,
+        "concurrency": int(_field(state, 3)),
+        "retry_after_for": max(0.0, (_field(state, 9) - now_ms) / 1000),
+        "autothrottle": _field(state, 10) == 1,
+    }
+
+
+def render_slot(view: dict[str, Any]) -> str:
+    """One slot as a line of ``scrapy redis status``."""
+    cap = view["concurrency"] or "no cap"
+    line = (
+        f"{view['slot']}: {view['queued']:,} queued, {view['in_flight']} in flight (of {cap}), "
+        f"{view['starts']:,} started, delay {view['delay']:g} s, "
+        f"next start in {view['next_start_in']:.1f} s"
+    )
+    if view["retry_after_for"]:
+        line += f", slowed by Retry-After for {view['retry_after_for']:.0f} s"
+    if view["autothrottle"]:
+        line += ", delay set by AutoThrottle"
+    return line

@@ -1,0 +1,216 @@
+-- Included (scrapy_redis.store.scripts) by the scripts of the per-slot queues (fleet-wide
+-- limits per download slot, scrapy_redis.politeness): not a script.
+-- Keys, all derived from one base "<queue key>:polite:" (one hash tag on a Redis Cluster):
+--   pq      sorted set, every queued request; score 0, member
+--           <slot> "\0" <12 hex: 2^47 - priority> <12 hex: sequence number> <request>,
+--           so that a slot's requests are a lexicographic range, most urgent first
+--           (highest priority, then oldest)
+--   ready   sorted set of the slots that may start a download now, score 0, member
+--           <12 hex priority><12 hex sequence><slot> of the slot's first request: the
+--           first member is the most urgent request among those slots
+--   waiting sorted set of the slots with requests that must wait, score = the
+--           earliest start allowed (ms, the Redis server's clock), member = slot
+--   slots   hash slot -> msgpack {next start allowed (ms), in flight, delay (ms),
+--           concurrency (0: no cap), jitter (0.5: uniform 0.5-1.5 x delay), place, ready
+--           member, the delay drawn at the last start (ms), the time of the last start
+--           while its worker has not reported it (0: reported), the time until which a
+--           Retry-After slowed it (ms), 1 if AutoThrottle sets its delay (pushes keep it),
+--           the robots.txt Crawl-delay of its site (ms: the least delay), starts so far}
+-- A start of a slot with a delay is reported by its worker when the request reaches its
+-- downloader (slot_started.lua): the next start is allowed the drawn delay after that,
+-- not after the pop (a busy worker may start what it popped some time later). Until it
+-- is reported (at most REPORT_GRACE ms), the slot waits; a slot whose request is done
+-- without reaching a downloader (a response from a cache) counts from the pop.; place is
+--           "r" (in ready), "w" (in waiting), "f" (full: at its concurrency, placed
+--           again when a download ends), "i" (no request queued)
+--   seq     string, the last sequence number given
+--#include _chunks.lua
+
+local PRIORITY_BIAS = 140737488355327 -- 2^47 - 1: priorities are clamped to +-(2^47 - 1)
+-- How long a slot waits at most for the report of its last start (ms), and how often a
+-- waiting worker asks again meanwhile.
+local REPORT_GRACE = 1000
+local REPORT_POLL = 20
+
+-- The polite keys of base key `pq` ("<base>pq").
+local function slot_keys(pq)
+  local base = string.sub(pq, 1, -3)
+  return {pq = pq, ready = base .. 'ready', waiting = base .. 'waiting',
+          slots = base .. 'slots', seq = base .. 'seq'}
+end
+
+-- The Redis server's clock, in ms, and its microseconds (a seed for the random delay).
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), t[2]
+end
+
+-- The slot of a queued request's member.
+local function slot_of(member)
+  local zero = string.find(member, '\0', 1, true)
+  return string.sub(member, 1, zero - 1)
+end
+
+-- A new request's member.
+local function slot_member(slot, priority, seq, data)
+  local p = math.max(-PRIORITY_BIAS, math.min(PRIORITY_BIAS, tonumber(priority)))
+  return slot .. '\0' .. string.format('%012x%012x', PRIORITY_BIAS - p, seq) .. data
+end
+
+local function ready_member(slot, head)
+  return string.sub(head, #slot + 2, #slot + 25) .. slot
+end
+
+-- The slot's most urgent queued request, or nil.
+local function slot_head(k, slot)
+  local found = redis.call('ZRANGEBYLEX', k.pq, '[' .. slot .. '\0', '(' .. slot .. '\1', 'LIMIT', 0, 1)
+  return found[1]
+end
+
+local function load_slot(k, slot)
+  local raw = redis.call('HGET', k.slots, slot)
+  if not raw then
+    return {0, 0, 0, 0, 0, 'i', '', 0, 0, 0, 0, 0, 0}
+  end
+  return cmsgpack.unpack(raw)
+end
+
+local function save_slot(k, slot, st)
+  for i = 8, 13 do -- an array without holes (older states have fewer fields)
+    st[i] = st[i] or 0
+  end
+  redis.call('HSET', k.slots, slot, cmsgpack.pack(st))
+end
+
+-- Take the slot out of ready or waiting (st[6] = "i" after).
+local function unplace(k, slot, st)
+  if st[6] == 'r' then
+    redis.call('ZREM', k.ready, st[7])
+  elseif st[6] == 'w' then
+    redis.call('ZREM', k.waiting, slot)
+  end
+  st[6], st[7] = 'i', ''
+end
+
+-- Put the slot where it belongs now: no request (i), at its cap (f), must wait (w),
+-- may start now (r).
+local function place(k, slot, st, now)
+  unplace(k, slot, st)
+  local head = slot_head(k, slot)
+  if not head then
+    return
+  end
+  local unreported = (st[9] or 0) > 0 and now < st[9] + st[8] + REPORT_GRACE
+  if st[4] > 0 and st[2] >= st[4] then
+    st[6] = 'f'
+  elseif st[1] > now or unreported then
+    local at = st[1]
+    if at <= now then -- due, but its last start is not reported yet: ask again soon
+      at = math.min(st[9] + st[8] + REPORT_GRACE, now + REPORT_POLL)
+    end
+    redis.call('ZADD', k.waiting, at, slot)
+    st[6] = 'w'
+  else
+    st[7] = ready_member(slot, head)
+    redis.call('ZADD', k.ready, 0, st[7])
+    st[6] = 'r'
+  end
+end
+
+-- Place again the slots of `members`, just added to pq (a slot in waiting or full stays).
+local function replace_slots(k, slots, now)
+  for slot, _ in pairs(slots) do
+    local st = load_slot(k, slot)
+    if st[6] == 'r' or st[6] == 'i' then
+      place(k, slot, st, now)
+      save_slot(k, slot, st)
+    end
+  end
+end
+
+-- Put leased (or dead-lettered) members back in their slots' queues (their place is
+-- their sequence number: ahead of what was queued after them).
+local function put_back_slots(pq, members)
+  local k = slot_keys(pq)
+  local now = now_ms()
+  local touched = {}
+  for _, member in ipairs(members) do
+    redis.call('ZADD', k.pq, 0, member)
+    touched[slot_of(member)] = true
+  end
+  replace_slots(k, touched, now)
+end
+
+-- Downloads of these leased members ended (done, recovered, given back, set aside):
+-- their slots' in-flight places are given back.
+local function slots_done(pq, members)
+  if #members == 0 then
+    return
+  end
+  local k = slot_keys(pq)
+  local now = now_ms()
+  for _, member in ipairs(members) do
+    local slot = slot_of(member)
+    local raw = redis.call('HGET', k.slots, slot)
+    if raw then
+      local st = cmsgpack.unpack(raw)
+      st[2] = math.max(0, st[2] - 1)
+      st[9] = 0 -- done: reported, or never reached a downloader (counted from its pop)
+      if st[6] == 'f' then
+        place(k, slot, st, now)
+      end
+      save_slot(k, slot, st)
+    end
+  end
+end
+
+-- The delay (ms) before the next start of a slot starting a download now: its delay,
+-- or with a jitter j, uniform in [1 - j, 1 + j] x delay (Scrapy's RANDOMIZE_DOWNLOAD_DELAY
+-- is j = 0.5); at least its site's Crawl-delay.
+local function next_delay(st, slot, micros)
+  local delay, jitter = st[3], st[5]
+  if delay > 0 and jitter > 0 then
+    local h = tonumber(string.sub(redis.sha1hex(slot .. ':' .. micros .. ':' .. st[2]), 1, 8), 16)
+    delay = delay * (1 - jitter + 2 * jitter * h / 4294967296)
+  end
+  return math.max(0, math.floor(delay), st[12] or 0) -- a Crawl-delay is a least delay
+end
+
+-- A slot's limits from a pushing worker's settings: {delay ms, concurrency, jitter} (a
+-- delay AutoThrottle set is kept).
+local function set_limits(st, c)
+  if (st[11] or 0) ~= 1 then
+    st[3] = tonumber(c[1])
+  end
+  st[4], st[5] = tonumber(c[2]), tonumber(c[3])
+end
+
+-- Queue new requests. `conf`: slot -> {delay ms, concurrency, jitter}, the limits
+-- the pushing worker's settings give it; `entries`: {slot, priority, request} in
+-- enqueue order (first in, first out among equal priorities, fleet-wide: one sequence).
+local function push_new_slots(k, conf, entries)
+  if #entries == 0 then
+    return
+  end
+  local seq = redis.call('INCRBY', k.seq, #entries) - #entries
+  local args, touched = {}, {}
+  for _, e in ipairs(entries) do
+    seq = seq + 1
+    args[#args + 1] = 0
+    args[#args + 1] = slot_member(e[1], e[2], seq, e[3])
+    touched[e[1]] = true
+  end
+  call_in_chunks('ZADD', k.pq, args)
+  local now = now_ms()
+  for slot, _ in pairs(touched) do
+    local st = load_slot(k, slot)
+    local c = conf[slot]
+    if c then
+      set_limits(st, c)
+    end
+    if st[6] ~= 'w' then
+      place(k, slot, st, now)
+    end
+    save_slot(k, slot, st)
+  end
+end

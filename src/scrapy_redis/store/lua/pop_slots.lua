@@ -1,0 +1,122 @@
+-- Take the most urgent requests among the download slots allowed to start one now
+-- (scrapy_redis.politeness; keys and members: see _slots.lua), optionally leasing them.
+-- Each request taken starts its slot's delay (the next start is allowed that long after
+-- now, on the Redis server's clock) and takes one of its in-flight places (given back
+-- when its lease is released or recovered); a slot that must wait holds up no other.
+-- KEYS[1..4] = the queued requests (<queue key>:polite:pq), ready, waiting, slots
+-- KEYS[5], KEYS[6], KEYS[7] = (to lease) the leases hash, the lease deadlines sorted set,
+--           the deliveries hash (a worker takes at most one suspect at a time)
+-- ARGV[1] = how many requests to take at most
+-- ARGV[2] = "1" if the worker reports the starts of slots with a delay (slot_started.lua);
+--           "drain" to take requests whatever their slots' limits, in slot order (a move
+--           of a stopped crawl: no place is taken, the slots are placed again as used)
+-- ARGV[3], ARGV[4] = (to lease) timeout in ms, the id to lease them under
+-- ARGV[5..n] = (to lease) this worker's leases whose work is done, released first:
+--              groups of (lease id, n, n positions), n = 0 for the whole lease
+-- returns {record, wait, slots}: the record {op, key, key2, arg, entry...} packed (""
+--         if none taken), entries in the order taken; wait = ms until the earliest slot
+--         with requests may start one (0: one may now; -1: none may until a download
+--         ends, or nothing is queued); the slots taken from that have a delay (whose
+--         starts the worker reports, see slot_started.lua)
+--#include _leases.lua
+
+local leasing = #KEYS >= 6
+if leasing then
+  release_leases(KEYS[5], KEYS[6], 5, KEYS[7])
+  -- A lease with this id exists: this call is a retry (its reply was lost).
+  local leased = redis.call('HGET', KEYS[5], ARGV[4])
+  if leased then
+    return {leased, 0, {}}
+  end
+end
+
+local k = slot_keys(KEYS[1])
+local count = tonumber(ARGV[1])
+local report = ARGV[2]
+local now, micros = now_ms()
+
+-- Slots whose wait is over are ready (at most what this call may take, and some more).
+for _, slot in ipairs(redis.call('ZRANGEBYSCORE', k.waiting, '-inf', now, 'LIMIT', 0, count + 64)) do
+  local st = load_slot(k, slot)
+  place(k, slot, st, now)
+  save_slot(k, slot, st)
+end
+
+if report == 'drain' then -- a move of a stopped crawl: every request, whatever its limits
+  local taken = redis.call('ZRANGE', k.pq, 0, count - 1)
+  if #taken == 0 then
+    return {'', -1, {}}
+  end
+  call_in_chunks('ZREM', k.pq, taken)
+  local packed = pack_record('slot', KEYS[1], '', '', taken)
+  if leasing then
+    lease(KEYS[5], KEYS[6], ARGV[4], ARGV[3], packed)
+  end
+  return {packed, 0, {}}
+end
+
+local deliveries = leasing and suspects(KEYS[7]) or nil
+local busy = deliveries and holds_suspect(KEYS[5], deliveries, ARGV[4])
+local taken, skipped = {}, {}
+local delayed, delayed_list = {}, {} -- the slots taken from whose starts wait for a report
+for _ = 1, count + 64 do
+  if #taken >= count then
+    break
+  end
+  local top = redis.call('ZRANGE', k.ready, 0, 0)[1]
+  if not top then
+    break
+  end
+  local slot = string.sub(top, 25)
+  local st = load_slot(k, slot)
+  local head = slot_head(k, slot)
+  local suspect = head and deliveries and redis.call('HEXISTS', deliveries, redis.sha1hex(head)) == 1
+  if head and suspect and busy then
+    redis.call('ZREM', k.ready, top) -- this worker holds a suspect: not another one now
+    skipped[#skipped + 1] = top
+  elseif not head then
+    unplace(k, slot, st)
+    save_slot(k, slot, st)
+  else
+    redis.call('ZREM', k.pq, head)
+    taken[#taken + 1] = head
+    if suspect then
+      busy = true
+      redis.call('HSET', deliveries, suspect_marker(ARGV[4]), ARGV[4] .. '|' .. #taken)
+    end
+    if leasing then
+      st[2] = st[2] + 1
+    end
+    st[13] = (st[13] or 0) + 1
+    st[8] = next_delay(st, slot, micros)
+    st[1] = now + st[8]
+    st[9] = (leasing and st[8] > 0 and report == '1') and now or 0
+    if st[8] > 0 and not delayed[slot] then
+      delayed[slot] = true
+      delayed_list[#delayed_list + 1] = slot
+    end
+    place(k, slot, st, now)
+    save_slot(k, slot, st)
+  end
+end
+for _, member in ipairs(skipped) do
+  redis.call('ZADD', k.ready, 0, member)
+end
+
+local wait = -1
+if redis.call('ZCARD', k.ready) > #skipped then
+  wait = 0
+else
+  local first = redis.call('ZRANGE', k.waiting, 0, 0, 'WITHSCORES')
+  if first[2] then
+    wait = math.max(0, tonumber(first[2]) - now)
+  end
+end
+if #taken == 0 then
+  return {'', wait, {}}
+end
+local packed = pack_record('slot', KEYS[1], '', '', taken)
+if leasing then
+  lease(KEYS[5], KEYS[6], ARGV[4], ARGV[3], packed)
+end
+return {packed, wait, delayed_list}

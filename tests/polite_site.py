@@ -1,0 +1,150 @@
+"""Several small sites on loopback addresses (127.0.0.2, 127.0.0.3, ...), one port: each
+request's arrival time is logged per site, with how many of its requests were in flight.
+
+Scrapy sees one download slot per address. Each site has a listing page ``/`` linking
+to ``/p/0.html`` ... ``/p/<pages - 1>.html`` (no other links); a page may take
+``latency`` seconds to answer (slow pages, to see the downloads in flight), and a
+page named in ``retry_after`` answers 429 with that ``Retry-After`` once; a site
+named in ``robots`` serves that ``/robots.txt`` (requests for it are not counted in
+``paths``, ``times``, ``gaps`` and ``rate``). Used by
+tests/test_politeness_e2e.py and benchmarks/politeness.py::
+
+    with PoliteSites(["127.0.0.2", "127.0.0.3"], pages=20) as sites:
+        sites.urls  # the listing pages, to push as start URLs
+        sites.arrivals["127.0.0.2"]  # [(monotonic time, path), ...]
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from itertools import pairwise
+
+ADDRESSES = ("127.0.0.2", "127.0.0.3", "127.0.0.4")
+
+
+def free_port(addresses: Sequence[str]) -> int:
+    """A port free on every address."""
+    for _ in range(50):
+        with socket.socket() as probe:
+            probe.bind((addresses[0], 0))
+            port = int(probe.getsockname()[1])
+        try:
+            for address in addresses[1:]:
+                with socket.socket() as other:
+                    other.bind((address, port))
+        except OSError:
+            continue
+        return port
+    raise RuntimeError("no port free on every address")
+
+
+class PoliteSites:
+    """The sites; ``arrivals`` and ``max_in_flight`` per address."""
+
+    def __init__(
+        self, addresses: Sequence[str] = ADDRESSES, pages: int = 20, latency: float = 0.0
+    ) -> None:
+        self.addresses = list(addresses)
+        self.pages = pages
+        self.latency = latency
+        #: (address, path) -> seconds: answered once 429 with that Retry-After.
+        self.retry_after: dict[tuple[str, str], float] = {}
+        #: address -> its /robots.txt (else a 404).
+        self.robots: dict[str, str] = {}
+        self.port = free_port(self.addresses)
+        self.lock = threading.Lock()
+        self.arrivals: dict[str, list[tuple[float, str]]] = defaultdict(list)
+        self.in_flight: dict[str, int] = defaultdict(int)
+        self.max_in_flight: dict[str, int] = defaultdict(int)
+        self.servers = [self._server(address) for address in self.addresses]
+        self.threads = [threading.Thread(target=s.serve_forever, daemon=True) for s in self.servers]
+
+    @property
+    def urls(self) -> list[str]:
+        return [f"http://{address}:{self.port}/" for address in self.addresses]
+
+    def _server(self, address: str) -> ThreadingHTTPServer:
+        sites = self
+        links = "".join(f'<a href="/p/{i}.html">page {i}</a>' for i in range(self.pages))
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # keep-alive, as most sites
+
+            def do_GET(self) -> None:
+                sites.arrived(address, self.path)
+                try:
+                    wait = sites.retry_after.pop((address, self.path), None)
+                    if wait is not None:
+                        self.send_response(429)
+                        self.send_header("Retry-After", str(wait))
+                        self.send_header("Content-Length", "0")
+                        self.end_headers()
+                        return
+                    if sites.latency:
+                        time.sleep(sites.latency)
+                    body = f"<html><body>{links if self.path == '/' else self.path}</body></html>"
+                    if self.path == "/robots.txt" and address in sites.robots:
+                        body = sites.robots[address]
+                    data = body.encode()
+                    found = self.path in ("/", "/robots.txt") or self.path.startswith("/p/")
+                    self.send_response(200 if found else 404)
+                    self.send_header("Content-Type", "text/html")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                finally:
+                    sites.left(address)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        server = ThreadingHTTPServer((address, self.port), Handler)
+        server.daemon_threads = True
+        return server
+
+    def arrived(self, address: str, path: str) -> None:
+        with self.lock:
+            self.arrivals[address].append((time.monotonic(), path))
+            self.in_flight[address] += 1
+            self.max_in_flight[address] = max(self.max_in_flight[address], self.in_flight[address])
+
+    def left(self, address: str) -> None:
+        with self.lock:
+            self.in_flight[address] -= 1
+
+    def served(self) -> int:
+        with self.lock:
+            return sum(len(times) for times in self.arrivals.values())
+
+    def paths(self, address: str) -> list[str]:
+        with self.lock:
+            return [path for _, path in self.arrivals[address] if path != "/robots.txt"]
+
+    def times(self, address: str) -> list[float]:
+        with self.lock:
+            return [at for at, path in self.arrivals[address] if path != "/robots.txt"]
+
+    def gaps(self, address: str) -> list[float]:
+        """Seconds between consecutive arrivals at one site (robots.txt apart)."""
+        times = self.times(address)
+        return [b - a for a, b in pairwise(times)]
+
+    def rate(self, address: str) -> float:
+        """Requests a second from the first arrival to the last."""
+        times = self.times(address)
+        return (len(times) - 1) / (times[-1] - times[0]) if len(times) > 1 else 0.0
+
+    def __enter__(self) -> PoliteSites:
+        for thread in self.threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for server in self.servers:
+            server.shutdown()
+            server.server_close()
