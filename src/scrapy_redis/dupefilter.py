@@ -24,6 +24,7 @@ from scrapy.utils.request import referer_str
 from scrapy_redis import defaults
 from scrapy_redis.connection import get_redis_from_settings, is_cluster
 from scrapy_redis.core.compat import PerInstance
+from scrapy_redis.core.lifetime import SWEEP_MIN, Expiry, expiry_from_setting
 from scrapy_redis.core.logsafe import shorten
 from scrapy_redis.encoding.canonical import canonical_url
 from scrapy_redis.exceptions import warn_from_settings
@@ -105,6 +106,11 @@ class RFPDupeFilter(BaseDupeFilter):
     #: (by :meth:`request_fingerprint` and :attr:`key`) instead of calling
     #: :meth:`request_seen`; declared, or True unless ``request_seen()`` is overridden.
     checks_in_script: ClassVar[bool] = True
+    #: Fingerprints that expire (DUPEFILTER_LIFETIME, see :mod:`scrapy_redis.core.lifetime`):
+    #: then :attr:`key` is a sorted set, fingerprint -> when it expires; None: a set.
+    expiry: Expiry | None = None
+    #: Whether this class can expire fingerprints (a filter that cannot refuses the setting).
+    supports_expiry: ClassVar[bool] = True
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -120,6 +126,7 @@ class RFPDupeFilter(BaseDupeFilter):
         fingerprinter: RequestFingerprinterProtocol | None = None,
         stats: StatsCollector | None = None,
         temporary: bool = True,
+        expiry: Expiry | None = None,
     ) -> None:
         self.server = server
         self.key = key
@@ -128,6 +135,7 @@ class RFPDupeFilter(BaseDupeFilter):
         self.fingerprinter = fingerprinter
         self.stats = stats
         self.temporary = temporary
+        self.expiry = expiry
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -157,6 +165,13 @@ class RFPDupeFilter(BaseDupeFilter):
             temporary=temporary,
         )
         dupefilter.writes = WriteIds(writes_ttl(crawler.settings))
+        dupefilter.expiry = expiry_from_setting(crawler.settings.get("DUPEFILTER_LIFETIME"))
+        if dupefilter.expiry is not None and not cls.supports_expiry:
+            raise ValueError(
+                f"DUPEFILTER_LIFETIME is set but {cls.__name__} cannot expire fingerprints: "
+                "use scrapy_redis.dupefilter.RFPDupeFilter (SCHEDULER_DUPEFILTER_CLASS), "
+                "or set DUPEFILTER_LIFETIME = 0."
+            )
         return dupefilter
 
     @classmethod
@@ -176,6 +191,9 @@ class RFPDupeFilter(BaseDupeFilter):
         """
         writes = self.writes
         fingerprint = self.request_fingerprint(request)
+        if self.expiry is not None:
+            lifetime = self.expiry.lifetime_ms(request)
+            return self._record_expiring([fingerprint], [lifetime], fingerprint)[0]
         # A call that failed (an outage) is sent again with its number by the next call
         # for the same fingerprint: applied once, it is answered as the first was.
         args = [fingerprint, writes.ttl_ms, writes.take_for(fingerprint)]
@@ -183,10 +201,29 @@ class RFPDupeFilter(BaseDupeFilter):
         writes.confirmed()
         return int(added) == 0
 
+    def seen_expiring(self, fingerprints: Sequence[str], lifetimes: Sequence[int]) -> list[bool]:
+        """With :attr:`expiry`: record ``fingerprints`` (their ``lifetimes`` in ms, 0 =
+        forever) in one script call applied once; for each, whether it was seen (alive)."""
+        return self._record_expiring(fingerprints, lifetimes, (*fingerprints, *lifetimes))
+
+    def _record_expiring(
+        self, fingerprints: Sequence[str], lifetimes: Sequence[int], call: Any
+    ) -> list[bool]:
+        if not fingerprints:
+            return []
+        writes = self.writes
+        args: list[Any] = [writes.ttl_ms, writes.take_for(call), SWEEP_MIN]
+        for fingerprint, lifetime in zip(fingerprints, lifetimes, strict=True):
+            args += (fingerprint, lifetime)
+        flags = script("seen_expire_add")(self.server, [self.key, writes.key(self.key)], args)
+        writes.confirmed()
+        return [flag == ord("0") for flag in flags]
+
     def key_types(self) -> list[tuple[str, str]]:
         """The keys this filter writes under the scheduler's push script, with the type each
-        must have (checked when the scheduler opens: see keytypes.py): its one set."""
-        return [(self.key, "set")]
+        must have (checked when the scheduler opens: see keytypes.py): its one set (a
+        sorted set when fingerprints expire)."""
+        return [(self.key, "set" if self.expiry is None else "zset")]
 
     def seen_members(self, fingerprints: Sequence[str]) -> SeenMembers:
         """Where the scheduler's push script records ``fingerprints``: members of the set

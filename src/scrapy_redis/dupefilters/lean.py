@@ -58,6 +58,8 @@ class LeanDupeFilter(RFPDupeFilter):
 
     #: The scheduler's push script checks and records the buckets (see seen_members()).
     checks_in_script: ClassVar[bool] = True
+    #: DUPEFILTER_LIFETIME is refused (not implemented for this filter yet).
+    supports_expiry: ClassVar[bool] = False
     #: Under the scheduler's push script, the fill is read (one HGET) every this many
     #: batches, for the stats and the warning past capacity.
     fill_check_every = 64

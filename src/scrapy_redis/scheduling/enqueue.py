@@ -25,6 +25,7 @@ from scrapy import signals
 
 from scrapy_redis.connection import ServerIdentity
 from scrapy_redis.core.engine import installed_reactor
+from scrapy_redis.core.lifetime import lifetime_of
 from scrapy_redis.core.logsafe import shorten
 from scrapy_redis.exceptions import UnserializableRequestError
 from scrapy_redis.queue import Candidate, Entry
@@ -265,7 +266,8 @@ class EnqueueBuffer:
                 entry = self.context.queue.encode(unsent.request)
             except UnserializableRequestError as exc:
                 refused[index] = exc
-            candidates.append(Candidate(unsent.fingerprint, entry))
+            lifetime = lifetime_of(self.dupefilter, unsent.request)
+            candidates.append(Candidate(unsent.fingerprint, entry, lifetime))
         return candidates, refused
 
     def _send_checked(self, unsent: Unsent) -> bool:

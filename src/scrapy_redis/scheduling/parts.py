@@ -154,7 +154,10 @@ def _news(scheduler: Scheduler, queue: Any) -> NewsChannel:
 def _base_parts(scheduler: Scheduler, channel: NewsChannel) -> Parts:
     crawler = scheduler.crawler
     guard = outage_guard(crawler) if crawler is not None else OutageGuard(300)
-    seen = SeenCache(scheduler.seen_cache_size, server_identity(scheduler.server))
+    # Fingerprints that expire are new again some day: a worker cannot tell from memory.
+    expiring = getattr(scheduler.df, "expiry", None) is not None
+    cache_size = 0 if expiring else scheduler.seen_cache_size
+    seen = SeenCache(cache_size, server_identity(scheduler.server))
     guard.on_recovery(seen.clear)  # Redis may have lost data meanwhile
     calls = RedisCalls(scheduler.server, guard, crawler, scheduler.spider)
     counts = SchedulerStats(scheduler.stats)
