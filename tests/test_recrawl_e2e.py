@@ -1,0 +1,120 @@
+"""End-to-end (issue 27.1): two real workers recrawl a site whose pages change, with a
+3-second DUPEFILTER_LIFETIME. Pushed again before the lifetime, the start URL leads to no
+page fetched again; pushed after it, every page is fetched once more (exactly twice in
+all, across both workers) and the items show the new content."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import Counter
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from test_e2e import DOMAIN, start_worker, wait_all
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
+
+PAGES = 12
+LIFETIME = 3
+SPIDER = "mycrawler_redis"
+START_KEY = "mycrawler:start_urls"
+
+
+class ChangingSite:
+    """``/`` (any query) links to every page, then to ``/end/<round>`` (a page never seen
+    before: once it is fetched, the links before it were checked). Page ``i`` links to two
+    other pages; its title carries the site's version."""
+
+    def __init__(self) -> None:
+        self.version = 1
+        self.hits: Counter[str] = Counter()
+        self._lock = threading.Lock()
+        site = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                with site._lock:
+                    site.hits[self.path.split("?")[0]] += 1
+                body = site.page(self.path).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/html; charset=utf-8")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def page(self, path: str) -> str:
+        if path.startswith("/?round="):
+            links = [f"/p/{i}.html" for i in range(PAGES)] + [f"/end/{path.split('=')[1]}"]
+        elif path.startswith("/p/"):
+            i = int(path[3:].split(".")[0])
+            links = [f"/p/{(i + 1) % PAGES}.html", f"/p/{(i + 5) % PAGES}.html"]
+        else:
+            links = []
+        anchors = "".join(f'<a href="{link}">{link}</a>' for link in links)
+        return f"<html><title>{path} v{self.version}</title><body>{anchors}</body></html>"
+
+    def count(self, path: str) -> int:
+        with self._lock:
+            return self.hits[path]
+
+    def pages(self) -> dict[str, int]:
+        with self._lock:
+            return {path: n for path, n in self.hits.items() if path.startswith("/p/")}
+
+
+def wait_until(condition, what: str, workers, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert all(w.process.poll() is None for w in workers), f"a worker exited while {what}"
+        assert time.monotonic() < deadline, f"timed out: {what}"
+        time.sleep(0.02)
+
+
+def test_pages_are_crawled_again_after_their_lifetime_only(server, redis_url, tmp_path):
+    site = ChangingSite()
+    settings = {"DUPEFILTER_LIFETIME": LIFETIME, "MAX_IDLE_TIME_BEFORE_CLOSE": 8}
+    workers = [
+        start_worker(SPIDER, redis_url, tmp_path / f"w{n}.log", settings, arguments=DOMAIN)
+        for n in (1, 2)
+    ]
+    try:
+        server.lpush(START_KEY, f"{site.url}/?round=1")
+        wait_until(lambda: site.count("/end/1") == 1, "crawling round 1", workers)
+        recorded = time.monotonic()
+        assert set(site.pages().values()) == {1} and len(site.pages()) == PAGES
+
+        # Before the lifetime: the start page is fetched (dont_filter), no page again.
+        server.lpush(START_KEY, f"{site.url}/?round=2")
+        wait_until(lambda: site.count("/end/2") == 1, "crawling round 2", workers)
+        assert time.monotonic() - recorded < LIFETIME, "too slow to test 'before the lifetime'"
+        assert set(site.pages().values()) == {1}, site.pages()
+
+        # After the lifetime (the filter's key expires with its last fingerprint).
+        site.version = 2
+        wait_until(lambda: not server.exists(f"{SPIDER}:dupefilter"), "expiring", workers)
+        server.lpush(START_KEY, f"{site.url}/?round=3")
+        wait_until(lambda: site.count("/end/3") == 1, "crawling round 3", workers)
+    finally:
+        wait_all(workers)
+        site.httpd.shutdown()
+
+    assert site.pages() == {f"/p/{i}.html": 2 for i in range(PAGES)}
+    items = [json.loads(raw) for raw in server.lrange(f"{SPIDER}:items", 0, -1)]
+    names = Counter(item["name"].split()[-1] for item in items if "/p/" in item["url"])
+    assert names == {"v1": PAGES, "v2": PAGES}
+    versions = {item["url"]: set() for item in items}
+    for item in items:
+        versions[item["url"]].add(item["name"].split()[-1])
+    assert all(found == {"v1", "v2"} for url, found in versions.items() if "/p/" in url)
+    fetched = [w.stats.get("response_received_count", 0) for w in workers]
+    assert sum(fetched) == 3 + 2 * PAGES + 3  # 3 start pages, each page twice, 3 ends
