@@ -2,7 +2,7 @@
 
 Runs ``sched_bench.py --skip-dup`` (phases 1-3: ``enqueue_request`` of ``--n`` new
 requests, one push script call per batch, then dequeue) with each of our filters,
-RFPDupeFilter (one set), LeanDupeFilter and BloomDupeFilter (both sized for
+RFPDupeFilter (one set; and with DUPEFILTER_LIFETIME, a sorted set), LeanDupeFilter and BloomDupeFilter (both sized for
 ``--n``, the Bloom filter at 0.1 %), on the same fresh redis-server, in turn,
 ``--rounds`` times, and prints per filter the median (min-max) enqueue rate, client
 CPU µs per request, Redis CPU µs per request (``INFO cpu``, all of the server's work
@@ -12,6 +12,7 @@ requests, their encoding and fingerprints are the same for all: the differences
 are the filters'. Usage::
 
     .venv/bin/python benchmarks/dedup_sched.py [--n 20000] [--rounds 5] [--queue FifoQueue]
+        [--filters RFPDupeFilter+lifetime]   (RFPDupeFilter, the base, always runs)
 """
 
 from __future__ import annotations
@@ -35,6 +36,11 @@ def filters(n: int) -> dict[str, list[str]]:
     """Per filter, its ``--set`` settings."""
     return {
         "RFPDupeFilter": [f"DUPEFILTER_CLASS={OURS}RFPDupeFilter"],
+        # fingerprints that expire (a sorted set, swept as it is written: issue 27.1)
+        "RFPDupeFilter+lifetime": [
+            f"DUPEFILTER_CLASS={OURS}RFPDupeFilter",
+            "DUPEFILTER_LIFETIME=3600",
+        ],
         "LeanDupeFilter": [
             f"DUPEFILTER_CLASS={OURS}LeanDupeFilter",
             f"DUPEFILTER_LEAN_CAPACITY={n}",
@@ -72,8 +78,12 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=20000)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--queue", default="FifoQueue")
+    parser.add_argument("--filters", default="", help="comma-separated names (default: all)")
     args = parser.parse_args()
     variants = filters(args.n)
+    if args.filters:
+        wanted = ["RFPDupeFilter", *args.filters.split(",")]
+        variants = {name: variants[name] for name in dict.fromkeys(wanted)}
     results: dict[str, list[dict[str, Any]]] = {name: [] for name in variants}
     redis = Redis()
     try:

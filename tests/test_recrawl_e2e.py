@@ -6,6 +6,9 @@ all, across both workers) and the items show the new content."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -13,7 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from test_e2e import DOMAIN, start_worker, wait_all
+from test_e2e import DOMAIN, EXAMPLE, start_worker, wait_all
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
@@ -52,6 +55,10 @@ class ChangingSite:
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
 
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
     def page(self, path: str) -> str:
         if path.startswith("/?round="):
             links = [f"/p/{i}.html" for i in range(PAGES)] + [f"/end/{path.split('=')[1]}"]
@@ -70,6 +77,19 @@ class ChangingSite:
     def pages(self) -> dict[str, int]:
         with self._lock:
             return {path: n for path, n in self.hits.items() if path.startswith("/p/")}
+
+
+def scrapy_redis(redis_url: str, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    """``scrapy redis ARGS`` in example-project, as a user runs it."""
+    return subprocess.run(
+        [sys.executable, "-m", "scrapy", "redis", *args],
+        cwd=EXAMPLE,
+        env={**os.environ, "REDIS_URL": redis_url},
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def wait_until(condition, what: str, workers, timeout: float = 60) -> None:
@@ -106,7 +126,7 @@ def test_pages_are_crawled_again_after_their_lifetime_only(server, redis_url, tm
         wait_until(lambda: site.count("/end/3") == 1, "crawling round 3", workers)
     finally:
         wait_all(workers)
-        site.httpd.shutdown()
+        site.close()
 
     assert site.pages() == {f"/p/{i}.html": 2 for i in range(PAGES)}
     items = [json.loads(raw) for raw in server.lrange(f"{SPIDER}:items", 0, -1)]
@@ -118,3 +138,26 @@ def test_pages_are_crawled_again_after_their_lifetime_only(server, redis_url, tm
     assert all(found == {"v1", "v2"} for url, found in versions.items() if "/p/" in url)
     fetched = [w.stats.get("response_received_count", 0) for w in workers]
     assert sum(fetched) == 3 + 2 * PAGES + 3  # 3 start pages, each page twice, 3 ends
+
+
+def test_a_forgotten_url_is_crawled_once_more_the_others_not(server, redis_url, tmp_path):
+    site = ChangingSite()
+    settings = {"MAX_IDLE_TIME_BEFORE_CLOSE": 8}
+    workers = [
+        start_worker(SPIDER, redis_url, tmp_path / f"w{n}.log", settings, arguments=DOMAIN)
+        for n in (1, 2)
+    ]
+    forgotten = [f"{site.url}/p/3.html", f"{site.url}/p/7.html"]
+    try:
+        server.lpush(START_KEY, f"{site.url}/?round=1")
+        wait_until(lambda: site.count("/end/1") == 1, "crawling round 1", workers)
+        result = scrapy_redis(redis_url, "forget", SPIDER, forgotten[0], "-", stdin=forgotten[1])
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.strip() == f"Forgot 2 of 2 URLs of {SPIDER}."
+        server.lpush(START_KEY, f"{site.url}/?round=2")
+        wait_until(lambda: site.count("/end/2") == 1, "crawling round 2", workers)
+    finally:
+        wait_all(workers)
+        site.close()
+    again = {"/p/3.html", "/p/7.html"}
+    assert site.pages() == {f"/p/{i}.html": 1 + (f"/p/{i}.html" in again) for i in range(PAGES)}

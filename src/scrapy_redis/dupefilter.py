@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from scrapy import Request
 from scrapy.dupefilters import BaseDupeFilter
 from scrapy.settings import SETTINGS_PRIORITIES
 from scrapy.utils.python import to_unicode
@@ -34,7 +35,7 @@ from scrapy_redis.store.scripts import script
 from scrapy_redis.store.writes import WriteIds, writes_ttl
 
 if TYPE_CHECKING:
-    from scrapy import Request, Spider
+    from scrapy import Spider
     from scrapy.crawler import Crawler
     from scrapy.settings import BaseSettings
     from scrapy.statscollectors import StatsCollector
@@ -235,6 +236,20 @@ class RFPDupeFilter(BaseDupeFilter):
         if self.fingerprinter is not None:
             return self.fingerprinter.fingerprint(request).hex()
         return request_fingerprint(request)
+
+    def forget(self, request_or_url: Request | str) -> bool:
+        """Forget a request (or a URL, as a GET request) so that it is new again: its
+        fingerprint as :meth:`request_fingerprint` computes it; whether it was recorded."""
+        request = Request(request_or_url) if isinstance(request_or_url, str) else request_or_url
+        return self.forget_fingerprints([self.request_fingerprint(request)])[0]
+
+    def forget_fingerprints(self, fingerprints: Sequence[str]) -> list[bool]:
+        """Forget ``fingerprints`` (one call, either layout: ``seen_forget.lua``); for
+        each, whether it was recorded."""
+        if not fingerprints:
+            return []
+        flags = script("seen_forget")(self.server, [self.key], list(fingerprints))
+        return [flag == ord("1") for flag in flags]
 
     def for_lane(self, key: str, lanes: int) -> Self:
         """A filter like this one on ``key``, for one of ``lanes`` lanes of a split crawl

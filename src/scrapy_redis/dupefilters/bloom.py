@@ -339,3 +339,5 @@ class BloomDupeFilter(BloomMeta, RedisBloomBackend, RFPDupeFilter):
             "(scrapy_redis.dupefilter.LeanDupeFilter or RFPDupeFilter) to forget URLs, or "
             "clear() this one."
         )
+
+    forget_fingerprints = forget

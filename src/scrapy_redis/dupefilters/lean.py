@@ -227,6 +227,10 @@ class LeanDupeFilter(RFPDupeFilter):
         request = Request(request_or_url) if isinstance(request_or_url, str) else request_or_url
         return self.forget_fingerprint(self.request_fingerprint(request))
 
+    def forget_fingerprints(self, fingerprints: Sequence[str]) -> list[bool]:
+        """Forget ``fingerprints`` (see :meth:`forget`); for each, whether it was recorded."""
+        return [self.forget_fingerprint(fingerprint) for fingerprint in fingerprints]
+
     def forget_fingerprint(self, fingerprint: str) -> bool:
         """Forget one fingerprint (see :meth:`forget`); whether it was recorded."""
         layout = self.layout

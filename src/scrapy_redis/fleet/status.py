@@ -136,11 +136,13 @@ def _fingerprints(server: Any, keys: CrawlKeys) -> int | None:
 
 
 def _filter_size(server: Any, key: str, cluster: bool) -> int | None:
-    """The size of the duplicate filter ``key``: a set (SADD filter), a RedisBloom
+    """The size of the duplicate filter ``key``: a set (SADD filter) or sorted set, a RedisBloom
     filter, or the hash of a Bloom or lean filter's count; None if none of these."""
     kind = bytes_to_str(server.type(key))
     if kind == "set":
         return int(server.scard(key))
+    if kind == "zset":  # fingerprints that expire (DUPEFILTER_LIFETIME)
+        return int(server.zcard(key))
     if kind == "MBbloom--":
         return int(server.execute_command("BF.CARD", key))
     meta = key if kind == "hash" else lean_meta_key(key, cluster)
