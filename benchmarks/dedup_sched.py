@@ -45,6 +45,11 @@ def filters(n: int) -> dict[str, list[str]]:
             f"DUPEFILTER_CLASS={OURS}LeanDupeFilter",
             f"DUPEFILTER_LEAN_CAPACITY={n}",
         ],
+        "LeanDupeFilter+lifetime": [
+            f"DUPEFILTER_CLASS={OURS}LeanDupeFilter",
+            f"DUPEFILTER_LEAN_CAPACITY={n}",
+            "DUPEFILTER_LIFETIME=3600",
+        ],
         "BloomDupeFilter": [
             f"DUPEFILTER_CLASS={OURS}BloomDupeFilter",
             f"BLOOMFILTER_CAPACITY={n}",

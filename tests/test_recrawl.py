@@ -4,6 +4,7 @@ per-request lifetime in meta, the push scripts, the sweep, and once across worke
 from __future__ import annotations
 
 import math
+import time
 
 import pytest
 import redis
@@ -11,7 +12,12 @@ from scrapy import Request
 
 from helpers import make_spider, record_dropped, results_of_processes
 from scrapy_redis.core.lifetime import META_KEY, SWEEP_MIN, Expiry, expiry_from_setting
-from scrapy_redis.dupefilter import RFPDupeFilter, request_fingerprint
+from scrapy_redis.dupefilter import (
+    BloomDupeFilter,
+    LeanDupeFilter,
+    RFPDupeFilter,
+    request_fingerprint,
+)
 from scrapy_redis.exceptions import WrongKeyTypeError
 from scrapy_redis.queues.base import Base
 
@@ -109,13 +115,16 @@ def test_expired_fingerprints_are_swept_a_bounded_number_per_write(settings_dict
     assert server.zrange(KEY, 0, -1) == [request_fingerprint(Request(URL)).encode()]
 
 
-@pytest.mark.parametrize("name", ["LeanDupeFilter", "BloomDupeFilter"])
-def test_filters_without_expiry_refuse_the_setting(settings_dict, server, name):
-    import scrapy_redis.dupefilter as module
-
+def test_the_bloom_filter_refuses_the_setting(settings_dict, server):
     spider = make_spider({**settings_dict, "DUPEFILTER_LIFETIME": 60})
-    with pytest.raises(ValueError, match=f"{name} cannot expire.*RFPDupeFilter"):
-        getattr(module, name).from_spider(spider)
+    with pytest.raises(ValueError, match=r"BloomDupeFilter cannot expire.*RFPDupeFilter"):
+        BloomDupeFilter.from_spider(spider)
+
+
+def test_the_lean_filter_needs_a_finite_lifetime(settings_dict, server):
+    spider = make_spider({**settings_dict, "DUPEFILTER_LIFETIME": "inf"})
+    with pytest.raises(ValueError, match="LeanDupeFilter needs DUPEFILTER_LIFETIME in seconds"):
+        LeanDupeFilter.from_spider(spider)
 
 
 # -- under the scheduler (the push scripts) -----------------------------------------------
@@ -176,4 +185,70 @@ def test_an_expired_fingerprint_is_new_once_across_workers(server, redis_url):
     urls = [f"http://example.com/{i}" for i in range(300)]
     server.zadd(KEY, {request_fingerprint(Request(url)): 1 for url in urls})  # long expired
     reports = results_of_processes(_expired_worker, [(redis_url, w) for w in range(4)])
+    assert sorted(i for report in reports for i in report) == list(range(300))
+
+
+# -- the lean filter: generations of buckets ----------------------------------------------
+
+
+def _wait_new_again(df, url, deadline_s=30.0) -> None:
+    end = time.monotonic() + deadline_s
+    while df.request_seen(Request(url)):
+        assert time.monotonic() < end, f"{url} never expired"
+        time.sleep(0.02)
+
+
+def test_the_lean_filter_expires_fingerprints_by_generations(settings_dict, server):
+    df = LeanDupeFilter.from_spider(make_spider({**settings_dict, "DUPEFILTER_LIFETIME": 1}))
+    start = _server_ms(server)
+    assert df.request_seen(Request(URL)) is False
+    assert df.request_seen(Request(URL, meta={META_KEY: None})) is True  # alive: not again
+    assert df.request_seen(Request("http://example.com/kept", meta={META_KEY: None})) is False
+    generations = [k for k in server.keys("demo:dupefilter:lean:g*")]
+    assert len(generations) == 1 and 0 < server.pttl(generations[0]) <= 1500
+    _wait_new_again(df, URL)
+    assert _server_ms(server) >= start + 1000  # not before its lifetime
+    assert df.request_seen(Request("http://example.com/kept")) is True  # kept forever
+    assert int(server.hget("demo:dupefilter:lean", "lifetime_ms")) == 1000
+
+
+def test_the_lean_filter_cuts_time_as_stored(settings_dict, server, caplog):
+    LeanDupeFilter.from_spider(make_spider({**settings_dict, "DUPEFILTER_LIFETIME": 60}))
+    other = LeanDupeFilter.from_spider(make_spider({**settings_dict, "DUPEFILTER_LIFETIME": 1}))
+    first = LeanDupeFilter.from_spider(make_spider({**settings_dict, "DUPEFILTER_LIFETIME": 60}))
+    first.request_seen(Request(URL))
+    assert other.request_seen(Request(URL)) is True
+    assert other.generations.lifetime_ms == 60_000 and "created with 60000 ms" in caplog.text
+
+
+def test_lean_push_scripts_honour_expiry(settings_dict, server, schedulers):
+    settings = {
+        **settings_dict,
+        "DUPEFILTER_CLASS": "scrapy_redis.dupefilter.LeanDupeFilter",
+        "DUPEFILTER_LIFETIME": 1,
+    }
+    scheduler = schedulers(settings)
+    dropped = record_dropped(scheduler)
+    for _ in range(2):
+        scheduler.enqueue_request(Request(URL))
+    scheduler.send_enqueued()
+    assert len(dropped) == 1 and len(scheduler) == 1
+    assert scheduler.next_request().url == URL
+    end = time.monotonic() + 30
+    while not len(scheduler):
+        assert time.monotonic() < end, "never new again"
+        scheduler.enqueue_request(Request(URL))
+        scheduler.send_enqueued()
+        time.sleep(0.05)
+    assert scheduler.next_request().url == URL
+
+
+def _lean_worker(url, worker, results):
+    df = LeanDupeFilter(redis.Redis.from_url(url), KEY, capacity=10_000, expiry=Expiry(60_000))
+    new = [i for i in range(300) if not df.request_seen(Request(f"http://example.com/{i}"))]
+    results.put(new)
+
+
+def test_lean_fingerprints_are_new_once_across_workers(server, redis_url):
+    reports = results_of_processes(_lean_worker, [(redis_url, w) for w in range(4)])
     assert sorted(i for report in reports for i in report) == list(range(300))

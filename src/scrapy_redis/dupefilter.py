@@ -29,7 +29,8 @@ from scrapy_redis.core.lifetime import SWEEP_MIN, Expiry, expiry_from_setting
 from scrapy_redis.core.logsafe import shorten
 from scrapy_redis.encoding.canonical import canonical_url
 from scrapy_redis.exceptions import warn_from_settings
-from scrapy_redis.queues.seen_sets import SeenMembers, single_set
+from scrapy_redis.queues.base import Candidate, batch_arg
+from scrapy_redis.queues.seen_sets import SeenExpiring, SeenMembers, single_set
 from scrapy_redis.store.keys import crawl_filter_key, format_key, standalone_dupefilter_key
 from scrapy_redis.store.scripts import script
 from scrapy_redis.store.writes import WriteIds, writes_ttl
@@ -201,6 +202,13 @@ class RFPDupeFilter(BaseDupeFilter):
         added = script("seen_add")(self.server, [self.key, writes.key(self.key)], args)
         writes.confirmed()
         return int(added) == 0
+
+    def expiring_members(self, candidates: Sequence[Candidate]) -> SeenExpiring:
+        """With :attr:`expiry`: the push script's part for ``candidates`` (the sorted set,
+        its lifetimes: ``lua/_expiry.lua``)."""
+        lifetimes = batch_arg([c.lifetime_ms for c in candidates])
+        fingerprints = [c.fingerprint for c in candidates if c.fingerprint is not None]
+        return SeenExpiring(self.key, [self.key], ["expire", lifetimes, SWEEP_MIN], fingerprints)
 
     def seen_expiring(self, fingerprints: Sequence[str], lifetimes: Sequence[int]) -> list[bool]:
         """With :attr:`expiry`: record ``fingerprints`` (their ``lifetimes`` in ms, 0 =

@@ -13,7 +13,6 @@ from redis.client import NEVER_DECODE
 from scrapy_redis import defaults
 from scrapy_redis.connection import is_cluster, one_slot
 from scrapy_redis.core.compat import PerInstance
-from scrapy_redis.core.lifetime import SWEEP_MIN
 from scrapy_redis.encoding.codec import decode_request, encode_request
 from scrapy_redis.exceptions import ScrapyRedisError, UndecodableRequestError
 from scrapy_redis.queues.leases import Ticket
@@ -114,10 +113,12 @@ def filter_args(seen: Seen, candidates: Sequence[Candidate]) -> FilterArgs | Non
             (0, "") if c.fingerprint is None else (1, next(given)) for c in candidates
         ]
         return FilterArgs(bits.base, bits.keys, [bits.mode, *bits.args], tokens, seen)
+    if getattr(seen, "expiry", None) is not None:  # lua/_expiry.lua, _lean_expiry.lua
+        expiring = seen.expiring_members(candidates)  # type: ignore[union-attr]
+        given = iter(expiring.members)
+        tokens = [(0, "") if c.fingerprint is None else (1, next(given)) for c in candidates]
+        return FilterArgs(expiring.base, expiring.keys, expiring.args, tokens)
     members, tokens = seen_tokens(seen, candidates)
-    if getattr(seen, "expiry", None) is not None:  # a sorted set (lua/_expiry.lua)
-        lifetimes = batch_arg([c.lifetime_ms for c in candidates])
-        return FilterArgs(members.base, members.keys, ["expire", lifetimes, SWEEP_MIN], tokens)
     counters = counter_keys(members)
     return FilterArgs(members.base, [*members.keys, *counters], ["1" if counters else "0"], tokens)
 

@@ -224,6 +224,14 @@ def lean_bucket_keys(
     return [f"{prefix}{bucket:0{width}x}" for bucket in buckets]
 
 
+def lean_generation_key(
+    filter_key: str, generation: int, bucket: int, bucket_bits: int, cluster: bool = False
+) -> str:
+    """One bucket of one generation of a lean filter's fingerprints that expire (see
+    lean_expiry.py): ``<key>:lean:g<generation>:<bucket in hex>``; it expires whole."""
+    return derived(filter_key, f"lean:g{generation}:{bucket:0{(bucket_bits + 3) // 4}x}", cluster)
+
+
 def bloom_blocks_key(filter_key: str, cluster: bool = False) -> str:
     """The hash listing the block groups of a Bloom filter (see bloom_dupefilter.py): field
     ``<generation>:<layer>`` = its block count, and the last ``generation``. The filter's own
