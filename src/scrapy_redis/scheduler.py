@@ -269,6 +269,9 @@ class Scheduler:
             parts.counts.dequeued_from_memory()
             return parts.local.pop()
         request = parts.feed.next()
+        due = parts.buffer.due  # requests due later, now due (scheduling/due.py)
+        if request is None and due is not None and parts.calls.call(due.promote, 0):
+            request = parts.feed.next()
         if request is not None:
             if parts.idle.empty_since is not None:  # it was idle
                 parts.idle.found_work()
@@ -302,7 +305,8 @@ class Scheduler:
     def shared_work_pending(self) -> bool:
         """Whether work may still come from the shared queue.
 
-        True while it holds requests, this worker holds requests in memory, or
+        True while it holds requests, this worker holds requests in memory, a
+        request is due within MAX_IDLE_TIME_BEFORE_CLOSE (scheduling/due.py), or
         another worker holds leased requests (they produce requests, or come back
         to the queue if that worker dies).
         """
@@ -310,6 +314,8 @@ class Scheduler:
         if parts.calls.halted:
             return False
         if len(parts.local) or len(parts.buffer) or parts.feed.holding():
+            return True
+        if parts.due_soon():
             return True
         return parts.calls.call(parts.feed.work_elsewhere, True)
 

@@ -117,6 +117,9 @@ class LocalQueue(list):  # type: ignore[type-arg]
 class EnqueueBuffer:
     """Requests accepted and not pushed yet, sent in batches (see the module's doc)."""
 
+    #: The requests due later (scheduling/due.py), if the queue keeps them.
+    due: Any = None
+
     def __init__(
         self,
         context: SchedulerContext,
@@ -148,6 +151,10 @@ class EnqueueBuffer:
     def add(self, request: Request) -> bool:
         """Accept ``request`` (see Scheduler.enqueue_request); False: a known duplicate."""
         context = self.context
+        if self.due is not None and self.due.wants(request):  # see due.py
+            later = context.calls.call(lambda: self.due.add(request), None)
+            if later is not None:  # (None: Redis unreachable, unserializable: pushed now)
+                return bool(later)
         fingerprint = None
         if self.in_script and not request.dont_filter:
             fingerprint = self.dupefilter.request_fingerprint(request)

@@ -18,6 +18,7 @@ from scrapy_redis.dupefilter import RFPDupeFilter
 from scrapy_redis.queue import Base
 from scrapy_redis.queues.leases import LeaseBook
 from scrapy_redis.scheduling.context import SchedulerContext
+from scrapy_redis.scheduling.due import due_requests
 from scrapy_redis.scheduling.enqueue import EnqueueBuffer, LocalQueue, SeenCache
 from scrapy_redis.scheduling.feeds import PlainFeed, RequestFeed
 from scrapy_redis.scheduling.idle import IdleWatch
@@ -101,6 +102,8 @@ class Parts:
         if isinstance(queue, LanedQueue):  # how many lanes: see lanes.py
             keys.append(lanes_key(queue.key, is_cluster(queue.server)))
         filter_keys = [getattr(dupefilter, "key", None) for dupefilter in self.filters]
+        if self.buffer.due is not None:
+            keys.append(self.buffer.due.key)
         return keys + [key for key in filter_keys if isinstance(key, str)]
 
     def key_uses(self) -> list[KeyUse]:
@@ -127,6 +130,16 @@ class Parts:
         self.membership.registry.beat()
         self.buffer.send_now()
         self.feed.maintain()
+        if self.buffer.due is not None:
+            self.buffer.due.promote(now=True)
+
+    def due_soon(self) -> bool:
+        """Whether a request is due within MAX_IDLE_TIME_BEFORE_CLOSE (see due.py)."""
+        due, crawler = self.buffer.due, self.context.crawler
+        if due is None:
+            return False
+        idle = crawler.settings.getfloat("MAX_IDLE_TIME_BEFORE_CLOSE") if crawler else 0.0
+        return bool(self.calls.call(lambda: due.pending_within(idle), True))
 
     def closed_during_outage(self, exc: BaseException) -> None:
         self.calls.guard.failed(exc)
@@ -217,6 +230,7 @@ def assemble(scheduler: Scheduler) -> Parts:
     parts.membership = Membership(
         registry, parts.beat, scheduler.worker_timeout, scheduler.reactor, scheduler.spider
     )
+    parts.buffer.due = due_requests(queue, scheduler.df, parts.context.news.name, scheduler.clock)
     parts.idle = IdleWatch(scheduler.idle_before_close, scheduler.clock)
     wake = lambda: wake_engine(scheduler.crawler)  # noqa: E731
     parts.idle.attach(parts.feed, parts.calls, wake, parts.context.news, scheduler.reactor)

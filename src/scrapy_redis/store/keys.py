@@ -130,6 +130,12 @@ def priority_list_key(queue_key: str, priority: int, cluster: bool = False) -> s
     return derived(queue_key, f"prio:{priority}", cluster)
 
 
+def due_key(queue_key: str, cluster: bool = False) -> str:
+    """The requests of a queue due later (see scheduling/due.py): a sorted set, scored by
+    when each is due (ms, the server's clock)."""
+    return derived(queue_key, "due", cluster)
+
+
 def invalid_entries_key(queue_key: str, cluster: bool = False) -> str:
     """Where queue entries that cannot be decoded are moved (never deleted)."""
     return derived(queue_key, "invalid", cluster)

@@ -32,6 +32,7 @@ from scrapy_redis.store.keys import (
     bloom_blocks_key,
     dead_letters_key,
     derived_pattern,
+    due_key,
     format_key,
     invalid_entries_key,
     lanes_key,
@@ -122,6 +123,8 @@ def _keys(crawl: Crawl, parts: list[str], everything: bool) -> Iterator[str]:
     if "queue" in parts and "fingerprints" in parts and crawl.lanes:
         # How many lanes the data is split into: it goes with both the queue and the filters.
         yield lanes_key(crawl.queue_key, crawl.cluster)
+    if "queue" in parts and crawl.lanes:  # the requests due later (scheduling/due.py)
+        yield due_key(crawl.lanes[0].key, crawl.cluster)
     if "fingerprints" in parts:
         yield from filter_keys(crawl)
     if "items" in parts:
