@@ -2,8 +2,9 @@
 
 Runs ``sched_bench.py --skip-dup`` (phases 1-3: ``enqueue_request`` of ``--n`` new
 requests, one push script call per batch, then dequeue) with each of our filters,
-RFPDupeFilter (one set; and with DUPEFILTER_LIFETIME, a sorted set), LeanDupeFilter and BloomDupeFilter (both sized for
-``--n``, the Bloom filter at 0.1 %), on the same fresh redis-server, in turn,
+RFPDupeFilter (one set), LeanDupeFilter and BloomDupeFilter (both sized for ``--n``, the
+Bloom filter at 0.1 %), and the first two with DUPEFILTER_LIFETIME, on the same fresh
+redis-server, in turn,
 ``--rounds`` times, and prints per filter the median (min-max) enqueue rate, client
 CPU µs per request, Redis CPU µs per request (``INFO cpu``, all of the server's work
 while enqueuing) and its part in scripts (``INFO commandstats``, EVALSHA and EVAL), and
