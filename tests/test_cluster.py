@@ -592,3 +592,15 @@ def test_fingerprints_expire_in_every_lane(redis_cluster, cluster, schedulers, d
         again += crawl_again(second)
         time.sleep(0.05)
     assert sorted(again) == sorted(urls)
+
+
+def test_a_request_due_later_on_the_cluster(redis_cluster, cluster, schedulers):
+    settings = {**scheduler_settings(redis_cluster.url, "PriorityQueue"), "SCHEDULER_PERSIST": True}
+    first, second = schedulers(settings), schedulers(settings)
+    first.enqueue_request(Request("http://example.com/later", meta={"due_in": 0.5}))
+    assert second.shared_work_pending() is True
+    deadline = time.monotonic() + 30
+    while (request := second.next_request()) is None:
+        assert time.monotonic() < deadline, "never due"
+        time.sleep(0.05)
+    assert request.url == "http://example.com/later"

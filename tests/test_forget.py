@@ -111,3 +111,20 @@ def test_status_counts_fingerprints_that_expire(server, redis_url):
     assert result.returncode == 0, result.stderr
     (status,) = json.loads(result.stdout)["spiders"]
     assert status["fingerprints"] == len(URLS)
+
+
+def test_a_running_worker_drops_what_it_remembers_once_urls_are_forgotten(
+    settings_dict, server, schedulers, monkeypatch
+):
+    from scrapy_redis.scheduling import enqueue
+
+    monkeypatch.setattr(enqueue, "FORGETS_EVERY", 0.0)  # look at every hit (default: 1 s)
+    scheduler = schedulers(settings_dict)  # SCHEDULER_SEEN_CACHE_SIZE: on by default
+    scheduler.enqueue_request(Request(URLS[0]))
+    scheduler.send_enqueued()
+    assert scheduler.next_request().url == URLS[0]
+    assert scheduler.enqueue_request(Request(URLS[0])) is False  # remembered: no round trip
+    assert forget_requests([scheduler.df], [URLS[0]]) == [True]
+    assert scheduler.enqueue_request(Request(URLS[0])) is True
+    scheduler.send_enqueued()
+    assert scheduler.next_request().url == URLS[0]

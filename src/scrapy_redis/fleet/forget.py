@@ -6,7 +6,10 @@ project's REQUEST_FINGERPRINTER_CLASS, or the original's algorithm on the canoni
 exactly as the workers compute them. A split crawl (SCHEDULER_SHARDS) keeps each
 fingerprint in the filter of one lane: the lane the scheduler picks for it. The set
 filter forgets in either layout (a set; a sorted set with DUPEFILTER_LIFETIME), the lean
-filter in its buckets; a Bloom filter cannot (:class:`BloomForgetError`).
+filter in its buckets; a Bloom filter cannot (:class:`BloomForgetError`). Each filter
+that forgot counts it in ``<filter key>:forgotten``: running workers, which remember the
+links they met (SCHEDULER_SEEN_CACHE_SIZE), drop that memory when they see it change
+(within a second of meeting such a link again).
 """
 
 from __future__ import annotations
@@ -16,10 +19,12 @@ from typing import Any
 
 from scrapy import Request
 
+from scrapy_redis.connection import is_cluster
 from scrapy_redis.dupefilters.bloom import BloomDupeFilter, BloomForgetError
 from scrapy_redis.exceptions import ScrapyRedisError
 from scrapy_redis.queue import Candidate
 from scrapy_redis.scheduling.lanes import lane_of
+from scrapy_redis.store.keys import forgotten_key
 
 #: What to do instead, when the crawl's filter is a Bloom filter.
 BLOOM_ADVICE = (
@@ -45,9 +50,13 @@ def forget_requests(filters: Sequence[Any], requests: Iterable[Request | str]) -
         by_lane.setdefault(lane, []).append(index)
     found = [False] * len(wanted)
     for lane, indexes in by_lane.items():
-        flags = filters[lane].forget_fingerprints([fingerprints[i] for i in indexes])
+        dupefilter = filters[lane]
+        flags = dupefilter.forget_fingerprints([fingerprints[i] for i in indexes])
         for index, flag in zip(indexes, flags, strict=True):
             found[index] = flag
+        if any(flags):  # running workers drop the fingerprints they remember
+            server = dupefilter.server
+            server.incr(forgotten_key(dupefilter.key, is_cluster(server)))
     return found
 
 

@@ -101,15 +101,10 @@ class DueRequests:
         if not now and self.clock() - self._looked < POLL:
             return 0
         self._looked = self.clock()
-        pipe = self.server.pipeline(transaction=False)
-        pipe.time()
-        pipe.zrange(self.key, 0, BATCH - 1, withscores=True)
-        (seconds, micros), entries = pipe.execute()
-        server_ms = seconds * 1000 + micros // 1000
-        members = [member for member, due in entries if due <= server_ms]
+        members, _ = script("due_ready")(self.server, [self.key], [BATCH, 0])
         if not members:
             return 0
-        return int(self._move(members))
+        return int(self._move(list(members)))
 
     def _move(self, members: list[bytes]) -> Any:
         if not isinstance(self.queue, PriorityQueue):
@@ -128,13 +123,9 @@ class DueRequests:
 
     def pending_within(self, seconds: float) -> bool:
         """Whether a request is due within ``seconds`` (any, if 0) by the server's clock."""
-        pipe = self.server.pipeline(transaction=False)
-        pipe.time()
-        pipe.zrange(self.key, 0, 0, withscores=True)
-        (now_s, micros), first = pipe.execute()
-        if not first:
-            return False
-        return not seconds or first[0][1] <= now_s * 1000 + micros // 1000 + seconds * 1000
+        window = max(1, round(seconds * 1000)) if seconds else 0
+        _, soon = script("due_ready")(self.server, [self.key], [0, window])
+        return bool(soon)
 
 
 def due_requests(

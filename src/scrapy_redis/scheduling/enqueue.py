@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import heapq
 import logging
+import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from itertools import count, islice
 from typing import TYPE_CHECKING, Any
@@ -51,6 +52,10 @@ class Unsent:
     seen_checked: bool = False
 
 
+#: Most seconds between two looks at the filters' forget counters, by a worker's SeenCache.
+FORGETS_EVERY = 1.0
+
+
 class SeenCache:
     """Fingerprints this worker knows are in the shared set (bounded, oldest out).
 
@@ -69,10 +74,32 @@ class SeenCache:
         self._epoch = self._identity.changes
         self._fingerprints: dict[str, None] = {}
 
+    #: Reads the filters' forget counters (see fleet/forget.py), or None.
+    forgets: Callable[[], Any] | None = None
+    _forgets_seen: Any = None
+    _forgets_read = -FORGETS_EVERY
+
     def __contains__(self, fingerprint: str) -> bool:
         if self._identity.changes != self._epoch:
             self.clear()
-        return fingerprint in self._fingerprints
+        return fingerprint in self._fingerprints and not self._forgotten()
+
+    def _forgotten(self) -> bool:
+        """Whether URLs were forgotten since the last look (at most every FORGETS_EVERY s,
+        on a hit only): then the memory is dropped, and the hit asked of Redis."""
+        now = time.monotonic()
+        if self.forgets is None or now - self._forgets_read < FORGETS_EVERY:
+            return False
+        self._forgets_read = now
+        try:
+            counters = self.forgets()
+        except Exception:  # Redis unreachable: the push will say so
+            return False
+        changed = self._forgets_seen is not None and counters != self._forgets_seen
+        self._forgets_seen = counters
+        if changed:
+            self.clear()
+        return changed
 
     def epoch(self) -> int:
         """Take before a call that records fingerprints; give it to :meth:`add`."""

@@ -29,7 +29,7 @@ from scrapy_redis.scheduling.stats import SchedulerStats
 from scrapy_redis.scheduling.wakeup import NewsChannel
 from scrapy_redis.scheduling.workers import Membership, WorkerRegistry
 from scrapy_redis.store.guarded import RedisCalls
-from scrapy_redis.store.keys import lanes_key, news_channel, workers_key
+from scrapy_redis.store.keys import forgotten_key, lanes_key, news_channel, workers_key
 from scrapy_redis.store.keytypes import KeyUse
 from scrapy_redis.store.outage import OutageGuard, outage_guard
 
@@ -101,10 +101,16 @@ class Parts:
         keys = self.feed.flush_keys()
         if isinstance(queue, LanedQueue):  # how many lanes: see lanes.py
             keys.append(lanes_key(queue.key, is_cluster(queue.server)))
-        filter_keys = [getattr(dupefilter, "key", None) for dupefilter in self.filters]
         if self.buffer.due is not None:
             keys.append(self.buffer.due.key)
-        return keys + [key for key in filter_keys if isinstance(key, str)]
+        cluster = is_cluster(queue.server)
+        forgotten = [forgotten_key(key, cluster) for key in self.filter_keys()]
+        return keys + self.filter_keys() + forgotten
+
+    def filter_keys(self) -> list[str]:
+        """The key of each filter (lanes' included) that has one."""
+        keys = [getattr(dupefilter, "key", None) for dupefilter in self.filters]
+        return [key for key in keys if isinstance(key, str)]
 
     def key_uses(self) -> list[KeyUse]:
         """The keys this worker uses, with their types (see keytypes.py)."""
@@ -179,7 +185,19 @@ def _base_parts(scheduler: Scheduler, channel: NewsChannel) -> Parts:
     )
     parts = Parts(context, scheduler.df, seen)
     calls.key_uses = parts.key_uses
+    cluster = is_cluster(scheduler.server)
+    forgotten = [forgotten_key(key, cluster) for key in parts.filter_keys()]
+    if forgotten:  # `scrapy redis forget`: drop what this worker remembers (enqueue.py)
+        seen.forgets = lambda: _read_all(scheduler.server, forgotten)
     return parts
+
+
+def _read_all(server: Any, keys: list[str]) -> list[Any]:
+    """GET of each of ``keys`` (in several slots of a Redis Cluster: a pipeline)."""
+    pipe = server.pipeline(transaction=False)
+    for key in keys:
+        pipe.get(key)
+    return list(pipe.execute())
 
 
 def _buffer(scheduler: Scheduler, parts: Parts, in_script: bool) -> EnqueueBuffer:

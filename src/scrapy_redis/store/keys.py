@@ -130,6 +130,12 @@ def priority_list_key(queue_key: str, priority: int, cluster: bool = False) -> s
     return derived(queue_key, f"prio:{priority}", cluster)
 
 
+def forgotten_key(filter_key: str, cluster: bool = False) -> str:
+    """A counter of a filter's forget calls (see fleet/forget.py): workers that remember
+    fingerprints they met (SeenCache) drop that memory when it changes."""
+    return derived(filter_key, "forgotten", cluster)
+
+
 def due_key(queue_key: str, cluster: bool = False) -> str:
     """The requests of a queue due later (see scheduling/due.py): a sorted set, scored by
     when each is due (ms, the server's clock)."""

@@ -33,6 +33,7 @@ from scrapy_redis.store.keys import (
     dead_letters_key,
     derived_pattern,
     due_key,
+    forgotten_key,
     format_key,
     invalid_entries_key,
     lanes_key,
@@ -153,6 +154,7 @@ def filter_keys(crawl: Crawl) -> Iterator[str]:
     for dupefilter in crawl.filters:
         key: str = dupefilter.key
         yield key
+        yield forgotten_key(key, crawl.cluster)
         if isinstance(dupefilter, LeanDupeFilter):
             yield lean_meta_key(key, crawl.cluster)
             yield from scan_keys(crawl.server, derived_pattern(key, "lean:", crawl.cluster))
