@@ -315,9 +315,7 @@ class Scheduler:
             return False
         if len(parts.local) or len(parts.buffer) or parts.feed.holding():
             return True
-        if parts.due_soon():
-            return True
-        return parts.calls.call(parts.feed.work_elsewhere, True)
+        return parts.calls.call(parts.feed.work_elsewhere, True) or parts.due_soon()
 
     # -- helpers ------------------------------------------------------------------------
 

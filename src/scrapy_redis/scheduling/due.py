@@ -63,7 +63,7 @@ class DueRequests:
         self.key = due_key(queue.key, queue.on_cluster)
         self.news = news
         self.clock = clock
-        self._looked = -POLL
+        self._looked = clock()  # the first look a poll from now (not in every short run)
 
     @staticmethod
     def wants(request: Request) -> bool:
