@@ -242,6 +242,8 @@ class Scheduler:
             parts.membership.stop()
         parts.idle.stop()
         parts.buffer.cancel_timer()
+        if parts.buffer.due is not None:
+            parts.buffer.due.stop()
 
     def flush(self) -> None:
         """Delete the shared queue, its leases and the fingerprints now, whoever else

@@ -5,9 +5,9 @@ in its priority.
 The scheduler checks its fingerprint as for any request (unless ``dont_filter``), then
 puts it in ``<queue key>:due``, a sorted set scored by when it is due (``due_add.lua``:
 the server adds the delay to its own clock). Every worker moves what is due into the queue
-(``due_promote.lua``: each request once, atomically, and the idle workers are told) when it
-finds the queue empty (at most every :data:`POLL` seconds), on its heartbeat, and at the
-time the next one is due. A crawl with requests due within MAX_IDLE_TIME_BEFORE_CLOSE is
+(``due_promote.lua``: each request once, atomically, and the idle workers are told) every
+:data:`POLL` seconds, when it finds the queue empty (as often at most), and on its
+heartbeat. A crawl with requests due within MAX_IDLE_TIME_BEFORE_CLOSE is
 not idle. Our queue classes only (FifoQueue, LifoQueue, PriorityQueue; a split crawl's
 first lane).
 """
@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import msgpack  # type: ignore[import-untyped]
+from twisted.internet import task
 
 from scrapy_redis.exceptions import UnserializableRequestError
 from scrapy_redis.queues.base import Candidate
@@ -64,6 +65,19 @@ class DueRequests:
         self.news = news
         self.clock = clock
         self._looked = clock()  # the first look a poll from now (not in every short run)
+        self._loop: task.LoopingCall | None = None
+
+    def start(self, reactor: Any, run: Callable[[Callable[[], int], int], int]) -> None:
+        """Look every :data:`POLL` seconds on ``reactor``, through ``run(call, default)``
+        (the outage guard): a request is moved when due, even while this worker idles
+        (the move tells the idle workers)."""
+        self._loop = task.LoopingCall(lambda: run(lambda: self.promote(now=True), 0))
+        self._loop.clock = reactor
+        self._loop.start(POLL, now=False)
+
+    def stop(self) -> None:
+        if self._loop is not None and self._loop.running:
+            self._loop.stop()
 
     @staticmethod
     def wants(request: Request) -> bool:

@@ -13,7 +13,7 @@ import logging
 from typing import TYPE_CHECKING, Any, Protocol
 
 from scrapy_redis.connection import is_cluster, server_identity
-from scrapy_redis.core.engine import wake_engine
+from scrapy_redis.core.engine import installed_reactor, wake_engine
 from scrapy_redis.dupefilter import RFPDupeFilter
 from scrapy_redis.queue import Base
 from scrapy_redis.queues.leases import LeaseBook
@@ -249,6 +249,8 @@ def assemble(scheduler: Scheduler) -> Parts:
         registry, parts.beat, scheduler.worker_timeout, scheduler.reactor, scheduler.spider
     )
     parts.buffer.due = due_requests(queue, scheduler.df, parts.context.news.name, scheduler.clock)
+    if parts.buffer.due is not None:
+        parts.buffer.due.start(scheduler.reactor or installed_reactor(), parts.calls.call)
     parts.idle = IdleWatch(scheduler.idle_before_close, scheduler.clock)
     wake = lambda: wake_engine(scheduler.crawler)  # noqa: E731
     parts.idle.attach(parts.feed, parts.calls, wake, parts.context.news, scheduler.reactor)
