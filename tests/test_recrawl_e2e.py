@@ -35,6 +35,7 @@ class ChangingSite:
     def __init__(self) -> None:
         self.version = 1
         self.hits: Counter[str] = Counter()
+        self.first_hit: dict[str, float] = {}
         self._lock = threading.Lock()
         site = self
 
@@ -42,6 +43,7 @@ class ChangingSite:
             def do_GET(self) -> None:
                 with site._lock:
                     site.hits[self.path.split("?")[0]] += 1
+                    site.first_hit.setdefault(self.path, time.time())
                 body = site.page(self.path).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "text/html; charset=utf-8")
@@ -179,3 +181,35 @@ def test_a_forgotten_url_is_crawled_once_more_the_others_not(server, redis_url, 
         site.close()
     again = {"/p/3.html", "/p/7.html"}
     assert site.pages() == {f"/p/{i}.html": 1 + (f"/p/{i}.html" in again) for i in range(PAGES)}
+
+
+def test_a_request_due_later_is_fetched_when_due_across_a_kill(server, redis_url, tmp_path):
+    """A start message due in 3 s, read by a worker killed (-9) as soon as it scheduled it:
+    the other worker (reading another start key, sharing the queue) fetches it no sooner
+    than 3 s after it was scheduled, by the Redis server's clock (the same host's clock as
+    the site's), and within a poll interval of that (plus a second of a busy machine)."""
+    from scrapy_redis.scheduling.due import POLL
+
+    site = ChangingSite()
+    settings = {"MAX_IDLE_TIME_BEFORE_CLOSE": 10}
+    reader = start_worker(SPIDER, redis_url, tmp_path / "reader.log", settings, DOMAIN)
+    other_key = {**DOMAIN, "redis_key": "elsewhere:start_urls"}
+    other = start_worker(SPIDER, redis_url, tmp_path / "other.log", settings, other_key)
+    due_key = f"{SPIDER}:requests:due"
+    try:
+        wait_until(
+            lambda: server.hlen(f"{SPIDER}:requests:workers") == 2, "starting", [reader, other]
+        )
+        message = {"url": f"{site.url}/p/0.html", "meta": {"due_in": 3}}
+        server.lpush(START_KEY, json.dumps(message))
+        wait_until(lambda: server.zcard(due_key) == 1, "scheduling", [reader, other])
+        reader.process.kill()  # kill -9: the worker that scheduled it
+        reader.process.wait()
+        due_ms = server.zrange(due_key, 0, 0, withscores=True)[0][1]
+        wait_until(lambda: site.count("/p/0.html") == 1, "fetching when due", [other], 30)
+    finally:
+        wait_all([other])
+        site.close()
+    fetched_ms = site.first_hit["/p/0.html"] * 1000
+    assert due_ms <= fetched_ms <= due_ms + (POLL + 1) * 1000
+    assert not server.exists(due_key)
