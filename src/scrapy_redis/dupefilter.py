@@ -171,8 +171,8 @@ class RFPDupeFilter(BaseDupeFilter):
         if dupefilter.expiry is not None and not cls.supports_expiry:
             raise ValueError(
                 f"DUPEFILTER_LIFETIME is set but {cls.__name__} cannot expire fingerprints: "
-                "use scrapy_redis.dupefilter.RFPDupeFilter (SCHEDULER_DUPEFILTER_CLASS), "
-                "or set DUPEFILTER_LIFETIME = 0."
+                "use scrapy_redis.dupefilter.RFPDupeFilter or LeanDupeFilter "
+                "(SCHEDULER_DUPEFILTER_CLASS), or set DUPEFILTER_LIFETIME = 0."
             )
         return dupefilter
 
