@@ -2,8 +2,9 @@
 
 Runs ``sched_bench.py --skip-dup`` (phases 1-3: ``enqueue_request`` of ``--n`` new
 requests, one push script call per batch, then dequeue) with each of our filters,
-RFPDupeFilter (one set), LeanDupeFilter and BloomDupeFilter (both sized for
-``--n``, the Bloom filter at 0.1 %), on the same fresh redis-server, in turn,
+RFPDupeFilter (one set), LeanDupeFilter and BloomDupeFilter (both sized for ``--n``, the
+Bloom filter at 0.1 %), and the first two with DUPEFILTER_LIFETIME, on the same fresh
+redis-server, in turn,
 ``--rounds`` times, and prints per filter the median (min-max) enqueue rate, client
 CPU µs per request, Redis CPU µs per request (``INFO cpu``, all of the server's work
 while enqueuing) and its part in scripts (``INFO commandstats``, EVALSHA and EVAL), and
@@ -12,6 +13,7 @@ requests, their encoding and fingerprints are the same for all: the differences
 are the filters'. Usage::
 
     .venv/bin/python benchmarks/dedup_sched.py [--n 20000] [--rounds 5] [--queue FifoQueue]
+        [--filters RFPDupeFilter+lifetime]   (RFPDupeFilter, the base, always runs)
 """
 
 from __future__ import annotations
@@ -35,9 +37,19 @@ def filters(n: int) -> dict[str, list[str]]:
     """Per filter, its ``--set`` settings."""
     return {
         "RFPDupeFilter": [f"DUPEFILTER_CLASS={OURS}RFPDupeFilter"],
+        # fingerprints that expire (a sorted set, swept as it is written: issue 27.1)
+        "RFPDupeFilter+lifetime": [
+            f"DUPEFILTER_CLASS={OURS}RFPDupeFilter",
+            "DUPEFILTER_LIFETIME=3600",
+        ],
         "LeanDupeFilter": [
             f"DUPEFILTER_CLASS={OURS}LeanDupeFilter",
             f"DUPEFILTER_LEAN_CAPACITY={n}",
+        ],
+        "LeanDupeFilter+lifetime": [
+            f"DUPEFILTER_CLASS={OURS}LeanDupeFilter",
+            f"DUPEFILTER_LEAN_CAPACITY={n}",
+            "DUPEFILTER_LIFETIME=3600",
         ],
         "BloomDupeFilter": [
             f"DUPEFILTER_CLASS={OURS}BloomDupeFilter",
@@ -72,8 +84,12 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=20000)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--queue", default="FifoQueue")
+    parser.add_argument("--filters", default="", help="comma-separated names (default: all)")
     args = parser.parse_args()
     variants = filters(args.n)
+    if args.filters:
+        wanted = ["RFPDupeFilter", *args.filters.split(",")]
+        variants = {name: variants[name] for name in dict.fromkeys(wanted)}
     results: dict[str, list[dict[str, Any]]] = {name: [] for name in variants}
     redis = Redis()
     try:

@@ -1,53 +1,110 @@
 """Redis bytes per request of LeanDupeFilter (``INFO memory`` delta / n), and the
-encodings of its buckets, for capacities and request counts given on the command line.
+encodings of its buckets, for capacities and request counts given on the command line;
+``--lifetime SECONDS`` records them as fingerprints that expire (DUPEFILTER_LIFETIME: the
+generations' buckets, see lean_expiry.py) instead.
 
 Random fingerprints are recorded through ``record_fingerprints()`` (the same buckets
 and members as ``request_seen()``) on a fresh redis-server. Usage::
 
     .venv/bin/python benchmarks/lean_memory.py 1e6:1e6 1e7:1e6 1e6:1e5 1e7:1e7
+    .venv/bin/python benchmarks/lean_memory.py --lifetime 3600 1e6:1e6
+    .venv/bin/python benchmarks/lean_memory.py --steady 8 1e6:6e5
+
+``--steady L`` records ``count`` new fingerprints per ``L`` seconds, evenly, for
+``3 L`` seconds, with lifetime ``L``: a crawl in its steady state, whose fingerprints
+spread over the live generations; bytes per fingerprint alive at the end (expired
+buckets dropped first).
 """
 
 from __future__ import annotations
 
 import random
 import sys
+import time
 from collections import Counter
+from typing import Any
 
 import redis
 from _util import Redis
 
+from scrapy_redis.core.lifetime import Expiry
 from scrapy_redis.dupefilter import LeanDupeFilter
 
 CHUNK = 10**6
 
 
-def measure(server: Redis, capacity: int, count: int) -> str:
+def measure(server: Redis, capacity: int, count: int, lifetime: float = 0) -> str:
     server.flush()
     client = redis.Redis(port=server.port)
-    df = LeanDupeFilter(client, "bench:dupefilter", capacity=capacity)
+    expiry = Expiry(int(lifetime * 1000)) if lifetime else None
+    df = LeanDupeFilter(client, "bench:dupefilter", capacity=capacity, expiry=expiry)
     df.batch_size = 5000
     rnd = random.Random(capacity * 31 + count)
     before = server.info("memory")["used_memory"]
     for start in range(0, count, CHUNK):
         size = min(CHUNK, count - start)
-        df.record_fingerprints([f"{rnd.getrandbits(160):040x}" for _ in range(size)])
+        fingerprints = [f"{rnd.getrandbits(160):040x}" for _ in range(size)]
+        if expiry is None:
+            df.record_fingerprints(fingerprints)
+        for at in range(0, len(fingerprints) if expiry else 0, df.batch_size):
+            batch = fingerprints[at : at + df.batch_size]
+            df.seen_expiring(batch, [expiry.default_ms] * len(batch))  # type: ignore[union-attr]
     per_request = (server.info("memory")["used_memory"] - before) / count
     pipe = client.pipeline(transaction=False)
-    for key in df.layout.bucket_keys(df.key):
+    keys = client.scan_iter(match="bench:dupefilter:lean:*", count=10000)
+    for key in keys:
         pipe.object("encoding", key)
     encodings = Counter(e.decode() for e in pipe.execute() if e is not None)
     return (
-        f"capacity {capacity:.0e}, {count:.0e} requests, {df.layout.buckets} buckets "
+        f"capacity {capacity:.0e}, {count:.0e} requests, lifetime {lifetime or 'forever'}, "
+        f"{df.layout.buckets} buckets "
         f"({df.layout.bits} bits): {per_request:.2f} B/request, buckets {dict(encodings)}"
     )
 
 
+def steady(server: Redis, capacity: int, count: int, lifetime: float) -> str:
+    server.flush()
+    client = redis.Redis(port=server.port)
+    expiry = Expiry(int(lifetime * 1000))
+    df = LeanDupeFilter(client, "bench:dupefilter", capacity=capacity, expiry=expiry)
+    rnd, batch = random.Random(count), 2000
+    before = server.info("memory")["used_memory"]
+    start = time.monotonic()
+    for sent in range(0, 3 * count, batch):
+        wait = start + sent / count * lifetime - time.monotonic()
+        if wait > 0:
+            time.sleep(wait)
+        fingerprints = [f"{rnd.getrandbits(160):040x}" for _ in range(batch)]
+        df.seen_expiring(fingerprints, [expiry.default_ms] * batch)
+    late = time.monotonic() - start - 3 * lifetime
+    keys = list(client.scan_iter(match="bench:dupefilter:lean:g*", count=10000))  # expires
+    alive = sum(int(n) for n in _pipelined(client, "scard", keys))
+    per = (server.info("memory")["used_memory"] - before) / alive
+    encodings = Counter(e.decode() for e in _pipelined(client, "object", keys, "encoding"))
+    return (
+        f"steady, capacity {capacity:.0e}, {count:.0e} new per lifetime {lifetime} s "
+        f"({late:+.1f} s late): {alive} alive in {len(keys)} buckets, "
+        f"{per:.2f} B/fingerprint alive, buckets {dict(encodings)}"
+    )
+
+
+def _pipelined(client: Any, command: str, keys: list[Any], *first: str) -> list[Any]:
+    pipe = client.pipeline(transaction=False)
+    for key in keys:
+        getattr(pipe, command)(*first, key)
+    return [reply for reply in pipe.execute() if reply is not None]
+
+
 def main(args: list[str]) -> None:
+    lifetime, how = 0.0, measure
+    if args[:1] in (["--lifetime"], ["--steady"]):
+        how = steady if args[0] == "--steady" else measure
+        lifetime, args = float(args[1]), args[2:]
     server = Redis()
     try:
         for arg in args or ["1e6:1e6"]:
             capacity, count = (int(float(part)) for part in arg.split(":"))
-            print(measure(server, capacity, count), flush=True)
+            print(how(server, capacity, count, lifetime), flush=True)
     finally:
         server.stop()
 

@@ -568,3 +568,42 @@ def test_the_lane_count_not_set_is_the_crawls_or_the_masters(redis_cluster, clus
     cluster.rpush("demo:requests", "x")  # a crawl not split
     later = schedulers(scheduler_settings(redis_cluster.url))
     assert not isinstance(later.queue, LanedQueue)
+
+
+@pytest.mark.parametrize("dupefilter", ["RFPDupeFilter", "LeanDupeFilter"])
+def test_fingerprints_expire_in_every_lane(redis_cluster, cluster, schedulers, dupefilter):
+    settings = {
+        **scheduler_settings(redis_cluster.url, "PriorityQueue", dupefilter),
+        "SCHEDULER_PERSIST": True,
+        "DUPEFILTER_LIFETIME": 1,
+    }
+    first, second = schedulers(settings), schedulers(settings)
+    urls = [f"http://example.com/{n}" for n in range(30)]
+
+    def crawl_again(scheduler) -> list[str]:
+        for url in urls:
+            scheduler.enqueue_request(Request(url))
+        assert scheduler.send_enqueued()
+        return [r.url for r in iter(scheduler.next_request, None)]
+
+    assert sorted(crawl_again(first)) == sorted(urls)
+    assert crawl_again(second) == []  # alive: duplicates in every lane
+    deadline = time.monotonic() + 30
+    again: list[str] = []
+    while len(again) < len(urls):  # each comes back once its lifetime is over
+        assert time.monotonic() < deadline, f"only {len(again)} expired"
+        again += crawl_again(second)
+        time.sleep(0.05)
+    assert sorted(again) == sorted(urls)
+
+
+def test_a_request_due_later_on_the_cluster(redis_cluster, cluster, schedulers):
+    settings = {**scheduler_settings(redis_cluster.url, "PriorityQueue"), "SCHEDULER_PERSIST": True}
+    first, second = schedulers(settings), schedulers(settings)
+    first.enqueue_request(Request("http://example.com/later", meta={"due_in": 0.5}))
+    assert second.shared_work_pending() is True
+    deadline = time.monotonic() + 30
+    while (request := second.next_request()) is None:
+        assert time.monotonic() < deadline, "never due"
+        time.sleep(0.05)
+    assert request.url == "http://example.com/later"

@@ -580,7 +580,7 @@ def test_close_sends_buffered_requests(settings_dict, server, schedulers):
     clock = Clock()
     scheduler = schedulers({**settings_dict, "SCHEDULER_PERSIST": True}, reactor=clock)
     scheduler.enqueue_request(Request("http://example.com/a"))
-    assert len(clock.getDelayedCalls()) == 2  # the send and the heartbeat
+    assert len(clock.getDelayedCalls()) == 3  # the send, the heartbeat, the due requests look
     scheduler.close("finished")
     assert clock.getDelayedCalls() == []
     assert len(PriorityQueue(server, scheduler.spider, "demo:requests")) == 1

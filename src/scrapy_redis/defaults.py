@@ -27,6 +27,11 @@ DASHBOARD_PORT = 6793
 #: Standalone dupefilter key, used when RFPDupeFilter runs under Scrapy's own scheduler.
 DUPEFILTER_KEY = "dupefilter:%(timestamp)s"
 
+#: DUPEFILTER_LIFETIME: seconds a request's fingerprint is kept; 0: forever (the original's
+#: set). On (> 0, or inf), the filter is a sorted set and a request is new again once its
+#: fingerprint expired; meta["dupefilter_lifetime"] gives a request its own.
+DUPEFILTER_LIFETIME = 0
+
 #: DUPEFILTER_LEAN_CAPACITY: fingerprints a new LeanDupeFilter is sized for (its bucket count).
 DUPEFILTER_LEAN_CAPACITY = 10_000_000
 

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from scrapy import Request
 from scrapy.dupefilters import BaseDupeFilter
 from scrapy.settings import SETTINGS_PRIORITIES
 from scrapy.utils.python import to_unicode
@@ -24,17 +25,19 @@ from scrapy.utils.request import referer_str
 from scrapy_redis import defaults
 from scrapy_redis.connection import get_redis_from_settings, is_cluster
 from scrapy_redis.core.compat import PerInstance
+from scrapy_redis.core.lifetime import SWEEP_MIN, Expiry, expiry_from_setting
 from scrapy_redis.core.logsafe import shorten
 from scrapy_redis.encoding.canonical import canonical_url
 from scrapy_redis.exceptions import ScriptsUnavailableError, warn_from_settings
-from scrapy_redis.queues.seen_sets import SeenMembers, single_set
+from scrapy_redis.queues.base import Candidate, batch_arg
+from scrapy_redis.queues.seen_sets import SeenExpiring, SeenMembers, single_set
 from scrapy_redis.store.keys import crawl_filter_key, format_key, standalone_dupefilter_key
 from scrapy_redis.store.scripts import script
 from scrapy_redis.store.stand_ins import delete_keys
 from scrapy_redis.store.writes import WriteIds, writes_ttl
 
 if TYPE_CHECKING:
-    from scrapy import Request, Spider
+    from scrapy import Spider
     from scrapy.crawler import Crawler
     from scrapy.settings import BaseSettings
     from scrapy.statscollectors import StatsCollector
@@ -106,6 +109,11 @@ class RFPDupeFilter(BaseDupeFilter):
     #: (by :meth:`request_fingerprint` and :attr:`key`) instead of calling
     #: :meth:`request_seen`; declared, or True unless ``request_seen()`` is overridden.
     checks_in_script: ClassVar[bool] = True
+    #: Fingerprints that expire (DUPEFILTER_LIFETIME, see :mod:`scrapy_redis.core.lifetime`):
+    #: then :attr:`key` is a sorted set, fingerprint -> when it expires; None: a set.
+    expiry: Expiry | None = None
+    #: Whether this class can expire fingerprints (a filter that cannot refuses the setting).
+    supports_expiry: ClassVar[bool] = True
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -121,6 +129,7 @@ class RFPDupeFilter(BaseDupeFilter):
         fingerprinter: RequestFingerprinterProtocol | None = None,
         stats: StatsCollector | None = None,
         temporary: bool = True,
+        expiry: Expiry | None = None,
     ) -> None:
         self.server = server
         self.key = key
@@ -129,6 +138,7 @@ class RFPDupeFilter(BaseDupeFilter):
         self.fingerprinter = fingerprinter
         self.stats = stats
         self.temporary = temporary
+        self.expiry = expiry
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -158,6 +168,13 @@ class RFPDupeFilter(BaseDupeFilter):
             temporary=temporary,
         )
         dupefilter.writes = WriteIds(writes_ttl(crawler.settings))
+        dupefilter.expiry = expiry_from_setting(crawler.settings.get("DUPEFILTER_LIFETIME"))
+        if dupefilter.expiry is not None and not cls.supports_expiry:
+            raise ValueError(
+                f"DUPEFILTER_LIFETIME is set but {cls.__name__} cannot expire fingerprints: "
+                "use scrapy_redis.dupefilter.RFPDupeFilter or LeanDupeFilter "
+                "(SCHEDULER_DUPEFILTER_CLASS), or set DUPEFILTER_LIFETIME = 0."
+            )
         return dupefilter
 
     @classmethod
@@ -177,6 +194,9 @@ class RFPDupeFilter(BaseDupeFilter):
         """
         writes = self.writes
         fingerprint = self.request_fingerprint(request)
+        if self.expiry is not None:
+            lifetime = self.expiry.lifetime_ms(request)
+            return self._record_expiring([fingerprint], [lifetime], fingerprint)[0]
         # A call that failed (an outage) is sent again with its number by the next call
         # for the same fingerprint: applied once, it is answered as the first was.
         args = [fingerprint, writes.ttl_ms, writes.take_for(fingerprint)]
@@ -187,10 +207,36 @@ class RFPDupeFilter(BaseDupeFilter):
         writes.confirmed()
         return int(added) == 0
 
+    def expiring_members(self, candidates: Sequence[Candidate]) -> SeenExpiring:
+        """With :attr:`expiry`: the push script's part for ``candidates`` (the sorted set,
+        its lifetimes: ``lua/_expiry.lua``)."""
+        lifetimes = batch_arg([c.lifetime_ms for c in candidates])
+        fingerprints = [c.fingerprint for c in candidates if c.fingerprint is not None]
+        return SeenExpiring(self.key, [self.key], ["expire", lifetimes, SWEEP_MIN], fingerprints)
+
+    def seen_expiring(self, fingerprints: Sequence[str], lifetimes: Sequence[int]) -> list[bool]:
+        """With :attr:`expiry`: record ``fingerprints`` (their ``lifetimes`` in ms, 0 =
+        forever) in one script call applied once; for each, whether it was seen (alive)."""
+        return self._record_expiring(fingerprints, lifetimes, (*fingerprints, *lifetimes))
+
+    def _record_expiring(
+        self, fingerprints: Sequence[str], lifetimes: Sequence[int], call: Any
+    ) -> list[bool]:
+        if not fingerprints:
+            return []
+        writes = self.writes
+        args: list[Any] = [writes.ttl_ms, writes.take_for(call), SWEEP_MIN]
+        for fingerprint, lifetime in zip(fingerprints, lifetimes, strict=True):
+            args += (fingerprint, lifetime)
+        flags = script("seen_expire_add")(self.server, [self.key, writes.key(self.key)], args)
+        writes.confirmed()
+        return [flag == ord("0") for flag in flags]
+
     def key_types(self) -> list[tuple[str, str]]:
         """The keys this filter writes under the scheduler's push script, with the type each
-        must have (checked when the scheduler opens: see keytypes.py): its one set."""
-        return [(self.key, "set")]
+        must have (checked when the scheduler opens: see keytypes.py): its one set (a
+        sorted set when fingerprints expire)."""
+        return [(self.key, "set" if self.expiry is None else "zset")]
 
     def seen_members(self, fingerprints: Sequence[str]) -> SeenMembers:
         """Where the scheduler's push script records ``fingerprints``: members of the set
@@ -202,6 +248,20 @@ class RFPDupeFilter(BaseDupeFilter):
         if self.fingerprinter is not None:
             return self.fingerprinter.fingerprint(request).hex()
         return request_fingerprint(request)
+
+    def forget(self, request_or_url: Request | str) -> bool:
+        """Forget a request (or a URL, as a GET request) so that it is new again: its
+        fingerprint as :meth:`request_fingerprint` computes it; whether it was recorded."""
+        request = Request(request_or_url) if isinstance(request_or_url, str) else request_or_url
+        return self.forget_fingerprints([self.request_fingerprint(request)])[0]
+
+    def forget_fingerprints(self, fingerprints: Sequence[str]) -> list[bool]:
+        """Forget ``fingerprints`` (one call, either layout: ``seen_forget.lua``); for
+        each, whether it was recorded."""
+        if not fingerprints:
+            return []
+        flags = script("seen_forget")(self.server, [self.key], list(fingerprints))
+        return [flag == ord("1") for flag in flags]
 
     def for_lane(self, key: str, lanes: int) -> Self:
         """A filter like this one on ``key``, for one of ``lanes`` lanes of a split crawl

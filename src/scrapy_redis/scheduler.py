@@ -257,6 +257,7 @@ class Scheduler:
             parts.membership.stop()
         parts.idle.stop()
         parts.buffer.cancel_timer()
+        parts.stop_due()
 
     def flush(self) -> None:
         """Delete the shared queue, its leases and the fingerprints now, whoever else
@@ -283,7 +284,7 @@ class Scheduler:
         if parts.local:  # requests the serializer refused come first
             parts.counts.dequeued_from_memory()
             return parts.local.pop()
-        request = parts.feed.next()
+        request = parts.next_shared()  # (requests due later made ready when due)
         if request is not None:
             if parts.idle.empty_since is not None:  # it was idle
                 parts.idle.found_work()
@@ -317,7 +318,8 @@ class Scheduler:
     def shared_work_pending(self) -> bool:
         """Whether work may still come from the shared queue.
 
-        True while it holds requests, this worker holds requests in memory, or
+        True while it holds requests, this worker holds requests in memory, a
+        request is due within MAX_IDLE_TIME_BEFORE_CLOSE (scheduling/due.py), or
         another worker holds leased requests (they produce requests, or come back
         to the queue if that worker dies).
         """
@@ -326,7 +328,7 @@ class Scheduler:
             return False
         if len(parts.local) or len(parts.buffer) or parts.feed.holding():
             return True
-        return parts.calls.call(parts.feed.work_elsewhere, True)
+        return parts.calls.call(parts.feed.work_elsewhere, True) or parts.due_soon()
 
     # -- helpers ------------------------------------------------------------------------
 

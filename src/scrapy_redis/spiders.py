@@ -24,6 +24,7 @@ from scrapy_redis.core.compat import PerInstance
 from scrapy_redis.core.engine import engine_accepts_requests
 from scrapy_redis.core.logsafe import short_repr, shorten
 from scrapy_redis.scheduling.api import shared_scheduler
+from scrapy_redis.scheduling.due import fetch_later
 from scrapy_redis.start.filter import FilteredStartRequests
 from scrapy_redis.start.idle import IdleTimer
 from scrapy_redis.start.messages import (
@@ -270,6 +271,13 @@ class RedisMixin:
 
     def _on_dropped(self, request: Request) -> None:
         self._filtered.dropped(request)
+
+    def fetch_later(self, request: Request, seconds: float, dont_filter: bool = True) -> Request:
+        """``request`` to be fetched no sooner than ``seconds`` after it is scheduled, by
+        the Redis server's clock (``meta["due_in"]``: see docs/incremental.rst); it waits in
+        Redis meanwhile. ``dont_filter`` (default) lets a page crawled already be fetched
+        again (a revisit, a retry)."""
+        return fetch_later(request, seconds, dont_filter)
 
     # -- idling -------------------------------------------------------------------------
 

@@ -76,6 +76,8 @@ class BloomDupeFilter(BloomMeta, RedisBloomBackend, RFPDupeFilter):
     logger = logger
     #: The scheduler's push script checks and records the bits (see seen_bits()).
     checks_in_script: ClassVar[bool] = True
+    #: DUPEFILTER_LIFETIME is refused (not implemented for this filter yet).
+    supports_expiry: ClassVar[bool] = False
     #: Under the scheduler's push script, the fill is read (one HMGET) every this many
     #: batches, for the stats.
     fill_check_every: ClassVar[int] = 64
@@ -337,3 +339,5 @@ class BloomDupeFilter(BloomMeta, RedisBloomBackend, RFPDupeFilter):
             "(scrapy_redis.dupefilter.LeanDupeFilter or RFPDupeFilter) to forget URLs, or "
             "clear() this one."
         )
+
+    forget_fingerprints = forget

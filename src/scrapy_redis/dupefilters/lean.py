@@ -32,6 +32,7 @@ from scrapy import Request
 from scrapy_redis import defaults
 from scrapy_redis.connection import is_cluster
 from scrapy_redis.dupefilter import RFPDupeFilter
+from scrapy_redis.dupefilters.lean_expiry import LeanExpiry
 from scrapy_redis.dupefilters.lean_layout import (
     DEFAULT_INTSET_ENTRIES,
     LeanLayout,
@@ -40,7 +41,7 @@ from scrapy_redis.dupefilters.lean_layout import (
 )
 from scrapy_redis.dupefilters.migrate import source_batches
 from scrapy_redis.queues.seen_sets import SeenMembers
-from scrapy_redis.store.keys import lean_meta_key, slot_base
+from scrapy_redis.store.keys import derived_pattern, lean_meta_key, slot_base
 from scrapy_redis.store.scripts import script
 
 if TYPE_CHECKING:
@@ -53,7 +54,7 @@ _META_FIELDS = ("version", "bucket_bits", "member_bits", "capacity", "count")
 _GLOB_SPECIAL = re.compile(r"([*?\[\]\\])")
 
 
-class LeanDupeFilter(RFPDupeFilter):
+class LeanDupeFilter(LeanExpiry, RFPDupeFilter):
     """An exact shared duplicate filter at ~5 bytes per request (see the module)."""
 
     #: The scheduler's push script checks and records the buckets (see seen_members()).
@@ -82,6 +83,11 @@ class LeanDupeFilter(RFPDupeFilter):
         dupefilter.capacity = checked_capacity(
             crawler.settings.getint("DUPEFILTER_LEAN_CAPACITY", defaults.DUPEFILTER_LEAN_CAPACITY)
         )
+        if dupefilter.expiry is not None and not dupefilter.expiry.default_ms:
+            raise ValueError(
+                "LeanDupeFilter needs DUPEFILTER_LIFETIME in seconds, not inf (the longest "
+                "lifetime: it cuts time into generations): set one, or use RFPDupeFilter."
+            )
         return dupefilter
 
     def for_lane(self, key: str, lanes: int) -> Self:
@@ -89,6 +95,7 @@ class LeanDupeFilter(RFPDupeFilter):
         lane = super().for_lane(key, lanes)
         lane.capacity = checked_capacity(max(1, -(-self.capacity // lanes)))
         lane._layout, lane._warned, lane._batches = None, frozenset(), 0
+        lane._generations, lane._clock = None, None
         return lane
 
     # -- layout ------------------------------------------------------------------------
@@ -155,6 +162,8 @@ class LeanDupeFilter(RFPDupeFilter):
         script call, applied once even if redis-py sends it again."""
         writes = self.writes
         fingerprint = self.request_fingerprint(request)
+        if self.expiry is not None:
+            return self.seen_expiring([fingerprint], [self.expiry.lifetime_ms(request)])[0]
         layout = self.layout
         bucket, member = layout.locate(fingerprint)
         keys = [self.meta_key, writes.key(self.key), layout.bucket_key(self.bucket_base, bucket)]
@@ -225,6 +234,10 @@ class LeanDupeFilter(RFPDupeFilter):
         request = Request(request_or_url) if isinstance(request_or_url, str) else request_or_url
         return self.forget_fingerprint(self.request_fingerprint(request))
 
+    def forget_fingerprints(self, fingerprints: Sequence[str]) -> list[bool]:
+        """Forget ``fingerprints`` (see :meth:`forget`); for each, whether it was recorded."""
+        return [self.forget_fingerprint(fingerprint) for fingerprint in fingerprints]
+
     def forget_fingerprint(self, fingerprint: str) -> bool:
         """Forget one fingerprint (see :meth:`forget`); whether it was recorded."""
         layout = self.layout
@@ -238,8 +251,11 @@ class LeanDupeFilter(RFPDupeFilter):
         use stores a layout again."""
         for chunk in _chunks(self._bucket_keys_to_clear(), 1000):
             self.server.unlink(*chunk)
+        pattern = derived_pattern(self.key, "lean:g", is_cluster(self.server))
+        for chunk in _chunks(self.server.scan_iter(match=pattern, count=1000), 1000):
+            self.server.unlink(*chunk)  # the generations of fingerprints that expire
         self.server.unlink(self.meta_key)
-        self._layout = None
+        self._layout, self._generations = None, None
 
     def _bucket_keys_to_clear(self) -> Iterator[str]:
         try:

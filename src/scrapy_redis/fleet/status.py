@@ -187,6 +187,8 @@ def _filter_size(reader: Reader, key: str, cluster: bool) -> int | None:
     kind = reader.type(key)
     if kind == "set":
         return reader.scard(key)
+    if kind == "zset":  # fingerprints that expire (DUPEFILTER_LIFETIME)
+        return reader.zcard(key)
     if kind == "MBbloom--":
         return int(reader.server.execute_command("BF.CARD", key))
     meta = key if kind == "hash" else lean_meta_key(key, cluster)

@@ -50,6 +50,8 @@ class Candidate:
     fingerprint: str | None
     #: What to store; None to record the fingerprint only (the caller keeps the request).
     entry: Entry | None
+    #: How long its fingerprint is kept, in ms (0: forever), if the filter's expire.
+    lifetime_ms: int = 0
 
 
 def seen_tokens(
@@ -113,6 +115,11 @@ def filter_args(seen: Seen, candidates: Sequence[Candidate]) -> FilterArgs | Non
             (0, "") if c.fingerprint is None else (1, next(given)) for c in candidates
         ]
         return FilterArgs(bits.base, bits.keys, [bits.mode, *bits.args], tokens, seen)
+    if getattr(seen, "expiry", None) is not None:  # lua/_expiry.lua, _lean_expiry.lua
+        expiring = seen.expiring_members(candidates)  # type: ignore[union-attr]
+        given = iter(expiring.members)
+        tokens = [(0, "") if c.fingerprint is None else (1, next(given)) for c in candidates]
+        return FilterArgs(expiring.base, expiring.keys, expiring.args, tokens)
     members, tokens = seen_tokens(seen, candidates)
     counters = counter_keys(members)
     return FilterArgs(members.base, [*members.keys, *counters], ["1" if counters else "0"], tokens)
@@ -147,12 +154,17 @@ def send_push(
     raise ScrapyRedisError(f"The Bloom filter {args.base} keeps changing its layers.")
 
 
-def check_outside_script(server: Any, seen: Seen, fingerprints: Sequence[str]) -> list[bool]:
+def check_outside_script(
+    server: Any, seen: Seen, fingerprints: Sequence[str], lifetimes: Sequence[int] = ()
+) -> list[bool]:
     """Record ``fingerprints`` without a push script (a Redis Cluster whose keys are in
     several slots, a RedisBloom filter): whether each is new. A Bloom filter's own call,
-    or one pipeline of ``SADD`` (and the count the filter keeps)."""
+    an expiring filter's (with ``lifetimes``, ms), or one pipeline of ``SADD`` (and the
+    count the filter keeps)."""
     if isinstance(seen, BitFilter):
         return [not was_seen for was_seen in seen.seen_many(fingerprints)]
+    if getattr(seen, "expiry", None) is not None:
+        return [not was_seen for was_seen in seen.seen_expiring(fingerprints, lifetimes)]
     members = (
         single_set(seen, fingerprints) if isinstance(seen, str) else seen.seen_members(fingerprints)
     )
@@ -165,6 +177,11 @@ def check_outside_script(server: Any, seen: Seen, fingerprints: Sequence[str]) -
     if members.counter is not None and any(added):
         server.hincrby(members.counter, "count", sum(added))
     return added
+
+
+def lifetimes(candidates: Sequence[Candidate]) -> list[int]:
+    """The lifetimes (ms) of the candidates that have a fingerprint, in order."""
+    return [c.lifetime_ms for c in candidates if c.fingerprint is not None]
 
 
 def raw_command(server: Any, *args: Any) -> Any:
@@ -315,7 +332,7 @@ class Base:
         if write is not None and remembered is not None and remembered[0] == (write, fingerprints):
             fresh = remembered[1]  # checked by this write before its push failed: not again
         else:
-            fresh = check_outside_script(self.server, seen, fingerprints)
+            fresh = check_outside_script(self.server, seen, fingerprints, lifetimes(candidates))
             self._checked_outside = ((write, fingerprints), fresh)
         answers = iter(fresh)
         new = [c.fingerprint is None or next(answers) for c in candidates]

@@ -93,3 +93,16 @@ class BitFilter(Protocol):
     def seen_many(self, fingerprints: Sequence[str]) -> list[bool]:
         """Check and record ``fingerprints`` on their own (no push in the same call)."""
         ...
+
+
+@dataclass(frozen=True, slots=True)
+class SeenExpiring:
+    """A batch of fingerprints that expire (DUPEFILTER_LIFETIME), for a push script: the
+    filter's keys, the script's arguments from the filter's mode on, and per fingerprint
+    (the batch's requests that have one, in order) its member as the script takes it."""
+
+    #: The key the filter is known by (its writes' record key and Cluster slot checks).
+    base: str
+    keys: list[str]
+    args: list[Any]
+    members: list[Any]

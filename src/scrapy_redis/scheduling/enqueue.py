@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import heapq
 import logging
+import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from itertools import count, islice
 from typing import TYPE_CHECKING, Any
@@ -25,6 +26,7 @@ from scrapy import signals
 
 from scrapy_redis.connection import ServerIdentity
 from scrapy_redis.core.engine import installed_reactor
+from scrapy_redis.core.lifetime import lifetime_of
 from scrapy_redis.core.logsafe import shorten
 from scrapy_redis.exceptions import UnserializableRequestError
 from scrapy_redis.queue import Candidate, Entry
@@ -48,6 +50,10 @@ class Unsent:
     fingerprint: str | None = None
     #: request_seen() path: whether request_seen() has recorded it already.
     seen_checked: bool = False
+
+
+#: Most seconds between two looks at the filters' forget counters, by a worker's SeenCache.
+FORGETS_EVERY = 1.0
 
 
 class SeenCache:
@@ -77,10 +83,32 @@ class SeenCache:
         #: How many fingerprints were evicted (oldest out) since the cache was made.
         self.evicted = 0
 
+    #: Reads the filters' forget counters (see fleet/forget.py), or None.
+    forgets: Callable[[], Any] | None = None
+    _forgets_seen: Any = None
+    _forgets_read = -FORGETS_EVERY
+
     def __contains__(self, fingerprint: str) -> bool:
         if self._identity.changes != self._epoch:
             self.clear()
-        return fingerprint in self._fingerprints
+        return fingerprint in self._fingerprints and not self._forgotten()
+
+    def _forgotten(self) -> bool:
+        """Whether URLs were forgotten since the last look (at most every FORGETS_EVERY s,
+        on a hit only): then the memory is dropped, and the hit asked of Redis."""
+        now = time.monotonic()
+        if self.forgets is None or now - self._forgets_read < FORGETS_EVERY:
+            return False
+        self._forgets_read = now
+        try:
+            counters = self.forgets()
+        except Exception:  # Redis unreachable: the push will say so
+            return False
+        changed = self._forgets_seen is not None and counters != self._forgets_seen
+        self._forgets_seen = counters
+        if changed:
+            self.clear()
+        return changed
 
     def epoch(self) -> int:
         """Take before a call that records fingerprints; give it to :meth:`add`."""
@@ -132,6 +160,9 @@ class LocalQueue(list):  # type: ignore[type-arg]
 class EnqueueBuffer:
     """Requests accepted and not pushed yet, sent in batches (see the module's doc)."""
 
+    #: The requests due later (scheduling/due.py), if the queue keeps them.
+    due: Any = None
+
     def __init__(
         self,
         context: SchedulerContext,
@@ -163,6 +194,10 @@ class EnqueueBuffer:
     def add(self, request: Request) -> bool:
         """Accept ``request`` (see Scheduler.enqueue_request); False: a known duplicate."""
         context = self.context
+        if self.due is not None and self.due.wants(request):  # see due.py
+            later = context.calls.call(lambda: self.due.add(request), None)
+            if later is not None:  # (None: Redis unreachable, unserializable: pushed now)
+                return bool(later)
         fingerprint = None
         if self.in_script and not request.dont_filter:
             fingerprint = self.dupefilter.request_fingerprint(request)
@@ -281,7 +316,8 @@ class EnqueueBuffer:
                 entry = self.context.queue.encode(unsent.request)
             except UnserializableRequestError as exc:
                 refused[index] = exc
-            candidates.append(Candidate(unsent.fingerprint, entry))
+            lifetime = lifetime_of(self.dupefilter, unsent.request)
+            candidates.append(Candidate(unsent.fingerprint, entry, lifetime))
         return candidates, refused
 
     def _send_checked(self, unsent: Unsent) -> bool:

@@ -15,11 +15,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 from redis.exceptions import RedisError
 
 from scrapy_redis.connection import is_cluster, server_identity
-from scrapy_redis.core.engine import wake_engine
+from scrapy_redis.core.engine import installed_reactor, wake_engine
 from scrapy_redis.dupefilter import RFPDupeFilter
 from scrapy_redis.queue import Base
 from scrapy_redis.queues.leases import LeaseBook
 from scrapy_redis.scheduling.context import SchedulerContext
+from scrapy_redis.scheduling.due import due_requests
 from scrapy_redis.scheduling.enqueue import EnqueueBuffer, LocalQueue, SeenCache
 from scrapy_redis.scheduling.feeds import PlainFeed, RequestFeed
 from scrapy_redis.scheduling.idle import IdleWatch
@@ -30,7 +31,7 @@ from scrapy_redis.scheduling.stats import SchedulerStats
 from scrapy_redis.scheduling.wakeup import NewsChannel
 from scrapy_redis.scheduling.workers import Membership, WorkerRegistry
 from scrapy_redis.store.guarded import RedisCalls
-from scrapy_redis.store.keys import lanes_key, news_channel, workers_key
+from scrapy_redis.store.keys import forgotten_key, lanes_key, news_channel, workers_key
 from scrapy_redis.store.keytypes import KeyUse
 from scrapy_redis.store.outage import OutageGuard, outage_guard
 from scrapy_redis.store.writes import WriteIds
@@ -103,8 +104,16 @@ class Parts:
         keys = self.feed.flush_keys()
         if isinstance(queue, LanedQueue):  # how many lanes: see lanes.py
             keys.append(lanes_key(queue.key, is_cluster(queue.server)))
-        filter_keys = [getattr(dupefilter, "key", None) for dupefilter in self.filters]
-        return keys + [key for key in filter_keys if isinstance(key, str)]
+        if self.buffer.due is not None:
+            keys.append(self.buffer.due.key)
+        cluster = is_cluster(queue.server)
+        forgotten = [forgotten_key(key, cluster) for key in self.filter_keys()]
+        return keys + self.filter_keys() + forgotten
+
+    def filter_keys(self) -> list[str]:
+        """The key of each filter (lanes' included) that has one."""
+        keys = [getattr(dupefilter, "key", None) for dupefilter in self.filters]
+        return [key for key in keys if isinstance(key, str)]
 
     def key_uses(self) -> list[KeyUse]:
         """The keys this worker uses, with their types (see keytypes.py)."""
@@ -130,6 +139,30 @@ class Parts:
         self.membership.registry.beat()
         self.buffer.send_now()
         self.feed.maintain()
+        if self.buffer.due is not None:
+            self.buffer.due.promote(now=True)
+
+    def next_shared(self) -> Any:
+        """The next request of the shared queue (None: none now); when it is empty, the
+        requests due later that are due by now are made ready first (see due.py)."""
+        request = self.feed.next()
+        due = self.buffer.due
+        if request is None and due is not None and self.calls.call(due.promote, 0):
+            request = self.feed.next()
+        return request
+
+    def stop_due(self) -> None:
+        """Stop making requests due later ready (the scheduler closes)."""
+        if self.buffer.due is not None:
+            self.buffer.due.stop()
+
+    def due_soon(self) -> bool:
+        """Whether a request is due within MAX_IDLE_TIME_BEFORE_CLOSE (see due.py)."""
+        due, crawler = self.buffer.due, self.context.crawler
+        if due is None:
+            return False
+        idle = crawler.settings.getfloat("MAX_IDLE_TIME_BEFORE_CLOSE") if crawler else 0.0
+        return bool(self.calls.call(lambda: due.pending_within(idle), True))
 
     def closed_during_outage(self, exc: BaseException) -> None:
         self.calls.guard.failed(exc)
@@ -157,7 +190,10 @@ def _news(scheduler: Scheduler, queue: Any) -> NewsChannel:
 def _base_parts(scheduler: Scheduler, channel: NewsChannel) -> Parts:
     crawler = scheduler.crawler
     guard = outage_guard(crawler) if crawler is not None else OutageGuard(300)
-    seen = SeenCache(scheduler.seen_cache_size, server_identity(scheduler.server))
+    # Fingerprints that expire are new again some day: a worker cannot tell from memory.
+    expiring = getattr(scheduler.df, "expiry", None) is not None
+    cache_size = 0 if expiring else scheduler.seen_cache_size
+    seen = SeenCache(cache_size, server_identity(scheduler.server))
     guard.on_recovery(seen.clear)  # Redis may have lost data meanwhile
     calls = RedisCalls(scheduler.server, guard, crawler, scheduler.spider)
     counts = SchedulerStats(scheduler.stats)
@@ -166,7 +202,19 @@ def _base_parts(scheduler: Scheduler, channel: NewsChannel) -> Parts:
     )
     parts = Parts(context, scheduler.df, seen)
     calls.key_uses = parts.key_uses
+    cluster = is_cluster(scheduler.server)
+    forgotten = [forgotten_key(key, cluster) for key in parts.filter_keys()]
+    if forgotten:  # `scrapy redis forget`: drop what this worker remembers (enqueue.py)
+        seen.forgets = lambda: _read_all(scheduler.server, forgotten)
     return parts
+
+
+def _read_all(server: Any, keys: list[str]) -> list[Any]:
+    """GET of each of ``keys`` (in several slots of a Redis Cluster: a pipeline)."""
+    pipe = server.pipeline(transaction=False)
+    for key in keys:
+        pipe.get(key)
+    return list(pipe.execute())
 
 
 def _buffer(scheduler: Scheduler, parts: Parts, in_script: bool) -> EnqueueBuffer:
@@ -217,6 +265,9 @@ def assemble(scheduler: Scheduler) -> Parts:
     parts.membership = Membership(
         registry, parts.beat, scheduler.worker_timeout, scheduler.reactor, scheduler.spider
     )
+    parts.buffer.due = due_requests(queue, scheduler.df, parts.context.news.name, scheduler.clock)
+    if parts.buffer.due is not None:
+        parts.buffer.due.start(scheduler.reactor or installed_reactor(), parts.calls.call)
     parts.idle = IdleWatch(scheduler.idle_before_close, scheduler.clock)
     wake = lambda: wake_engine(scheduler.crawler)  # noqa: E731
     parts.idle.attach(parts.feed, parts.calls, wake, parts.context.news, scheduler.reactor)

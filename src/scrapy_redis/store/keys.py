@@ -140,6 +140,18 @@ def slot_queue_keys(queue_key: str, cluster: bool = False) -> list[str]:
     ]
 
 
+def forgotten_key(filter_key: str, cluster: bool = False) -> str:
+    """A counter of a filter's forget calls (see fleet/forget.py): workers that remember
+    fingerprints they met (SeenCache) drop that memory when it changes."""
+    return derived(filter_key, "forgotten", cluster)
+
+
+def due_key(queue_key: str, cluster: bool = False) -> str:
+    """The requests of a queue due later (see scheduling/due.py): a sorted set, scored by
+    when each is due (ms, the server's clock)."""
+    return derived(queue_key, "due", cluster)
+
+
 def invalid_entries_key(queue_key: str, cluster: bool = False) -> str:
     """Where queue entries that cannot be decoded are moved (never deleted)."""
     return derived(queue_key, "invalid", cluster)
@@ -238,6 +250,14 @@ def lean_bucket_keys(
     scheduler names the buckets of every batch)."""
     prefix, width = derived(filter_key, "lean:", cluster), (bucket_bits + 3) // 4
     return [f"{prefix}{bucket:0{width}x}" for bucket in buckets]
+
+
+def lean_generation_key(
+    filter_key: str, generation: int, bucket: int, bucket_bits: int, cluster: bool = False
+) -> str:
+    """One bucket of one generation of a lean filter's fingerprints that expire (see
+    lean_expiry.py): ``<key>:lean:g<generation>:<bucket in hex>``; it expires whole."""
+    return derived(filter_key, f"lean:g{generation}:{bucket:0{(bucket_bits + 3) // 4}x}", cluster)
 
 
 def bloom_blocks_key(filter_key: str, cluster: bool = False) -> str:

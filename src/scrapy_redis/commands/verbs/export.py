@@ -87,7 +87,7 @@ def _source(crawl: Crawl, what: str) -> tuple[Iterator[str], int | None]:
             raise CommandError(f"The spider {crawl.name!r} does not use the Redis scheduler.")
         for dupefilter in crawl.filters:
             _check_listable(dupefilter)
-        total = sum(Reader(crawl.server).scard(f.key) for f in crawl.filters)
+        total = sum(_size(crawl.server, f.key) for f in crawl.filters)
         return fingerprint_lines(crawl), total
     if what == "invalid":
         keys = [invalid_entries_key(lane.key, crawl.cluster) for lane in crawl.lanes]
@@ -135,9 +135,28 @@ def _check_listable(dupefilter: Any) -> None:
 
 def fingerprint_lines(crawl: Crawl) -> Iterator[str]:
     for dupefilter in crawl.filters:
-        for member in crawl.server.sscan_iter(dupefilter.key, count=CHUNK):
-            text = member.decode("ascii", "replace") if isinstance(member, bytes) else member
-            yield json.dumps({"fingerprint": text})
+        server, key = crawl.server, dupefilter.key
+        if server.type(key) in (b"zset", "zset"):  # fingerprints that expire: with when
+            for member, expires in server.zscan_iter(key, count=CHUNK):
+                yield json.dumps({"fingerprint": _text(member), "expires_ms": _ms(expires)})
+            continue
+        for member in server.sscan_iter(key, count=CHUNK):
+            yield json.dumps({"fingerprint": _text(member)})
+
+
+def _size(server: Any, key: str) -> int:
+    """The fingerprints of the set (or sorted set: DUPEFILTER_LIFETIME) ``key``."""
+    is_zset = server.type(key) in (b"zset", "zset")
+    return int(server.zcard(key) if is_zset else server.scard(key))
+
+
+def _text(member: bytes | str) -> str:
+    return member.decode("ascii", "replace") if isinstance(member, bytes) else member
+
+
+def _ms(score: float) -> int | None:
+    """An expiry score as ms (None: never)."""
+    return None if score == float("inf") else int(score)
 
 
 def request_lines(crawl: Crawl) -> Iterator[str]:

@@ -33,6 +33,8 @@ from scrapy_redis.store.keys import (
     bloom_blocks_key,
     dead_letters_key,
     derived_pattern,
+    due_key,
+    forgotten_key,
     format_key,
     invalid_entries_key,
     lanes_key,
@@ -128,6 +130,8 @@ def _keys(crawl: Crawl, parts: list[str], everything: bool) -> Iterator[str]:
     """The keys deleted with UNLINK (the queue's lanes are purged by :func:`purge_lanes`),
     the lane record last: a purge stopped at any point (killed, Redis gone) and run
     again still knows the lanes, and deletes what is left of each."""
+    if "queue" in parts and crawl.lanes:  # the requests due later (scheduling/due.py)
+        yield due_key(crawl.lanes[0].key, crawl.cluster)
     if "fingerprints" in parts:
         yield from filter_keys(crawl)
     if "items" in parts:
@@ -159,6 +163,7 @@ def filter_keys(crawl: Crawl) -> Iterator[str]:
     for dupefilter in crawl.filters:
         key: str = dupefilter.key
         yield key
+        yield forgotten_key(key, crawl.cluster)
         if isinstance(dupefilter, LeanDupeFilter):
             yield lean_meta_key(key, crawl.cluster)
             yield from scan_keys(crawl.server, derived_pattern(key, "lean:", crawl.cluster))

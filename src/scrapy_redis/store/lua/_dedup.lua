@@ -2,6 +2,8 @@
 --#include _chunks.lua
 --#include _bloom.lua
 --#include _redisbloom.lua
+--#include _expiry.lua
+--#include _lean_expiry.lua
 
 -- Fail before writing anything unless each key is missing or of the type wanted for it:
 -- `wanted` is a list of {key, type}. A queue key left by another queue class (a persisted
@@ -175,8 +177,57 @@ local function open_redisbloom(first, params)
   }
 end
 
+-- A filter of fingerprints that expire (KEYS[first], a sorted set: see _expiry.lua) as a
+-- push script's filter (see open_filter()): `params` is the msgpack array of the batch's
+-- lifetimes in ms (one per request, 0: forever), `sweep` how many expired fingerprints to
+-- remove at least. The members of the batch are the fingerprints; they are recorded after
+-- the push, as a set filter's.
+local function open_expiring(first, params, sweep)
+  local key = KEYS[first]
+  local lifetimes = cmsgpack.unpack(params)
+  local now = server_ms()
+  local added
+  return {
+    types = {{key, 'zset'}},
+    find_new = function(numbers, members)
+      local new
+      new, added = expiry_find_new(key, numbers, members, lifetimes, now)
+      return new
+    end,
+    record = function()
+      expiry_record(key, added, now, tonumber(sweep))
+    end,
+  }
+end
+
+-- A lean filter whose fingerprints expire (see _lean_expiry.lua) as a push script's
+-- filter: `params` is the msgpack array of the batch's lifetimes in ms (one per request,
+-- 0: forever), `config` its config (see lean_expiry_open()); the members of the batch
+-- are as _lean_expiry.lua says. Recorded after the push, as a set filter's.
+local function open_lean_expiring(first, params, config)
+  local lifetimes = cmsgpack.unpack(params)
+  local now = server_ms()
+  local state = lean_expiry_open(first, cmsgpack.unpack(config), now)
+  local added, asked
+  return {
+    types = {},
+    find_new = function(numbers, members)
+      local new
+      asked = members
+      new, added = lean_expiry_find_new(state, numbers, members)
+      return new
+    end,
+    record = function()
+      lean_expiry_record(state, added, asked, lifetimes, now)
+    end,
+  }
+end
+
 -- The duplicate filter of a push script, whose keys are KEYS[first..]: `mode` is '0'
--- (sets), '1' (sets, then the count hash), 'bloom' (a Bloom filter: see _bloom.lua,
+-- (sets), '1' (sets, then the count hash), 'expire' (a sorted set of fingerprints that
+-- expire, with the batch's lifetimes as `params` and the sweep count as `blocks`: see
+-- open_expiring()), 'lean_expire' (a lean filter's fingerprints that expire: see
+-- open_lean_expiring()), 'bloom' (a Bloom filter: see _bloom.lua,
 -- with its `params` and the batch's `blocks`; the members are the fingerprints) or
 -- 'redisbloom' (a RedisBloom filter, with its `params`: see _redisbloom.lua). nil if
 -- the client's view of the Bloom filter is stale (nothing is done: it reloads the filter
@@ -191,6 +242,12 @@ end
 local function open_filter(first, mode, params, blocks)
   if mode == 'redisbloom' then
     return open_redisbloom(first, params)
+  end
+  if mode == 'expire' then
+    return open_expiring(first, params, blocks)
+  end
+  if mode == 'lean_expire' then
+    return open_lean_expiring(first, params, blocks)
   end
   if mode ~= 'bloom' then
     local sets, counter = sets_and_counter(first, mode)

@@ -22,7 +22,9 @@
 --             the batch's blocks (see _bloom.lua), with "redisbloom" ARGV[k+8] its
 --             params (see _redisbloom.lua), and a set number in the batch is 1 for a
 --             fingerprint, whose member is the fingerprint (for "bloom", as 40
---             lowercase hex digits)
+--             lowercase hex digits); with "expire" (fingerprints that expire:
+--             see _expiry.lua) ARGV[k+8] is the msgpack array of the batch's lifetimes
+--             in ms (0: forever) and ARGV[k+9] the sweep count
 -- returns one character per quadruple: "1" if the request is new (appended to its
 --         priority list when it has an entry), "0" if its fingerprint was already
 --         recorded; the same reply to a copy of this call sent again (its reply lost),

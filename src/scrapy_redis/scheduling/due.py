@@ -1,0 +1,156 @@
+"""Requests due later (issue 27.2): a request with ``meta["due_in"]`` (seconds) waits in
+Redis, leased by no one, until it is due by the Redis server's clock, then joins the queue
+in its priority.
+
+The scheduler checks its fingerprint as for any request (unless ``dont_filter``), then
+puts it in ``<queue key>:due``, a sorted set scored by when it is due (``due_add.lua``:
+the server adds the delay to its own clock). Every worker moves what is due into the queue
+(``due_promote.lua``: each request once, atomically, and the idle workers are told) every
+:data:`POLL` seconds, when it finds the queue empty (as often at most), and on its
+heartbeat. A crawl with requests due within MAX_IDLE_TIME_BEFORE_CLOSE is
+not idle. Our queue classes only (FifoQueue, LifoQueue, PriorityQueue; a split crawl's
+first lane).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import msgpack  # type: ignore[import-untyped]
+from twisted.internet import task
+
+from scrapy_redis.exceptions import UnserializableRequestError
+from scrapy_redis.queues.base import Candidate
+from scrapy_redis.queues.lists import _ListQueue
+from scrapy_redis.queues.priority import PriorityQueue
+from scrapy_redis.scheduling.lanes import lane_of
+from scrapy_redis.store.keys import due_key, priority_list_key
+from scrapy_redis.store.scripts import script
+
+if TYPE_CHECKING:
+    from scrapy import Request
+
+logger = logging.getLogger(__name__)
+
+#: The ``Request.meta`` key: in how many seconds the request may be fetched.
+META_KEY = "due_in"
+#: Most seconds between two looks at the requests due, while the queue is empty.
+POLL = 1.0
+#: Requests due moved per call.
+BATCH = 100
+
+
+def fetch_later(request: Request, seconds: float, dont_filter: bool = True) -> Request:
+    """``request`` to be fetched no sooner than ``seconds`` from when it is scheduled (by
+    the Redis server's clock). ``dont_filter`` (default) lets a page already crawled be
+    fetched again (a revisit, a retry)."""
+    meta = {**request.meta, META_KEY: float(seconds)}
+    return request.replace(meta=meta, dont_filter=dont_filter or request.dont_filter)
+
+
+class DueRequests:
+    """One scheduler's requests due later, on ``queue`` (see the module)."""
+
+    def __init__(
+        self, queue: Any, filters: list[Any], news: tuple[str, str], clock: Callable[[], float]
+    ) -> None:
+        self.queue = queue
+        #: The crawl's filter, or its lanes' (a fingerprint is checked in its lane's).
+        self.filters = filters
+        self.server = queue.server
+        self.key = due_key(queue.key, queue.on_cluster)
+        self.news = news
+        self.clock = clock
+        self._looked = clock()  # the first look a poll from now (not in every short run)
+        self._loop: task.LoopingCall | None = None
+
+    def start(self, reactor: Any, run: Callable[[Callable[[], int], int], int]) -> None:
+        """Look every :data:`POLL` seconds on ``reactor``, through ``run(call, default)``
+        (the outage guard): a request is moved when due, even while this worker idles
+        (the move tells the idle workers)."""
+        self._loop = task.LoopingCall(lambda: run(lambda: self.promote(now=True), 0))
+        self._loop.clock = reactor
+        self._loop.start(POLL, now=False)
+
+    def stop(self) -> None:
+        if self._loop is not None and self._loop.running:
+            self._loop.stop()
+
+    @staticmethod
+    def wants(request: Request) -> bool:
+        return META_KEY in request.meta
+
+    def add(self, request: Request) -> bool | None:
+        """Put ``request`` aside until it is due; False if it is a duplicate; None if the
+        serializer refuses it (the caller takes it as a request due now)."""
+        try:
+            entry = self.queue.encode(request)
+        except UnserializableRequestError:
+            return None
+        if not request.dont_filter:
+            dupefilter = self._filter_of(request)
+            if dupefilter.request_seen(request):
+                dupefilter.log(request, self.queue.spider)
+                return False
+        delay_ms = max(0, round(float(request.meta[META_KEY]) * 1000))
+        member = msgpack.packb(
+            [entry.priority, random.getrandbits(62), entry.data], use_bin_type=False
+        )
+        script("due_add")(self.server, [self.key], [delay_ms, member])
+        self._looked = -POLL  # look again soon: it may be due at once
+        return True
+
+    def _filter_of(self, request: Request) -> Any:
+        if len(self.filters) == 1:
+            return self.filters[0]
+        fingerprint = self.filters[0].request_fingerprint(request)
+        return self.filters[lane_of(Candidate(fingerprint, None), len(self.filters))]
+
+    def promote(self, now: bool = False) -> int:
+        """Move what is due into the queue (at most every :data:`POLL` seconds unless
+        ``now``); how many requests were moved."""
+        if not now and self.clock() - self._looked < POLL:
+            return 0
+        self._looked = self.clock()
+        members, _ = script("due_ready")(self.server, [self.key], [BATCH, 0])
+        if not members:
+            return 0
+        return int(self._move(list(members)))
+
+    def _move(self, members: list[bytes]) -> Any:
+        if not isinstance(self.queue, PriorityQueue):
+            args = [part for member in members for part in (member, 0)]
+            keys = [self.key, self.queue.key]
+            return script("due_promote")(self.server, keys, ["list", *self.news, *args])
+        lists: dict[int, int] = {}
+        args = []
+        for member in members:
+            priority = int(msgpack.unpackb(member, raw=True)[0])
+            args += [member, lists.setdefault(priority, len(lists) + 1)]
+        on_cluster = self.queue.on_cluster
+        keys = [self.key, self.queue.key]
+        keys += [priority_list_key(self.queue.key, p, on_cluster) for p in lists]
+        return script("due_promote")(self.server, keys, ["priority", *self.news, *args])
+
+    def pending_within(self, seconds: float) -> bool:
+        """Whether a request is due within ``seconds`` (any, if 0) by the server's clock."""
+        window = max(1, round(seconds * 1000)) if seconds else 0
+        _, soon = script("due_ready")(self.server, [self.key], [0, window])
+        return bool(soon)
+
+
+def due_requests(
+    queue: Any, dupefilter: Any, news: str, clock: Callable[[], float]
+) -> DueRequests | None:
+    """The requests due later of ``queue`` (a split crawl's: its first lane's), checked
+    with ``dupefilter`` (or the lanes'); None for a queue class of one's own."""
+    lanes = getattr(queue, "lanes", None)
+    target = lanes[0] if lanes else queue
+    if not isinstance(target, (_ListQueue, PriorityQueue)):
+        return None
+    channel, how = target.news_args(news)
+    filters = list(getattr(queue, "filters", None) or [dupefilter])
+    return DueRequests(target, filters, (channel, how), clock)

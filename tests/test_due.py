@@ -1,0 +1,114 @@
+"""Requests due later (issue 27.2): ``meta["due_in"]`` and ``fetch_later()``; they wait in
+Redis, leased by no one, and join the queue in their priority when due by the server's
+clock; a crawl with one due soon is not idle."""
+
+from __future__ import annotations
+
+import time
+
+import msgpack
+import pytest
+from scrapy import Request
+
+from helpers import record_dropped
+from scrapy_redis.scheduling.due import META_KEY, POLL, fetch_later
+from scrapy_redis.spiders import RedisSpider
+
+DUE = "demo:requests:due"
+
+
+def _server_ms(server) -> int:
+    seconds, micros = server.time()
+    return seconds * 1000 + micros // 1000
+
+
+def _next_when_due(scheduler, timeout: float = 30.0) -> Request:
+    deadline = time.monotonic() + timeout
+    while (request := scheduler.next_request()) is None:
+        assert time.monotonic() < deadline, "never due"
+        time.sleep(0.02)
+    return request
+
+
+@pytest.mark.parametrize("queue", ["PriorityQueue", "FifoQueue", "LifoQueue"])
+def test_a_request_waits_until_due_then_joins_its_priority(
+    settings_dict, server, schedulers, queue
+):
+    scheduler = schedulers(
+        {**settings_dict, "SCHEDULER_QUEUE_CLASS": f"scrapy_redis.queue.{queue}"}
+    )
+    scheduled = _server_ms(server)
+    later = Request("http://example.com/later", priority=5, meta={META_KEY: 1.5})
+    assert scheduler.enqueue_request(later) is True
+    scheduler.enqueue_request(Request("http://example.com/now"))
+    scheduler.send_enqueued()
+    assert scheduler.next_request().url == "http://example.com/now"
+    assert scheduler.next_request() is None
+    [(member, due)] = server.zrange(DUE, 0, -1, withscores=True)
+    assert scheduled + 1500 <= due <= _server_ms(server) + 1500
+    priority, _, _ = msgpack.unpackb(member, raw=True)
+    assert priority == 5
+    request = _next_when_due(scheduler)
+    fetched = _server_ms(server)
+    assert request.url == "http://example.com/later" and request.priority == 5
+    assert fetched >= scheduled + 1500  # by the server's clock
+    assert fetched <= due + (POLL + 3) * 1000  # within a poll (and a busy machine's slack)
+    assert not server.exists(DUE)
+
+
+def test_due_later_survives_the_worker_that_scheduled_it(settings_dict, server, schedulers):
+    first, second = schedulers(settings_dict), schedulers(settings_dict)
+    first.enqueue_request(Request("http://example.com/x", meta={META_KEY: 1}))
+    first.stop_timers()  # the worker is gone: nothing of it runs any more
+    assert server.zcard(DUE) == 1
+    assert not server.exists("demo:requests:leases")  # leased by no one
+    assert _next_when_due(second).url == "http://example.com/x"
+
+
+def test_each_due_request_is_moved_once(settings_dict, server, schedulers):
+    first, second = schedulers(settings_dict), schedulers(settings_dict)
+    for n in range(20):
+        first.enqueue_request(Request(f"http://example.com/{n}", meta={META_KEY: 0}))
+    due_first, due_second = first._parts.buffer.due, second._parts.buffer.due
+    assert due_first.promote(now=True) + due_second.promote(now=True) == 20
+    urls = [r.url for r in iter(second.next_request, None)]
+    assert sorted(urls) == sorted(f"http://example.com/{n}" for n in range(20))
+
+
+def test_a_known_request_due_later_is_a_duplicate_unless_dont_filter(
+    settings_dict, server, schedulers
+):
+    scheduler = schedulers({**settings_dict, "SCHEDULER_ENQUEUE_DELAY": 0})
+    record_dropped(scheduler)
+    assert scheduler.enqueue_request(Request("http://example.com/a")) is True
+    assert scheduler.enqueue_request(Request("http://example.com/a", meta={META_KEY: 5})) is False
+    again = fetch_later(Request("http://example.com/a"), 5)
+    assert again.dont_filter and again.meta[META_KEY] == 5.0
+    assert scheduler.enqueue_request(again) is True
+    assert server.zcard(DUE) == 1
+
+
+def test_the_crawl_is_not_idle_while_a_request_is_due_soon(settings_dict, server, schedulers):
+    settings = {**settings_dict, "MAX_IDLE_TIME_BEFORE_CLOSE": 5}
+    scheduler = schedulers(settings)
+    assert scheduler.shared_work_pending() is False
+    scheduler.enqueue_request(Request("http://example.com/far", meta={META_KEY: 60}))
+    scheduler.send_enqueued()
+    assert scheduler.shared_work_pending() is False  # due after the idle time: may close
+    scheduler.enqueue_request(Request("http://example.com/soon", meta={META_KEY: 3}))
+    scheduler.send_enqueued()
+    assert scheduler.shared_work_pending() is True
+
+
+def test_the_spider_helper(settings_dict):
+    request = RedisSpider(name="s").fetch_later(Request("http://example.com"), 600)
+    assert request.meta[META_KEY] == 600.0 and request.dont_filter
+
+
+def test_purge_queue_deletes_the_requests_due_later(server, redis_url):
+    from test_recrawl_e2e import scrapy_redis
+
+    server.zadd("myspider_redis:requests:due", {b"x": 1})
+    result = scrapy_redis(redis_url, "purge", "myspider_redis", "--queue", "--yes")
+    assert result.returncode == 0, result.stderr
+    assert not server.exists("myspider_redis:requests:due")
