@@ -7,6 +7,7 @@ Never touches a server it did not start itself.
 from __future__ import annotations
 
 import shutil
+import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -178,11 +179,21 @@ def _announce(port: int, announced: int | None) -> list[str]:
 
 
 def _cluster_port() -> int:
-    """A free port whose cluster bus port (+10000) is free and valid too."""
+    """A free port whose cluster bus port (+10000) is free and valid too (a bus port
+    taken by another process made a node exit at start: seen in a full run)."""
     while True:
         port = free_port()
-        if port + 10000 <= 65535:
+        if port + 10000 <= 65535 and _bindable(port + 10000):
             return port
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
 
 
 def _state_ok(port: int) -> bool:
