@@ -265,6 +265,7 @@ class Scheduler:
         self._parts.seen.clear()
         self._clear_filter()
         self._parts.feed.clear()
+        self._parts.clear_due()
 
     # -- the engine's interface --------------------------------------------------------
 

@@ -45,7 +45,7 @@ from scrapy_redis.exceptions import ConfigurationError, ScrapyRedisError
 from scrapy_redis.queue import Candidate, Entry, FifoQueue, LifoQueue, PriorityQueue
 from scrapy_redis.queues.leases import LeaseBook
 from scrapy_redis.scheduling.lanes import LanedQueue, lane_of
-from scrapy_redis.store.keys import format_key, moving_key, priority_list_key, workers_key
+from scrapy_redis.store.keys import due_key, format_key, moving_key, priority_list_key, workers_key
 from scrapy_redis.store.scripts import script
 
 logger = logging.getLogger(__name__)
@@ -84,6 +84,13 @@ def check_movable(source: Any, target: Any, fingerprints: bool, force: bool) -> 
         raise MoveRefusedError(
             "The source crawl is split into lanes: this command moves a crawl of one queue "
             "and one filter (SCHEDULER_SHARDS = 1)."
+        )
+    due = due_key(source.queue.key, is_cluster(source.server))
+    if waiting := source.server.zcard(due):
+        raise MoveRefusedError(
+            f"{waiting} requests of the source crawl are due later ({due}): moving them is "
+            "not supported yet. Let them come due and be crawled, or purge them "
+            "(scrapy redis purge SPIDER --queue), then move again."
         )
     registry = workers_key(source.queue.key, is_cluster(source.server))
     others = [

@@ -17,6 +17,8 @@ from scrapy_redis.scheduling.workers import new_worker_id
 from scrapy_redis.start.messages import StartMessageRules, check_start_message
 from scrapy_redis.store.keys import (
     derived_pattern,
+    due_key,
+    moving_key,
     priority_list_key,
     slot_queue_keys,
 )
@@ -117,6 +119,8 @@ def purge_queue(
     many keys were deleted."""
     cluster = is_cluster(server)
     extra = [*lease_flush_keys(queue_key, cluster), *slot_queue_keys(queue_key, cluster)]
+    # its requests due later (scheduling/due.py) and a move's marks (fleet/move_crawl.py)
+    extra += [due_key(queue_key, cluster), moving_key(queue_key, cluster)]
     extra += other_keys  # (the per-slot queues: SCHEDULER_FLEET_LIMITS)
     if orphans:
         extra += scan_keys(server, derived_pattern(queue_key, "prio:", cluster))

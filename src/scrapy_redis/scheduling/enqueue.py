@@ -30,6 +30,7 @@ from scrapy_redis.core.lifetime import lifetime_of
 from scrapy_redis.core.logsafe import shorten
 from scrapy_redis.exceptions import UnserializableRequestError
 from scrapy_redis.queue import Candidate, Entry
+from scrapy_redis.scheduling.due import META_KEY as DUE_META_KEY
 from scrapy_redis.store.keytypes import is_wrong_type
 
 if TYPE_CHECKING:
@@ -187,14 +188,31 @@ class EnqueueBuffer:
         self._failed_push: tuple[int, int] | None = None
         self._send_call: DelayedCall | None = None
         self._unserializable_logged = False
+        self._due_unsupported_logged = False
 
     def __len__(self) -> int:
         return len(self._unsent)
 
+    def _due_unsupported(self) -> None:
+        """A request due later that this queue cannot keep (SCHEDULER_FLEET_LIMITS, a
+        queue class of one's own): queued now, counted, said once."""
+        self.context.counts.inc("scheduler/due/unsupported")
+        if not self._due_unsupported_logged:
+            self._due_unsupported_logged = True
+            logger.warning(
+                "meta[%(key)r] is not supported by this queue (requests due later need "
+                "scrapy_redis.queue's queues, without SCHEDULER_FLEET_LIMITS): such "
+                "requests are queued now (counted in scheduler/due/unsupported)",
+                {"key": DUE_META_KEY},
+                extra={"spider": self.context.spider},
+            )
+
     def add(self, request: Request) -> bool:
         """Accept ``request`` (see Scheduler.enqueue_request); False: a known duplicate."""
         context = self.context
-        if self.due is not None and self.due.wants(request):  # see due.py
+        if self.due is None and DUE_META_KEY in request.meta:
+            self._due_unsupported()
+        elif self.due is not None and self.due.wants(request):  # see due.py
             later = context.calls.call(lambda: self.due.add(request), None)
             if later is not None:  # (None: Redis unreachable, unserializable: pushed now)
                 return bool(later)

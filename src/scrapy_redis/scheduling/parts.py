@@ -156,12 +156,19 @@ class Parts:
         if self.buffer.due is not None:
             self.buffer.due.stop()
 
+    def clear_due(self) -> None:
+        """Delete the requests due later (the crawl is flushed)."""
+        if self.buffer.due is not None:
+            self.context.queue.server.delete(self.buffer.due.key)
+
     def due_soon(self) -> bool:
         """Whether a request is due within MAX_IDLE_TIME_BEFORE_CLOSE (see due.py)."""
         due, crawler = self.buffer.due, self.context.crawler
         if due is None:
             return False
-        idle = crawler.settings.getfloat("MAX_IDLE_TIME_BEFORE_CLOSE") if crawler else 0.0
+        idle = getattr(self.context.spider, "max_idle_time", None)  # a RedisSpider's own
+        if idle is None:
+            idle = crawler.settings.getfloat("MAX_IDLE_TIME_BEFORE_CLOSE") if crawler else 0.0
         return bool(self.calls.call(lambda: due.pending_within(idle), True))
 
     def closed_during_outage(self, exc: BaseException) -> None:

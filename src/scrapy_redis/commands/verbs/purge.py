@@ -33,7 +33,6 @@ from scrapy_redis.store.keys import (
     bloom_blocks_key,
     dead_letters_key,
     derived_pattern,
-    due_key,
     forgotten_key,
     format_key,
     invalid_entries_key,
@@ -130,8 +129,6 @@ def _keys(crawl: Crawl, parts: list[str], everything: bool) -> Iterator[str]:
     """The keys deleted with UNLINK (the queue's lanes are purged by :func:`purge_lanes`),
     the lane record last: a purge stopped at any point (killed, Redis gone) and run
     again still knows the lanes, and deletes what is left of each."""
-    if "queue" in parts and crawl.lanes:  # the requests due later (scheduling/due.py)
-        yield due_key(crawl.lanes[0].key, crawl.cluster)
     if "fingerprints" in parts:
         yield from filter_keys(crawl)
     if "items" in parts:

@@ -9,6 +9,14 @@
 --#include _once.lua
 --#include _chunks.lua
 
+-- A list key of another type fails the whole call before anything is written (the
+-- pipeline then fails the call's items, none of which was stored).
+for i = 1, #KEYS, 2 do
+  local kind = redis.call('TYPE', KEYS[i]).ok
+  if kind ~= 'list' and kind ~= 'none' then
+    return redis.error_reply('WRONGTYPE ' .. KEYS[i] .. ' holds a ' .. kind .. ', not a list')
+  end
+end
 local last, fresh = {}, {}
 for i = 1, #KEYS, 2 do
   last[i] = last_write(KEYS[i + 1])

@@ -1,0 +1,133 @@
+"""Where two features built apart meet: requests due later and the fleet-wide limits,
+the tools that delete or move a crawl, the pipeline's batches. Each test failed on the
+merged code before its fix (found by reviewing the merge)."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+import redis
+from scrapy import Request
+
+from helpers import open_scheduler, until_stored
+from redis_server import RedisServer
+from scrapy_redis.fleet.move_crawl import main as move_main
+from scrapy_redis.fleet.move_crawl import push_once
+from scrapy_redis.fleet.operations import purge_queue
+from scrapy_redis.scheduling.due import META_KEY
+from test_commands import leave, schedule, write_project
+from test_stats_pipeline import batching_pipeline
+
+
+@pytest.fixture
+def project(tmp_path, redis_url, server):
+    return write_project(tmp_path, redis_url)
+
+
+FLEET = {
+    "SCHEDULER_FLEET_LIMITS": True,
+    "SCHEDULER_QUEUE_CLASS": "scrapy_redis.queue.PriorityQueue",
+}
+
+
+def test_a_request_due_later_that_the_queue_cannot_keep_is_queued_now_said_and_counted(
+    settings_dict, server, schedulers, caplog
+):
+    scheduler = schedulers({**settings_dict, **FLEET})
+    scheduler.stop_timers()
+    with caplog.at_level(logging.WARNING, "scrapy_redis.scheduler"):
+        for n in range(2):
+            scheduler.enqueue_request(Request(f"http://later.test/{n}", meta={META_KEY: 3600}))
+        assert scheduler.send_enqueued()
+    warned = [r for r in caplog.records if "not supported by this queue" in r.getMessage()]
+    assert len(warned) == 1  # said once, not per request
+    assert scheduler.stats.get_value("scheduler/due/unsupported") == 2
+    assert not server.exists("demo:requests:due")
+
+
+def test_purging_a_queue_deletes_its_requests_due_later_and_a_moves_marks(
+    settings_dict, server, schedulers
+):
+    scheduler = schedulers(settings_dict)
+    scheduler.stop_timers()
+    scheduler.enqueue_request(Request("http://x.test/", meta={META_KEY: 3600}))
+    scheduler.enqueue_request(Request("http://y.test/"))
+    assert scheduler.send_enqueued()
+    entry = scheduler.queue.encode(Request("http://m.test/1"))
+    assert push_once(scheduler.queue, [entry]) == 1  # a move stopped before its release
+    assert server.exists("demo:requests:due", "demo:requests:moving") == 2
+    purge_queue(server, "demo:requests")  # what the dashboard's purge runs per lane
+    assert not server.exists("demo:requests:due", "demo:requests:moving")
+    assert scheduler.next_request() is None
+
+
+def test_a_crawl_flushed_loses_its_requests_due_later_too(settings_dict, server, schedulers):
+    scheduler = schedulers(settings_dict)
+    scheduler.stop_timers()
+    scheduler.enqueue_request(Request("http://x.test/", meta={META_KEY: 3600}))
+    assert scheduler.send_enqueued()
+    assert server.exists("demo:requests:due")
+    scheduler.flush()
+    assert not server.exists("demo:requests:due")
+
+
+def test_a_crawl_with_requests_due_later_is_not_moved_half(redis_url, server):
+    settings = {
+        "REDIS_URL": redis_url,
+        "SCHEDULER_QUEUE_CLASS": "scrapy_redis.queue.PriorityQueue",
+        "SCHEDULER_PERSIST": True,
+    }
+    scheduler = open_scheduler(settings)
+    scheduler.enqueue_request(Request("http://a.test/now"))
+    scheduler.enqueue_request(Request("http://a.test/later", meta={META_KEY: 3600}))
+    assert scheduler.send_enqueued()
+    scheduler.close("shutdown")
+    scheduler.stop_timers()
+    target = RedisServer().start()
+    try:
+        with pytest.raises(SystemExit, match="due later"):  # one line, refused
+            move_main(["demo", "--from", redis_url, "--to", target.url, "--delete-source"])
+        assert redis.Redis.from_url(target.url).dbsize() == 0  # nothing moved
+        assert server.exists("demo:requests:due")  # nothing deleted
+    finally:
+        target.stop()
+
+
+def test_export_lists_the_requests_queued_per_download_slot(
+    project, schedulers, settings_dict, server
+):
+    requests = [Request(f"http://a{n}.test/p") for n in range(5)]
+    leave(schedule(schedulers, {**settings_dict, **FLEET}, requests))
+    exported = project.run("export", "demo", "queue")
+    assert exported.returncode == 0, exported.stderr
+    urls = sorted(json.loads(line)["url"] for line in exported.stdout.splitlines())
+    assert urls == sorted(request.url for request in requests)
+
+
+def test_requests_due_later_keep_a_spider_open_for_its_own_max_idle_time_only(
+    settings_dict, server, schedulers
+):
+    scheduler = schedulers(settings_dict)  # MAX_IDLE_TIME_BEFORE_CLOSE unset: 0
+    scheduler.stop_timers()
+    scheduler.spider.max_idle_time = 5  # a RedisSpider's attribute, as it resolved it
+    scheduler.enqueue_request(Request("http://x.test/", meta={META_KEY: 3600}))
+    assert scheduler.send_enqueued()
+    assert not scheduler.has_pending_requests()  # due in an hour: not within 5 s
+    scheduler.spider.max_idle_time = 7200
+    assert scheduler.has_pending_requests()
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_a_batch_with_a_list_of_another_type_writes_nothing(settings_dict, server):
+    pipe = batching_pipeline(settings_dict, REDIS_ITEMS_BATCH_SIZE=100, REDIS_ITEMS_DELAY=0.5)
+    pipe.item_key = lambda item, spider: "good" if item["n"] % 2 == 0 else "bad"
+    server.set("bad", "x")
+    answers = [until_stored(pipe.process_item({"n": n})) for n in range(6)]
+    pipe.clock.advance(0.5)
+    failed: list[str] = []
+    for answer in answers:
+        answer.addErrback(lambda failure: failed.append(failure.getErrorMessage()))
+    assert len(failed) == 6 and all("WRONGTYPE" in message for message in failed)
+    assert server.llen("good") == 0  # reported failed: not stored either
