@@ -16,8 +16,9 @@ the time the last request arrived against the ideal (``--big-pages`` x ``--delay
 site fetched at exactly its delay; target <= 1.15 for a), the time by which every small site
 was done (target: within the first quarter of the ideal, for a), each site's rate (requests
 a second from its first request to its last; the highest over the sites, and the big
-site's), the highest rate over any window of 10 delays, and the smallest gap between two
-requests to one site. Also the machine's load (``/proc/loadavg``) during each run.
+site's), the highest rate over any window of 10 delays, the smallest gap between two
+requests to one site, and the gaps below 0.9 delay (how many of them follow a request that
+opened a new connection: it reaches the site later after the worker started it). Also the machine's load (``/proc/loadavg``) during each run.
 
     nice -n 5 .venv/bin/python benchmarks/fairness.py --big-pages 500 --small-sites 50 \
         --small-pages 10 --setups a,b,c            # ideal 100 s, ~8 min
@@ -260,22 +261,43 @@ def peak_rate(times: list[float], window: float) -> float:
     return most / window
 
 
+def short_gaps(arrivals: list[list[float]], pushed: float, delay: float) -> list[dict[str, Any]]:
+    """The gaps below 0.9 ``delay`` between two requests to one site, shortest first: when
+    (from the push), the site, and whether the earlier request opened a new connection."""
+    by_site: dict[int, list[list[float]]] = {}
+    for arrival in sorted(arrivals):
+        by_site.setdefault(int(arrival[1]), []).append(arrival)
+    found = [
+        {
+            "gap": b[0] - a[0],
+            "at": a[0] - pushed,
+            "site": site,
+            "pages": [a[2], b[2]],
+            "earlier_new_connection": a[4] == 1,
+            "same_connection": a[3] == b[3],
+        }
+        for site, values in by_site.items()
+        for a, b in itertools.pairwise(values)
+        if b[0] - a[0] < 0.9 * delay
+    ]
+    return sorted(found, key=lambda gap: gap["gap"])
+
+
 def analyse(arrivals: list[list[float]], pushed: float, shape: Shape) -> dict[str, Any]:
     """What the sites saw, from their arrival log (times relative to the push)."""
     times: dict[int, list[float]] = {}
     pages: dict[int, set[int]] = {}
-    for at, site, page in arrivals:
+    for at, site, page, *_ in arrivals:
         times.setdefault(int(site), []).append(at - pushed)
         pages.setdefault(int(site), set()).add(int(page))
     for values in times.values():
         values.sort()
-    gaps = {s: [b - a for a, b in itertools.pairwise(t)] for s, t in times.items()}
     rates = {
         s: (len(t) - 1) / (t[-1] - t[0]) for s, t in times.items() if len(t) > 1 and t[-1] > t[0]
     }
-    all_gaps = [g for values in gaps.values() for g in values]
-    small = [s for s in range(1, 1 + shape.small_sites)]
+    small = list(range(1, 1 + shape.small_sites))
     complete = [s for s in small if len(pages.get(s, ())) == shape.small_pages]
+    short = short_gaps(arrivals, pushed, shape.delay)
     return {
         "requests": len(arrivals),
         "pages": sum(len(p) for p in pages.values()),
@@ -288,9 +310,11 @@ def analyse(arrivals: list[list[float]], pushed: float, shape: Shape) -> dict[st
         "max_site_rate": max(rates.values()),
         "max_small_rate": max((r for s, r in rates.items() if s != 0), default=0.0),
         "peak_rate": max(peak_rate(t, 10 * shape.delay) for t in times.values()),
-        "min_gap": min(all_gaps),
-        "gaps_below": sum(g < 0.9 * shape.delay for g in all_gaps),
-        "gaps": len(all_gaps),
+        "min_gap": min(b - a for t in times.values() for a, b in itertools.pairwise(t)),
+        "gaps_below": len(short),
+        "gaps_below_after_new_connection": sum(g["earlier_new_connection"] for g in short),
+        "gaps": sum(len(t) - 1 for t in times.values()),
+        "shortest_gaps": short[:20],
     }
 
 
@@ -308,7 +332,7 @@ def report_lines(shape: Shape, results: list[dict[str, Any]]) -> list[str]:
         "| setup | pages (of) | end (s) | end / ideal | small sites done (s) | / ideal | "
         "big site done (s) | big site rate (/s) | max small site rate (/s) | "
         f"peak rate, {10 * shape.delay:g} s window (/s) | min gap (s) | "
-        f"gaps < {0.9 * shape.delay:g} s | "
+        f"gaps < {0.9 * shape.delay:g} s (after a new connection) | "
         "load 1-min (min-max) |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
@@ -319,7 +343,8 @@ def report_lines(shape: Shape, results: list[dict[str, Any]]) -> list[str]:
             f"{r['end_s']:,.1f} | {r['end_s'] / ideal:.2f} | {cell(small)} | "
             f"{cell(small / ideal if small is not None else None, 2)} | {cell(r['big_done_s'])} | "
             f"{r['big_rate']:.2f} | {r['max_small_rate']:.2f} | {r['peak_rate']:.2f} | "
-            f"{r['min_gap']:.3f} | {r['gaps_below']:,} of {r['gaps']:,} | "
+            f"{r['min_gap']:.3f} | {r['gaps_below']:,} of {r['gaps']:,} "
+            f"({r['gaps_below_after_new_connection']:,}) | "
             f"{r['load_min']:.1f}-{r['load_max']:.1f} |"
         )
     return lines

@@ -8,8 +8,9 @@ links to the next pages of its site, ``3i+1 .. 3i+3`` (a tree: every page is rea
 from ``/``), and back to its parent (a duplicate the dupefilter drops). Scrapy
 sees one download slot per address. ``127.0.0.1:<port>`` answers ``/__stats`` (pages
 served so far); on SIGTERM the server writes every arrival to ``--out`` (JSON:
-``{"arrivals": [[CLOCK_MONOTONIC seconds, site, page], ...]}``, the clock every process
-of the machine shares) and exits. Run by benchmarks/fairness.py::
+``{"arrivals": [[CLOCK_MONOTONIC seconds, site, page, connection, nth], ...]}``: the clock
+every process of the machine shares; the connection's number, and the request's rank on
+it, 1 for the first request of a new connection) and exits. Run by benchmarks/fairness.py::
 
     python benchmarks/fairness_site.py --big-pages 500 --small-sites 50 --small-pages 10 \
         --out /tmp/arrivals.json     # prints READY <port> once listening
@@ -82,16 +83,17 @@ class Sites:
             {page_path(i).encode(): (i, page_response(i, size)) for i in range(size)}
             for size in sizes
         ]
-        self.arrivals: list[tuple[float, int, int]] = []
+        self.arrivals: list[tuple[float, int, int, int, int]] = []
+        self.connections = 0
 
-    def respond(self, address: str, path: bytes) -> bytes:
+    def respond(self, address: str, path: bytes, connection: int, nth: int) -> bytes:
         site = self.index.get(address)
         if site is None:  # 127.0.0.1: control
             return (
                 json_response({"served": len(self.arrivals)}) if path == b"/__stats" else NOT_FOUND
             )
         found = self.pages[site].get(path)
-        self.arrivals.append((time.monotonic(), site, found[0] if found else -1))
+        self.arrivals.append((time.monotonic(), site, found[0] if found else -1, connection, nth))
         return found[1] if found else NOT_FOUND
 
 
@@ -102,6 +104,9 @@ class HttpProtocol(asyncio.Protocol):
         self.sites = sites
         self.buffer = b""
         self.address = ""
+        self.requests = 0
+        sites.connections += 1
+        self.number = sites.connections
         self.transport: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -115,7 +120,8 @@ class HttpProtocol(asyncio.Protocol):
             head, self.buffer = self.buffer[:end], self.buffer[end + 4 :]
             line = head.split(b"\r\n", 1)[0].split(b" ")
             path = line[1].split(b"?", 1)[0] if len(line) > 1 else b"/"
-            out.append(self.sites.respond(self.address, path))
+            self.requests += 1
+            out.append(self.sites.respond(self.address, path, self.number, self.requests))
         if out and self.transport is not None:
             self.transport.write(b"".join(out))
 
