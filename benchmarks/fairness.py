@@ -9,7 +9,9 @@ fairness_spider.py`` workers, DOWNLOAD_DELAY = ``--delay`` without jitter (Scrap
 defaults: CONCURRENT_REQUESTS = 16, CONCURRENT_REQUESTS_PER_DOMAIN = 8), join; then every
 site's ``/`` is pushed to ``fairness:start_urls`` (the big site first). Setups
 (``--setups``): ``a`` ours with SCHEDULER_FLEET_LIMITS = True, ``b`` ours with it off
-(today's queue), ``c`` the original (benchmarks/.venv-original, made on first use).
+(today's queue), ``c`` the original (benchmarks/.venv-original, made on first use), ``d``
+ours with it off and DOWNLOAD_DELAY = ``--delay`` x ``--workers`` (today's way to keep
+a site's rate with several workers, on average).
 
 Measured from the arrival of each request at the sites, from the push of the start URLs:
 the time the last request arrived against the ideal (``--big-pages`` x ``--delay``: the big
@@ -18,7 +20,8 @@ was done (target: within the first quarter of the ideal, for a), each site's rat
 a second from its first request to its last; the highest over the sites, and the big
 site's), the highest rate over any window of 10 delays, the smallest gap between two
 requests to one site, and the gaps below 0.9 delay (how many of them follow a request that
-opened a new connection: it reaches the site later after the worker started it). Also the machine's load (``/proc/loadavg``) during each run.
+opened a new connection: it reaches the site later after the worker started it). Also
+the machine's load (``/proc/loadavg``) during each run.
 
     nice -n 5 .venv/bin/python benchmarks/fairness.py --big-pages 500 --small-sites 50 \
         --small-pages 10 --setups a,b,c            # ideal 100 s, ~8 min
@@ -53,6 +56,7 @@ SETUPS = {
     "a": "ours, SCHEDULER_FLEET_LIMITS on",
     "b": "ours, off (today's queue)",
     "c": "original 0.9.1",
+    "d": "ours, off, delay x workers",
 }
 START_KEY = "fairness:start_urls"
 
@@ -128,13 +132,14 @@ def worker_settings(setup: str, shape: Shape, redis_url: str) -> dict[str, Any]:
         # The original's first worker to close would delete the others' queue (COMPAT 5.3).
         "SCHEDULER_PERSIST": True,
         "MAX_IDLE_TIME_BEFORE_CLOSE": shape.idle,
-        "DOWNLOAD_DELAY": shape.delay,
+        # d: today's way to hold a site's rate with N workers: each delays N times longer.
+        "DOWNLOAD_DELAY": shape.delay * (shape.workers if setup == "d" else 1),
         **no_jitter(),
         "ROBOTSTXT_OBEY": False,
         "TELNETCONSOLE_ENABLED": False,
         "LOG_LEVEL": "INFO",
     }
-    if setup in ("a", "b"):
+    if setup != "c":
         settings["SCHEDULER_FLEET_LIMITS"] = setup == "a"
     return settings
 
@@ -363,8 +368,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--setups",
         default="a,b,c",
-        help="a: ours, fleet limits on; "
-        "b: ours, off; c: the original 0.9.1 (comma-separated, run in order)",
+        help="a: ours, fleet limits on; b: ours, off; c: the original 0.9.1; d: ours, off, "
+        "delay x workers (comma-separated, run in order)",
     )
     return parser.parse_args()
 
