@@ -35,6 +35,10 @@ from sched_runner import WORKER_TIMEOUT
 
 #: The crawl's queue without leases: our default queue class, PriorityQueue, unleased.
 UNLEASED_CRAWL_QUEUE = "unleased_queues.UnleasedPriorityQueue"
+#: Fleet-wide limits on, and not binding: with them the per-domain concurrency counts for
+#: the whole fleet, so bench_spider.py's 16 (per worker without them) would cap 2 workers at
+#: 16 downloads of the site's one slot; 1000 leaves each worker its CONCURRENT_REQUESTS.
+FLEET_SETTINGS = ("SCHEDULER_FLEET_LIMITS=True", "CONCURRENT_REQUESTS_PER_DOMAIN=1000")
 
 
 def worker_command(
@@ -56,6 +60,8 @@ def worker_command(
         args += [arg for setting in settings for arg in ("-s", setting)]
     if mode == "ours-unleased":
         args += ["-s", f"SCHEDULER_QUEUE_CLASS={UNLEASED_CRAWL_QUEUE}"]
+    if mode == "ours-fleet":
+        args += [arg for setting in FLEET_SETTINGS for arg in ("-s", setting)]
     return args
 
 
@@ -201,7 +207,7 @@ def worker_reports(
         raise SystemExit(f"{label}: workers imported the wrong package: {modules}")
     # Requests leased per worker (our scheduler's stat): none without leases.
     leased = [i["stats"].get("scheduler/leases/leased", 0) for i in infos]
-    if mode in OURS_VARIANTS and (mode == "ours") != any(leased):
+    if mode in OURS_VARIANTS and (mode != "ours-unleased") != any(leased):
         raise SystemExit(f"{label}: leased per worker {leased}")
     return {
         "crawl_pages_per_s": pages / (last - opened) if last > opened else 0.0,

@@ -3,6 +3,7 @@
 * ``ours``: this interpreter, ``PYTHONPATH`` = a copy of ``src/`` taken when the run
   starts (see snapshot_ours), then ``benchmarks/`` (for unleased_queues);
 * ``ours-unleased``: the same, with ``unleased_queues.Unleased<queue>`` as queue class;
+* ``ours-fleet``: the same, with SCHEDULER_FLEET_LIMITS on (fleet_speed.py);
 * ``original``: the Python of benchmarks/.venv-original, ``PYTHONPATH`` removed;
 * ``memory``: this interpreter with Scrapy's own scheduler (the ceiling crawl).
 """
@@ -20,8 +21,9 @@ from pathlib import Path
 from _util import HERE
 from original_venv import clean_env
 
-#: Ours as is (leases), and ours popping without leases (see unleased_queues.py).
-OURS_VARIANTS = ("ours", "ours-unleased")
+#: Ours as is (leases), ours popping without leases (see unleased_queues.py), and ours with
+#: SCHEDULER_FLEET_LIMITS on (per-slot queues; see crawls.FLEET_SETTINGS).
+OURS_VARIANTS = ("ours", "ours-unleased", "ours-fleet")
 
 
 def snapshot_ours(src: Path) -> tuple[Path, str]:
