@@ -467,6 +467,28 @@ def test_scrapy_redis_status_shows_the_busiest_slots(tmp_path, redis_url, server
     assert '"slot": "h1.example"' in project.run("status", "--json").stdout
 
 
+def test_metrics_and_the_dashboards_status_show_the_slots(redis_url, server, schedulers):
+    from scrapy.settings import Settings
+
+    from helpers import DemoSpider
+    from scrapy_redis.dashboard import metrics
+    from scrapy_redis.fleet.status import crawl_status
+
+    settings = fleet_settings(redis_url, DOWNLOAD_DELAY=30)
+    scheduler = schedulers(settings)
+    enqueue_hosts(scheduler, 2, 3)
+    assert scheduler.next_request() is not None  # one start per slot: 30 s to wait
+    status = crawl_status(server, Settings(settings), DemoSpider).to_json()  # /api/status
+    assert {slot["slot"] for slot in status["slots"]} == {"h0.example", "h1.example"}
+    samples = metrics.render([status]).splitlines()
+    assert 'scrapy_redis_slot_queued{spider="demo",slot="h1.example"} 2' in samples
+    assert 'scrapy_redis_slot_in_flight{spider="demo",slot="h0.example"} 1' in samples
+    assert 'scrapy_redis_slot_delay_seconds{spider="demo",slot="h0.example"} 30.0' in samples
+    waits = [s for s in samples if s.startswith("scrapy_redis_slot_next_start_seconds{")]
+    assert len(waits) == 2 and all(float(s.rsplit(" ", 1)[1]) > 20 for s in waits)
+    assert 'scrapy_redis_slot_starts_total{spider="demo",slot="h0.example"} 1' in samples
+
+
 def test_a_crawl_queued_per_slot_moves_into_the_clusters_lanes_whatever_its_limits(
     redis_url, server, redis_cluster, cluster, schedulers, capsys
 ):

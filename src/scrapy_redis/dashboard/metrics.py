@@ -94,6 +94,24 @@ def _alive(status: Status) -> int:
     return sum(1 for worker in status.get("workers", []) if worker["alive"])
 
 
+_SLOT_GAUGES = [
+    ("scrapy_redis_slot_queued", "queued", "Requests queued for the download slot."),
+    ("scrapy_redis_slot_in_flight", "in_flight", "Downloads of the slot in flight, fleet-wide."),
+    ("scrapy_redis_slot_delay_seconds", "delay", "The slot's delay for the fleet."),
+    ("scrapy_redis_slot_next_start_seconds", "next_start_in", "Seconds until its next start."),
+    ("scrapy_redis_slot_retry_after_seconds", "retry_after_for", "Seconds a Retry-After holds it."),
+]
+
+
+def _per_slot(statuses: Sequence[Status], field: str) -> list[Any]:
+    """The busiest download slots (SCHEDULER_FLEET_LIMITS), as ``status`` shows them."""
+    return [
+        ({"spider": status["spider"], "slot": slot["slot"]}, slot.get(field))
+        for status in statuses
+        for slot in status.get("slots", [])
+    ]
+
+
 def render(statuses: Sequence[Status]) -> str:
     """The exposition of ``statuses`` (a list of ``CrawlStatus.to_json()``)."""
     lines: list[str] = []
@@ -105,6 +123,10 @@ def render(statuses: Sequence[Status]) -> str:
         lines += _family(name, "counter", help_text, _per_crawl(statuses, _stat(stat)))
     for name, field, help_text in _WORKER_GAUGES:
         lines += _family(name, "gauge", help_text, _per_worker(statuses, field))
+    for name, field, help_text in _SLOT_GAUGES:
+        lines += _family(name, "gauge", help_text, _per_slot(statuses, field))
+    slot_starts = _per_slot(statuses, "starts")
+    lines += _family("scrapy_redis_slot_starts_total", "counter", "Downloads started.", slot_starts)
     return "\n".join(lines) + "\n"
 
 

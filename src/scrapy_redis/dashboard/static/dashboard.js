@@ -76,6 +76,25 @@ function fillWorkers(section, workers) {
   }));
 }
 
+// The busiest download slots of a crawl queued per slot (SCHEDULER_FLEET_LIMITS).
+function fillSlots(section, slots) {
+  const table = section.querySelector("table.slots");
+  table.hidden = slots.length === 0;
+  table.querySelector("tbody").replaceChildren(...slots.map((slot) => {
+    const row = document.createElement("tr");
+    const slowed = [slot.retry_after_for > 0 ? `Retry-After (${slot.retry_after_for.toFixed(0)} s)` : "",
+      slot.autothrottle ? "AutoThrottle" : ""].filter(Boolean).join(", ") || "–";
+    const cells = [slot.slot, slot.queued, slot.in_flight, slot.concurrency || "–", slot.starts,
+      `${slot.delay} s`, age(slot.next_start_in), slowed];
+    for (const text of cells) {
+      const cell = document.createElement("td");
+      cell.textContent = String(text);
+      row.append(cell);
+    }
+    return row;
+  }));
+}
+
 function fillKeys(section, keys) {
   const select = section.querySelector("form.push select");
   if (select.dataset.keys === keys.join("\n")) return;
@@ -107,6 +126,7 @@ function render(status, time) {
   section.querySelector("form.purge button").textContent = crawl.alive
     ? `Purge the queue (${crawl.alive} worker(s) alive)…` : "Purge the queue…";
   fillWorkers(section, status.workers);
+  fillSlots(section, status.slots || []);
   fillKeys(section, status.start_keys);
   return section;
 }
