@@ -249,6 +249,20 @@ def test_a_late_start_pushes_the_slots_next_start_back(server):
     assert queue.started("unknown") == 0
 
 
+def test_the_report_of_a_start_keeps_a_retry_after_that_came_before_it(server):
+    # The first request of a slot in a worker reports its start when it leaves the
+    # downloader: after its response, whose Retry-After already held the slot.
+    queue = make_queue(server, {"DOWNLOAD_DELAY": 0.1, "RANDOMIZE_DOWNLOAD_DELAY": False})
+    queue.reports_starts = True
+    push(queue, "http://a/1", "http://a/2")
+    book = LeaseBook(server, KEY, "w1", 30)
+    assert len(take(queue, book, 10)[0]) == 1
+    queue.retry_after("a", 5)  # its response: a 429 asking for 5 s
+    assert 4.5 < queue.started("a") <= 5  # the report comes after: the hold stays
+    assert take(queue, book, 10)[0] == []
+    assert 4.5 < queue.next_start_in <= 5
+
+
 def test_a_slot_waits_for_the_report_of_its_last_start(server):
     queue = make_queue(server, {"DOWNLOAD_DELAY": 0.2, "RANDOMIZE_DOWNLOAD_DELAY": False})
     queue.reports_starts = True
