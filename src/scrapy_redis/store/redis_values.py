@@ -48,15 +48,18 @@ class UnreadableValueError(ScrapyRedisError, ValueError):
 def printable(value: Any) -> str:
     """``value`` (text, bytes: UTF-8, else escaped) with every character that a terminal
     or a log would not show as itself escaped (``\\x1b``, ``\\u202e``...)."""
-    text = text_of(value)
+    return _escape_hidden(text_of(value), _escaped)
+
+
+def _escape_hidden(text: str, escape: Callable[[str], str]) -> str:
+    """``text`` with each character a terminal or a log would not show as itself
+    written as ``escape(char)``."""
     if text.isprintable():
         return text
-    return "".join(_escaped(char) for char in text)
+    return "".join(escape(char) if unicodedata.category(char) in _HIDDEN else char for char in text)
 
 
 def _escaped(char: str) -> str:
-    if unicodedata.category(char) not in _HIDDEN:
-        return char
     code = ord(char)
     if code < 0x100:
         return f"\\x{code:02x}"
@@ -187,14 +190,10 @@ def printable_json(text: str) -> str:
     """A JSON document (``json.dumps()``, which escapes only the C0 controls) with every
     other character :func:`printable` would escape written as a ``\\u`` escape (all
     such characters are in strings: the rest of JSON is printable)."""
-    if text.isprintable():
-        return text
-    return "".join(_json_escaped(char) for char in text)
+    return _escape_hidden(text, _json_escaped)
 
 
 def _json_escaped(char: str) -> str:
-    if unicodedata.category(char) not in _HIDDEN:
-        return char
     code = ord(char)
     if code < 0x10000:
         return f"\\u{code:04x}"
