@@ -5,7 +5,9 @@ merged code before its fix (found by reviewing the merge)."""
 from __future__ import annotations
 
 import json
-import logging
+import time
+
+import msgpack
 
 import pytest
 import redis
@@ -16,6 +18,9 @@ from redis_server import RedisServer
 from scrapy_redis.fleet.move_crawl import main as move_main
 from scrapy_redis.fleet.move_crawl import push_once
 from scrapy_redis.fleet.operations import purge_queue
+from scrapy_redis.politeness.queue import member_slot
+from scrapy_redis.queues.base import Candidate, Entry
+from scrapy_redis.scheduling.lanes import lane_of
 from scrapy_redis.scheduling.due import META_KEY
 from test_commands import leave, schedule, write_project
 from test_stats_pipeline import batching_pipeline
@@ -32,19 +37,58 @@ FLEET = {
 }
 
 
-def test_a_request_due_later_that_the_queue_cannot_keep_is_queued_now_said_and_counted(
-    settings_dict, server, schedulers, caplog
+def _server_ms(server) -> int:
+    seconds, micros = server.time()
+    return seconds * 1000 + micros // 1000
+
+
+def _when_due(scheduler, timeout: float = 30.0) -> Request:
+    deadline = time.monotonic() + timeout
+    while (request := scheduler.next_request()) is None:
+        assert time.monotonic() < deadline, "never due"
+        time.sleep(0.02)
+    return request
+
+
+def test_a_request_due_later_waits_then_joins_its_slot_under_the_fleet_limits(
+    settings_dict, server, schedulers
 ):
-    scheduler = schedulers({**settings_dict, **FLEET})
-    scheduler.stop_timers()
-    with caplog.at_level(logging.WARNING, "scrapy_redis.scheduler"):
-        for n in range(2):
-            scheduler.enqueue_request(Request(f"http://later.test/{n}", meta={META_KEY: 3600}))
-        assert scheduler.send_enqueued()
-    warned = [r for r in caplog.records if "not supported by this queue" in r.getMessage()]
-    assert len(warned) == 1  # said once, not per request
-    assert scheduler.stats.get_value("scheduler/due/unsupported") == 2
+    settings = {**settings_dict, **FLEET, "CONCURRENT_REQUESTS_PER_DOMAIN": 1}
+    scheduler = schedulers(settings)
+    scheduled = _server_ms(server)
+    for n in range(2):
+        scheduler.enqueue_request(Request(f"http://later.test/{n}", meta={META_KEY: 1.5}))
+    scheduler.enqueue_request(Request("http://now.test/"))
+    assert scheduler.send_enqueued()
+    assert scheduler.next_request().url == "http://now.test/"
+    assert scheduler.next_request() is None
+    members = server.zrange("demo:requests:due", 0, -1)
+    assert [msgpack.unpackb(m, raw=True)[3] for m in members] == [b"later.test"] * 2
+    first = _when_due(scheduler)
+    assert _server_ms(server) >= scheduled + 1500  # no sooner than due, by the server's clock
+    assert first.url.startswith("http://later.test/")
+    assert scheduler.next_request() is None  # its slot's concurrency (1) still holds
     assert not server.exists("demo:requests:due")
+    assert scheduler.stats.get_value("scheduler/due/unsupported") is None
+
+
+def test_requests_due_later_of_a_split_crawl_join_their_slots_lane(
+    settings_dict, server, schedulers
+):
+    settings = {**settings_dict, **FLEET, "SCHEDULER_SHARDS": 4}
+    scheduler = schedulers(settings)
+    hosts = [f"http://h{n}.test/" for n in range(8)]
+    for url in hosts:
+        scheduler.enqueue_request(Request(url, meta={META_KEY: 0}))
+    assert scheduler.send_enqueued()
+    due = scheduler._parts.buffer.due
+    assert len(due.keys) == 4 and sum(server.zcard(key) for key in due.keys) == 8
+    assert due.promote(now=True) == 8
+    for number, lane in enumerate(scheduler.queue.lanes):
+        for member in server.zrange(lane.slot_keys[0], 0, -1):
+            slot = member_slot(member)
+            assert lane_of(Candidate(None, Entry(b"", slot=slot)), 4) == number
+    assert sorted(r.url for r in iter(scheduler.next_request, None)) == sorted(hosts)
 
 
 def test_purging_a_queue_deletes_its_requests_due_later_and_a_moves_marks(
