@@ -8,7 +8,6 @@ import json
 import time
 
 import msgpack
-
 import pytest
 import redis
 from scrapy import Request
@@ -20,8 +19,8 @@ from scrapy_redis.fleet.move_crawl import push_once
 from scrapy_redis.fleet.operations import purge_queue
 from scrapy_redis.politeness.queue import member_slot
 from scrapy_redis.queues.base import Candidate, Entry
-from scrapy_redis.scheduling.lanes import lane_of
 from scrapy_redis.scheduling.due import META_KEY
+from scrapy_redis.scheduling.lanes import lane_of
 from test_commands import leave, schedule, write_project
 from test_stats_pipeline import batching_pipeline
 
