@@ -15,7 +15,7 @@ from scrapy import Request
 from helpers import open_scheduler, until_stored
 from redis_server import RedisServer
 from scrapy_redis.fleet.move_crawl import main as move_main
-from scrapy_redis.fleet.move_crawl import push_once
+from scrapy_redis.fleet.move_crawl import move_due, push_once
 from scrapy_redis.fleet.operations import purge_queue
 from scrapy_redis.politeness.queue import member_slot
 from scrapy_redis.queues.base import Candidate, Entry
@@ -29,6 +29,8 @@ from test_stats_pipeline import batching_pipeline
 def project(tmp_path, redis_url, server):
     return write_project(tmp_path, redis_url)
 
+
+DUE = "demo:requests:due"
 
 FLEET = {
     "SCHEDULER_FLEET_LIMITS": True,
@@ -116,7 +118,7 @@ def test_a_crawl_flushed_loses_its_requests_due_later_too(settings_dict, server,
     assert not server.exists("demo:requests:due")
 
 
-def test_a_crawl_with_requests_due_later_is_not_moved_half(redis_url, server):
+def _kept_crawl_with_due(redis_url: str) -> None:
     settings = {
         "REDIS_URL": redis_url,
         "SCHEDULER_QUEUE_CLASS": "scrapy_redis.queue.PriorityQueue",
@@ -124,16 +126,75 @@ def test_a_crawl_with_requests_due_later_is_not_moved_half(redis_url, server):
     }
     scheduler = open_scheduler(settings)
     scheduler.enqueue_request(Request("http://a.test/now"))
-    scheduler.enqueue_request(Request("http://a.test/later", meta={META_KEY: 3600}))
+    scheduler.enqueue_request(Request("http://a.test/hour", meta={META_KEY: 3600}))
+    scheduler.enqueue_request(Request("http://a.test/soon", priority=3, meta={META_KEY: 2}))
     assert scheduler.send_enqueued()
     scheduler.close("shutdown")
     scheduler.stop_timers()
+
+
+def test_a_crawl_with_requests_due_later_moves_them_kept_due(redis_url, server, schedulers):
+    _kept_crawl_with_due(redis_url)
+    due_at = dict(server.zrange(DUE, 0, -1, withscores=True))
     target = RedisServer().start()
     try:
-        with pytest.raises(SystemExit, match="due later"):  # one line, refused
-            move_main(["demo", "--from", redis_url, "--to", target.url, "--delete-source"])
-        assert redis.Redis.from_url(target.url).dbsize() == 0  # nothing moved
-        assert server.exists("demo:requests:due")  # nothing deleted
+        moved = move_main(["demo", "--from", redis_url, "--to", target.url, "--delete-source"])
+        assert moved == 0
+        assert not server.exists(DUE)  # deleted once moved
+        client = redis.Redis.from_url(target.url)
+        scores = dict(client.zrange(DUE, 0, -1, withscores=True))
+        assert scores.keys() == due_at.keys()  # the same members: priority, request
+        for member, score in scores.items():  # the same time (one machine: one clock)
+            assert 0 <= score - due_at[member] <= 2000  # (the time it had left, from the move)
+        assert not client.exists("demo:requests:moving")
+        settings = {"REDIS_URL": target.url, "SCHEDULER_PERSIST": True,
+                    "SCHEDULER_QUEUE_CLASS": "scrapy_redis.queue.PriorityQueue"}  # fmt: skip
+        worker = schedulers(settings)
+        assert worker.next_request().url == "http://a.test/now"
+        soon = _when_due(worker)
+        assert soon.url == "http://a.test/soon" and soon.priority == 3
+        assert _server_ms(client) >= scores[min(scores, key=scores.get)]  # not sooner
+        assert client.zcard(DUE) == 1  # the one due in an hour waits
+        worker.stop_timers()
+    finally:
+        target.stop()
+
+
+def test_a_move_stopped_after_pushing_due_requests_pushes_none_twice(
+    redis_url, server, schedulers, monkeypatch
+):
+    _kept_crawl_with_due(redis_url)
+    server.zadd(DUE, {m: 0 for m in server.zrange(DUE, 0, -1)})  # all due now
+    target = RedisServer().start()
+    try:
+        source = open_scheduler(
+            {
+                "REDIS_URL": redis_url,
+                "SCHEDULER_PERSIST": True,
+                "SCHEDULER_QUEUE_CLASS": "scrapy_redis.queue.PriorityQueue",
+            }
+        )
+        settings = {"REDIS_URL": target.url, "SCHEDULER_PERSIST": True,
+                    "SCHEDULER_QUEUE_CLASS": "scrapy_redis.queue.PriorityQueue"}  # fmt: skip
+        worker = schedulers(settings)
+        worker.stop_timers()
+
+        def dies(*args):
+            raise redis.ConnectionError("the move dies here")
+
+        monkeypatch.setattr(source.server, "zrem", dies)
+        with pytest.raises(redis.ConnectionError):
+            move_due(source, worker)
+        monkeypatch.undo()
+        assert server.zcard(DUE) == 2  # still on the source
+        assert worker._parts.buffer.due.promote(now=True) == 2  # fetched on the target
+        assert move_due(source, worker) == 0  # run again: none pushed twice
+        assert not server.exists(DUE) and worker.server.zcard(DUE) == 0
+        assert not worker.server.exists("demo:requests:moving")
+        urls = sorted(r.url for r in iter(worker.next_request, None))
+        assert urls == ["http://a.test/hour", "http://a.test/soon"]
+        source.close("finished")
+        source.stop_timers()
     finally:
         target.stop()
 

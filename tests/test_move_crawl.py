@@ -4,6 +4,7 @@ what the move refuses."""
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from scrapy import Request
@@ -125,3 +126,37 @@ def test_a_named_key_on_the_target_is_refused_before_anything_moves(
         source.close("finished")
         source.stop_timers()
     assert [key for key in cluster.keys("*") if b"requests" in key] == []
+
+
+def test_requests_due_later_move_into_their_slots_lanes_on_the_cluster(
+    redis_url, server, redis_cluster, cluster, schedulers, capsys
+):
+    """A kept crawl (no fleet limits) with requests due later, moved into a cluster whose
+    workers queue per download slot: each due request waits in its slot's lane, and
+    comes due there by the cluster's clock."""
+    scheduler = open_scheduler(settings(redis_url))
+    hosts = [f"http://h{n}.test/" for n in range(9)]
+    for url in hosts:
+        scheduler.enqueue_request(Request(url, meta={"due_in": 1}))
+    scheduler.enqueue_request(Request("http://h0.test/hour", meta={"due_in": 3600}))
+    assert scheduler.send_enqueued()
+    scheduler.close("shutdown")
+    scheduler.stop_timers()
+    fleet = ["-s", "SCHEDULER_FLEET_LIMITS=True"]
+    assert main([*args(redis_url, redis_cluster.url, "--delete-source"), *fleet]) == 0
+    assert "Moved 10 requests (10 due later)" in capsys.readouterr().out
+    assert server.keys("*") == []
+    target = schedulers({**settings(redis_cluster.url), "SCHEDULER_FLEET_LIMITS": True})
+    due = target._parts.buffer.due
+    assert len(due.keys) == 3 and sum(cluster.zcard(key) for key in due.keys) == 10
+    for lane, key in enumerate(due.keys):  # each in its slot's lane
+        assert all(due.lane_of_member(member) == lane for member in cluster.zrange(key, 0, -1))
+    deadline = time.monotonic() + 30
+    fetched: list[str] = []
+    while len(fetched) < len(hosts):
+        assert time.monotonic() < deadline, fetched
+        fetched += [r.url for r in iter(target.next_request, None)]
+        time.sleep(0.05)
+    assert sorted(fetched) == sorted(hosts)
+    assert sum(cluster.zcard(key) for key in due.keys) == 1  # the one due in an hour
+    target.flush()

@@ -25,7 +25,7 @@ import msgpack  # type: ignore[import-untyped]
 from twisted.internet import task
 
 from scrapy_redis.exceptions import UnserializableRequestError
-from scrapy_redis.queues.base import Candidate
+from scrapy_redis.queues.base import Candidate, Entry
 from scrapy_redis.queues.lists import _ListQueue
 from scrapy_redis.queues.priority import PriorityQueue
 from scrapy_redis.scheduling.lanes import lane_of
@@ -156,6 +156,14 @@ class DueRequests:
         conf = queue._conf({args[i] for i in range(1, len(args), 2)})
         keys = [key, *queue.slot_keys]
         return script("due_promote_slots")(queue.server, keys, [*news, conf, *args])
+
+    def lane_of_member(self, member: bytes) -> int:
+        """The number of the queue (in :attr:`queues`) keeping the due ``member``: its
+        slot's lane when queued per slot, else the first (a move, see move_crawl.py)."""
+        if not self.per_slot or len(self.queues) == 1:
+            return 0
+        slot = _slot_of(self.queue, member)
+        return lane_of(Candidate(None, Entry(b"", slot=slot)), len(self.queues))
 
     def pending_within(self, seconds: float) -> bool:
         """Whether a request is due within ``seconds`` (any, if 0) by the server's clock."""
