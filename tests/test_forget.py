@@ -41,6 +41,17 @@ def test_the_lean_filter_forgets(server):
     assert df.request_seen(Request(URLS[2])) is True
 
 
+def test_the_lean_filter_forgets_fingerprints_that_expire(server):
+    df = LeanDupeFilter(server, "demo:dupefilter", capacity=1000, expiry=Expiry(3_600_000))
+    for url in URLS:
+        assert df.request_seen(Request(url)) is False
+    assert forget_requests([df], URLS[:2]) == [True, True]  # in their generation's bucket
+    assert df.request_seen(Request(URLS[0])) is False  # new again
+    assert df.request_seen(Request(URLS[2])) is True  # the others not
+    plain = LeanDupeFilter(server, "demo:dupefilter", capacity=1000)  # a forget without
+    assert forget_requests([plain], [URLS[3]]) == [True]  # DUPEFILTER_LIFETIME set
+
+
 def test_each_fingerprint_is_forgotten_in_its_lane(server):
     lanes = [RFPDupeFilter(server, f"demo:dupefilter:{n}") for n in range(3)]
     for url in URLS:
