@@ -139,3 +139,17 @@ def test_a_running_worker_drops_what_it_remembers_once_urls_are_forgotten(
     assert scheduler.enqueue_request(Request(URLS[0])) is True
     scheduler.send_enqueued()
     assert scheduler.next_request().url == URLS[0]
+
+
+def test_a_split_crawl_queued_per_slot_forgets_in_each_slots_lane(settings_dict, schedulers):
+    from scrapy_redis.fleet.forget import crawl_slot_of
+
+    settings = {**settings_dict, "SCHEDULER_FLEET_LIMITS": True, "SCHEDULER_SHARDS": 4}
+    scheduler = schedulers(settings)
+    urls = [f"http://h{n}.test/{n}" for n in range(12)]
+    for url in urls:
+        scheduler.enqueue_request(Request(url))
+    assert scheduler.send_enqueued()
+    slot_of = crawl_slot_of(scheduler.spider.crawler.settings, scheduler.spider)
+    assert slot_of is not None
+    assert forget_requests(scheduler.queue.filters, urls, slot_of) == [True] * len(urls)
