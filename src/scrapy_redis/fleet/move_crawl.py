@@ -23,7 +23,9 @@ What moves:
   source, and marked on the target until then (``lua/move_due_push.lua``), so that a
   move stopped half-way and run again pushes none twice;
 * the fingerprints of the default filter's set, into the target's filter (any
-  DUPEFILTER_CLASS of scrapy-redis); a lean or Bloom filter cannot list its
+  DUPEFILTER_CLASS of scrapy-redis; into every lane of a target split into lanes with
+  SCHEDULER_FLEET_LIMITS, where a fingerprint is kept in its request's slot's lane,
+  which the fingerprint alone does not tell); a lean or Bloom filter cannot list its
   fingerprints: moving such a crawl is refused unless ``--without-fingerprints``
   (then pages already crawled may be crawled again);
 * the start key (REDIS_START_URLS_KEY), the items list (REDIS_ITEMS_KEY) and the
@@ -140,16 +142,27 @@ def _count(dupefilter: Any) -> int:
 def move_fingerprints(source: Any, target: Any) -> int:
     """Copy the source set's fingerprints into the target's filter (lane by lane)."""
     filters = getattr(target.queue, "filters", None) or [target.df]
+    lanes = getattr(target.queue, "lanes", None) or [target.queue]
+    # Queued per download slot, a split crawl keeps a fingerprint in its slot's lane,
+    # which a fingerprint alone does not tell: it goes into every lane.
+    everywhere = len(filters) > 1 and getattr(lanes[0], "paced_by_the_fleet", False)
     copied = 0
     for batch in source_batches(source.server, source.df.key, 1000):
         groups: dict[int, list[str]] = {}
         for fingerprint in batch:
-            lane = lane_of(Candidate(fingerprint, None), len(filters))
-            groups.setdefault(lane, []).append(fingerprint)
+            for lane in _fingerprint_lanes(fingerprint, len(filters), everywhere):
+                groups.setdefault(lane, []).append(fingerprint)
         for lane, fingerprints in groups.items():
             record_batch(target.server, filters[lane], fingerprints)
         copied += len(batch)
     return copied
+
+
+def _fingerprint_lanes(fingerprint: str, lanes: int, everywhere: bool) -> range:
+    if everywhere:
+        return range(lanes)
+    lane = lane_of(Candidate(fingerprint, None), lanes)
+    return range(lane, lane + 1)
 
 
 def move_requests(source: Any, target: Any) -> int:
