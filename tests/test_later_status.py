@@ -178,3 +178,44 @@ def test_the_dashboard_serves_them(tmp_path, redis_url, server, schedulers):
         assert 'data-field="due_later"' in page and 'data-field="fingerprints_expiring"' in page
     finally:
         dashboard.stop()
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(90)
+def test_the_page_shows_the_requests_due_later_and_the_fingerprints_expiring(
+    tmp_path, redis_url, server, schedulers
+):
+    """The page's tiles, in a real headless Chromium (see tests/browser.py)."""
+    from browser import chromium_driver
+
+    settings = {
+        "REDIS_URL": redis_url,
+        "SCHEDULER": "scrapy_redis.scheduler.Scheduler",
+        "DUPEFILTER_CLASS": "scrapy_redis.dupefilter.RFPDupeFilter",
+        "SCHEDULER_QUEUE_KEY": "myspider_redis:requests",
+        "SCHEDULER_DUPEFILTER_KEY": "myspider_redis:dupefilter",
+        "DUPEFILTER_LIFETIME": 600,
+    }
+    _due_crawl(schedulers, settings)
+    dashboard = DashboardProcess(redis_url, "--interval", "0.5").start()
+    browser = chromium_driver(tmp_path / "profile", tmp_path / "chromedriver.log")
+    try:
+        browser.get(dashboard.url)
+        script = (
+            "const s = document.querySelector('[data-spider=\"myspider_redis\"]');"
+            "if (!s) return null; const t = s.querySelector('.tiles.later');"
+            "return [t.hidden, ...['due_later', 'due_next', 'fingerprints_alive',"
+            "'fingerprints_expiring'].map(f => s.querySelector(`[data-field=\"${f}\"]`)"
+            ".innerText.trim())];"
+        )
+        deadline = time.monotonic() + 30
+        while (shown := browser.execute_script(script)) is None or shown[1] != "2":
+            assert time.monotonic() < deadline, shown
+            time.sleep(0.1)
+        hidden, due, next_due, alive, expiring_soon = shown
+        assert not hidden and due == "2" and next_due.endswith(" min")
+        assert float(next_due.split()[0]) > 8  # 10 min less the run
+        assert alive == "2" and expiring_soon == "2"
+    finally:
+        browser.quit()
+        dashboard.stop()
