@@ -49,7 +49,9 @@ def test_status_shows_the_requests_due_later_and_when_the_next_is_due(
     [line] = [line for line in result.stdout.splitlines() if line.startswith("  due later")]
     assert line.startswith("  due later    2, next due in ")
     assert float(line.split("next due in ")[1].split()[0]) > 9.0  # min: 10 less the run
-    assert "nothing to fetch now: 2 requests are due later, the next in " in result.stdout
+    [diagnosis] = [line for line in result.stdout.splitlines() if "diagnosis" in line]
+    assert "nothing to fetch now: 2 requests are due later, the next in " in diagnosis
+    assert "no worker is alive: start one by then with `scrapy crawl demo`" in diagnosis
     [crawl] = project.json("status", "demo")["spiders"]
     due = crawl["due_later"]
     assert due["count"] == 2 and due["due_now"] == 0
@@ -69,6 +71,20 @@ def test_requests_due_already_but_no_worker_to_move_them_is_the_diagnosis(
     assert status.due_later["due_now"] == 1 and status.due_later["next_due_in"] == 0
     assert "are due, but no worker is alive to move them" in status.diagnosis
     assert later.render_due(status.due_later).startswith("1, 1 due now")
+
+
+def test_a_live_worker_waiting_for_requests_due_later_is_the_diagnosis(
+    settings_dict, server, schedulers
+):
+    scheduler = schedulers(settings_dict)  # alive: in the registry
+    scheduler.stop_timers()
+    scheduler.enqueue_request(Request("http://a.test/", meta={META_KEY: 90}))
+    assert scheduler.send_enqueued()
+    status = crawl_status(server, Settings(settings_dict), DemoSpider)
+    assert status.diagnosis.startswith("nothing to fetch now: 1 requests are due later")
+    assert "s (by the Redis server's clock); workers stay open for those due within" in (
+        status.diagnosis
+    )
 
 
 def test_status_counts_the_set_filters_fingerprints_alive_expiring_and_expired(

@@ -128,10 +128,14 @@ def _due_later(status: CrawlStatus, keys: CrawlKeys) -> str | None:
         )
     if due["due_now"]:
         return None  # a live worker moves them within a second
+    then = (
+        "workers stay open for those due within MAX_IDLE_TIME_BEFORE_CLOSE"
+        if status.workers_alive
+        else f"no worker is alive: start one by then with `scrapy crawl {status.spider}`"
+    )
     return (
         f"nothing to fetch now: {due['count']} requests are due later, the next in "
-        f"{duration(due['next_due_in'])} (by the Redis server's clock); workers stay open for "
-        "those due within MAX_IDLE_TIME_BEFORE_CLOSE"
+        f"{duration(due['next_due_in'])} (by the Redis server's clock); {then}"
     )
 
 
