@@ -29,7 +29,7 @@ from scrapy_redis.queues.base import Candidate, Entry
 from scrapy_redis.queues.lists import _ListQueue
 from scrapy_redis.queues.priority import PriorityQueue
 from scrapy_redis.scheduling.lanes import lane_of
-from scrapy_redis.store.keys import due_key, priority_list_key
+from scrapy_redis.store.keys import due_key, invalid_entries_key, priority_list_key
 from scrapy_redis.store.scripts import script
 
 if TYPE_CHECKING:
@@ -127,9 +127,25 @@ class DueRequests:
         moved = 0
         for lane, key in enumerate(self.keys):
             members, _ = script("due_ready")(self.server, [key], [BATCH, 0])
-            if members:
-                moved += int(self._move(lane, list(members)))
+            readable = [member for member in members if _readable(member)]
+            if len(readable) < len(members):
+                self._set_aside(lane, [m for m in members if m not in readable])
+            if readable:
+                moved += int(self._move(lane, readable))
         return moved
+
+    def _set_aside(self, lane: int, members: list[bytes]) -> None:
+        """Members that are not requests due later (read from Redis: anyone may write
+        there) into the queue's entries set aside (``due_set_aside.lua``)."""
+        queue = self.queues[lane]
+        invalid = invalid_entries_key(queue.key, queue.on_cluster)
+        script("due_set_aside")(self.server, [self.keys[lane], invalid], members)
+        logger.warning(
+            "%(count)d entries of %(key)s are not requests due later: set aside in "
+            "%(invalid)s (scrapy redis requeue --invalid puts them in the queue)",
+            {"count": len(members), "key": self.keys[lane], "invalid": invalid},
+            extra={"spider": queue.spider},
+        )
 
     def _move(self, lane: int, members: list[bytes]) -> Any:
         queue, key, news = self.queues[lane], self.keys[lane], self.news[lane]
@@ -173,6 +189,21 @@ class DueRequests:
             if soon:
                 return True
         return False
+
+
+def _readable(member: bytes) -> bool:
+    """Whether ``member`` is what due_add.lua stores: msgpack {priority, a random
+    number, the serialized request[, its slot]}."""
+    try:
+        fields = msgpack.unpackb(member, raw=True)
+    except Exception:  # untrusted data: any error of the parser
+        return False
+    if not isinstance(fields, list) or len(fields) not in (3, 4):
+        return False
+    priority = fields[0]
+    if not isinstance(priority, int) or isinstance(priority, bool) or abs(priority) >= 2**47:
+        return False  # (beyond 2^47, Lua's numbers would not name its list exactly)
+    return all(isinstance(field, bytes) for field in fields[2:])
 
 
 def _slot_of(queue: Any, member: bytes) -> str:
