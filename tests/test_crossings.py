@@ -160,6 +160,22 @@ def test_a_crawl_with_requests_due_later_moves_them_kept_due(redis_url, server, 
         target.stop()
 
 
+def test_a_member_of_the_due_set_that_is_no_request_moves_as_it_is(redis_url, server):
+    _kept_crawl_with_due(redis_url)
+    server.zadd(DUE, {b"\xc1junk": 1})
+    target = RedisServer().start()
+    try:
+        fleet = ["-s", "SCHEDULER_FLEET_LIMITS=True", "-s", "SCHEDULER_SHARDS=3"]
+        assert move_main(["demo", "--from", redis_url, "--to", target.url, *fleet]) == 0
+        client = redis.Redis.from_url(target.url)
+        due_keys = client.keys("*:due")
+        assert len(due_keys) > 1  # the lanes'
+        assert sum(client.zscore(key, b"\xc1junk") is not None for key in due_keys) == 1
+        assert not server.exists(DUE)
+    finally:
+        target.stop()
+
+
 def test_a_move_stopped_after_pushing_due_requests_pushes_none_twice(
     redis_url, server, schedulers, monkeypatch
 ):

@@ -175,8 +175,9 @@ class DueRequests:
 
     def lane_of_member(self, member: bytes) -> int:
         """The number of the queue (in :attr:`queues`) keeping the due ``member``: its
-        slot's lane when queued per slot, else the first (a move, see move_crawl.py)."""
-        if not self.per_slot or len(self.queues) == 1:
+        slot's lane when queued per slot, else the first (a move, see move_crawl.py; a
+        member that is no request due later too: the workers set it aside)."""
+        if not self.per_slot or len(self.queues) == 1 or not _readable(member):
             return 0
         slot = _slot_of(self.queue, member)
         return lane_of(Candidate(None, Entry(b"", slot=slot)), len(self.queues))
