@@ -87,6 +87,14 @@ def test_a_live_worker_waiting_for_requests_due_later_is_the_diagnosis(
     )
 
 
+def test_a_due_time_no_worker_writes_is_shown_as_never(settings_dict, server):
+    server.zadd("demo:requests:due", {b"x": float("inf")})  # anyone may write to Redis
+    status = crawl_status(server, Settings(settings_dict), DemoSpider)
+    assert status.due_later == {"count": 1, "due_now": 0, "next_due_at": None, "next_due_in": None}
+    assert "1 requests are due later, the next never (by the Redis" in status.diagnosis
+    assert later.render_due(status.due_later) == "1"
+
+
 def test_status_counts_the_set_filters_fingerprints_alive_expiring_and_expired(
     tmp_path, redis_url, server, schedulers, settings_dict
 ):

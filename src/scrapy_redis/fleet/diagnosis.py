@@ -133,9 +133,11 @@ def _due_later(status: CrawlStatus, keys: CrawlKeys) -> str | None:
         if status.workers_alive
         else f"no worker is alive: start one by then with `scrapy crawl {status.spider}`"
     )
+    later = due["next_due_in"]  # (None: due at +inf, which anyone may write)
+    when = "never" if later is None else f"in {duration(later)}"
     return (
-        f"nothing to fetch now: {due['count']} requests are due later, the next in "
-        f"{duration(due['next_due_in'])} (by the Redis server's clock); {then}"
+        f"nothing to fetch now: {due['count']} requests are due later, the next {when} "
+        f"(by the Redis server's clock); {then}"
     )
 
 
