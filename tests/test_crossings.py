@@ -5,8 +5,9 @@ merged code before its fix (found by reviewing the merge)."""
 from __future__ import annotations
 
 import json
-import logging
+import time
 
+import msgpack
 import pytest
 import redis
 from scrapy import Request
@@ -14,9 +15,12 @@ from scrapy import Request
 from helpers import open_scheduler, until_stored
 from redis_server import RedisServer
 from scrapy_redis.fleet.move_crawl import main as move_main
-from scrapy_redis.fleet.move_crawl import push_once
+from scrapy_redis.fleet.move_crawl import move_due, push_once
 from scrapy_redis.fleet.operations import purge_queue
+from scrapy_redis.politeness.queue import member_slot
+from scrapy_redis.queues.base import Candidate, Entry
 from scrapy_redis.scheduling.due import META_KEY
+from scrapy_redis.scheduling.lanes import lane_of
 from test_commands import leave, schedule, write_project
 from test_stats_pipeline import batching_pipeline
 
@@ -26,25 +30,66 @@ def project(tmp_path, redis_url, server):
     return write_project(tmp_path, redis_url)
 
 
+DUE = "demo:requests:due"
+
 FLEET = {
     "SCHEDULER_FLEET_LIMITS": True,
     "SCHEDULER_QUEUE_CLASS": "scrapy_redis.queue.PriorityQueue",
 }
 
 
-def test_a_request_due_later_that_the_queue_cannot_keep_is_queued_now_said_and_counted(
-    settings_dict, server, schedulers, caplog
+def _server_ms(server) -> int:
+    seconds, micros = server.time()
+    return seconds * 1000 + micros // 1000
+
+
+def _when_due(scheduler, timeout: float = 30.0) -> Request:
+    deadline = time.monotonic() + timeout
+    while (request := scheduler.next_request()) is None:
+        assert time.monotonic() < deadline, "never due"
+        time.sleep(0.02)
+    return request
+
+
+def test_a_request_due_later_waits_then_joins_its_slot_under_the_fleet_limits(
+    settings_dict, server, schedulers
 ):
-    scheduler = schedulers({**settings_dict, **FLEET})
-    scheduler.stop_timers()
-    with caplog.at_level(logging.WARNING, "scrapy_redis.scheduler"):
-        for n in range(2):
-            scheduler.enqueue_request(Request(f"http://later.test/{n}", meta={META_KEY: 3600}))
-        assert scheduler.send_enqueued()
-    warned = [r for r in caplog.records if "not supported by this queue" in r.getMessage()]
-    assert len(warned) == 1  # said once, not per request
-    assert scheduler.stats.get_value("scheduler/due/unsupported") == 2
+    settings = {**settings_dict, **FLEET, "CONCURRENT_REQUESTS_PER_DOMAIN": 1}
+    scheduler = schedulers(settings)
+    scheduled = _server_ms(server)
+    for n in range(2):
+        scheduler.enqueue_request(Request(f"http://later.test/{n}", meta={META_KEY: 1.5}))
+    scheduler.enqueue_request(Request("http://now.test/"))
+    assert scheduler.send_enqueued()
+    assert scheduler.next_request().url == "http://now.test/"
+    assert scheduler.next_request() is None
+    members = server.zrange("demo:requests:due", 0, -1)
+    assert [msgpack.unpackb(m, raw=True)[3] for m in members] == [b"later.test"] * 2
+    first = _when_due(scheduler)
+    assert _server_ms(server) >= scheduled + 1500  # no sooner than due, by the server's clock
+    assert first.url.startswith("http://later.test/")
+    assert scheduler.next_request() is None  # its slot's concurrency (1) still holds
     assert not server.exists("demo:requests:due")
+    assert scheduler.stats.get_value("scheduler/due/unsupported") is None
+
+
+def test_requests_due_later_of_a_split_crawl_join_their_slots_lane(
+    settings_dict, server, schedulers
+):
+    settings = {**settings_dict, **FLEET, "SCHEDULER_SHARDS": 4}
+    scheduler = schedulers(settings)
+    hosts = [f"http://h{n}.test/" for n in range(8)]
+    for url in hosts:
+        scheduler.enqueue_request(Request(url, meta={META_KEY: 0}))
+    assert scheduler.send_enqueued()
+    due = scheduler._parts.buffer.due
+    assert len(due.keys) == 4 and sum(server.zcard(key) for key in due.keys) == 8
+    assert due.promote(now=True) == 8
+    for number, lane in enumerate(scheduler.queue.lanes):
+        for member in server.zrange(lane.slot_keys[0], 0, -1):
+            slot = member_slot(member)
+            assert lane_of(Candidate(None, Entry(b"", slot=slot)), 4) == number
+    assert sorted(r.url for r in iter(scheduler.next_request, None)) == sorted(hosts)
 
 
 def test_purging_a_queue_deletes_its_requests_due_later_and_a_moves_marks(
@@ -73,7 +118,7 @@ def test_a_crawl_flushed_loses_its_requests_due_later_too(settings_dict, server,
     assert not server.exists("demo:requests:due")
 
 
-def test_a_crawl_with_requests_due_later_is_not_moved_half(redis_url, server):
+def _kept_crawl_with_due(redis_url: str) -> None:
     settings = {
         "REDIS_URL": redis_url,
         "SCHEDULER_QUEUE_CLASS": "scrapy_redis.queue.PriorityQueue",
@@ -81,16 +126,91 @@ def test_a_crawl_with_requests_due_later_is_not_moved_half(redis_url, server):
     }
     scheduler = open_scheduler(settings)
     scheduler.enqueue_request(Request("http://a.test/now"))
-    scheduler.enqueue_request(Request("http://a.test/later", meta={META_KEY: 3600}))
+    scheduler.enqueue_request(Request("http://a.test/hour", meta={META_KEY: 3600}))
+    scheduler.enqueue_request(Request("http://a.test/soon", priority=3, meta={META_KEY: 2}))
     assert scheduler.send_enqueued()
     scheduler.close("shutdown")
     scheduler.stop_timers()
+
+
+def test_a_crawl_with_requests_due_later_moves_them_kept_due(redis_url, server, schedulers):
+    _kept_crawl_with_due(redis_url)
+    due_at = dict(server.zrange(DUE, 0, -1, withscores=True))
     target = RedisServer().start()
     try:
-        with pytest.raises(SystemExit, match="due later"):  # one line, refused
-            move_main(["demo", "--from", redis_url, "--to", target.url, "--delete-source"])
-        assert redis.Redis.from_url(target.url).dbsize() == 0  # nothing moved
-        assert server.exists("demo:requests:due")  # nothing deleted
+        moved = move_main(["demo", "--from", redis_url, "--to", target.url, "--delete-source"])
+        assert moved == 0
+        assert not server.exists(DUE)  # deleted once moved
+        client = redis.Redis.from_url(target.url)
+        scores = dict(client.zrange(DUE, 0, -1, withscores=True))
+        assert scores.keys() == due_at.keys()  # the same members: priority, request
+        for member, score in scores.items():  # the same time (one machine: one clock)
+            assert 0 <= score - due_at[member] <= 2000  # (the time it had left, from the move)
+        assert not client.exists("demo:requests:moving")
+        settings = {"REDIS_URL": target.url, "SCHEDULER_PERSIST": True,
+                    "SCHEDULER_QUEUE_CLASS": "scrapy_redis.queue.PriorityQueue"}  # fmt: skip
+        worker = schedulers(settings)
+        assert worker.next_request().url == "http://a.test/now"
+        soon = _when_due(worker)
+        assert soon.url == "http://a.test/soon" and soon.priority == 3
+        assert _server_ms(client) >= scores[min(scores, key=scores.get)]  # not sooner
+        assert client.zcard(DUE) == 1  # the one due in an hour waits
+        worker.stop_timers()
+    finally:
+        target.stop()
+
+
+def test_a_member_of_the_due_set_that_is_no_request_moves_as_it_is(redis_url, server):
+    _kept_crawl_with_due(redis_url)
+    server.zadd(DUE, {b"\xc1junk": 1})
+    target = RedisServer().start()
+    try:
+        fleet = ["-s", "SCHEDULER_FLEET_LIMITS=True", "-s", "SCHEDULER_SHARDS=3"]
+        assert move_main(["demo", "--from", redis_url, "--to", target.url, *fleet]) == 0
+        client = redis.Redis.from_url(target.url)
+        due_keys = client.keys("*:due")
+        assert len(due_keys) > 1  # the lanes'
+        assert sum(client.zscore(key, b"\xc1junk") is not None for key in due_keys) == 1
+        assert not server.exists(DUE)
+    finally:
+        target.stop()
+
+
+def test_a_move_stopped_after_pushing_due_requests_pushes_none_twice(
+    redis_url, server, schedulers, monkeypatch
+):
+    _kept_crawl_with_due(redis_url)
+    server.zadd(DUE, {m: 0 for m in server.zrange(DUE, 0, -1)})  # all due now
+    target = RedisServer().start()
+    try:
+        source = open_scheduler(
+            {
+                "REDIS_URL": redis_url,
+                "SCHEDULER_PERSIST": True,
+                "SCHEDULER_QUEUE_CLASS": "scrapy_redis.queue.PriorityQueue",
+            }
+        )
+        settings = {"REDIS_URL": target.url, "SCHEDULER_PERSIST": True,
+                    "SCHEDULER_QUEUE_CLASS": "scrapy_redis.queue.PriorityQueue"}  # fmt: skip
+        worker = schedulers(settings)
+        worker.stop_timers()
+
+        def dies(*args):
+            raise redis.ConnectionError("the move dies here")
+
+        monkeypatch.setattr(source.server, "zrem", dies)
+        with pytest.raises(redis.ConnectionError):
+            move_due(source, worker)
+        monkeypatch.undo()
+        assert server.zcard(DUE) == 2  # still on the source
+        assert worker._parts.buffer.due.promote(now=True) == 2  # fetched on the target
+        assert move_due(source, worker) == 0  # run again: none pushed twice
+        assert not server.exists(DUE) and worker.server.zcard(DUE) == 0
+        assert not worker.server.exists("demo:requests:moving")
+        urls = sorted(r.url for r in iter(worker.next_request, None))
+        assert urls == ["http://a.test/hour", "http://a.test/soon"]
+        source.close("finished")
+        source.stop_timers()
     finally:
         target.stop()
 

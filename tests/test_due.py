@@ -112,3 +112,20 @@ def test_purge_queue_deletes_the_requests_due_later(server, redis_url):
     result = scrapy_redis(redis_url, "purge", "myspider_redis", "--queue", "--yes")
     assert result.returncode == 0, result.stderr
     assert not server.exists("myspider_redis:requests:due")
+
+
+@pytest.mark.parametrize("fleet", [False, True], ids=["PriorityQueue", "per slot"])
+def test_an_entry_that_is_no_request_due_later_is_set_aside_not_a_crash(
+    settings_dict, server, schedulers, fleet
+):
+    settings = {**settings_dict, "SCHEDULER_QUEUE_CLASS": "scrapy_redis.queue.PriorityQueue"}
+    settings["SCHEDULER_FLEET_LIMITS"] = fleet
+    scheduler = schedulers(settings)
+    scheduler.stop_timers()
+    junk = [b"\xc1not msgpack", msgpack.packb({"a": 1}), msgpack.packb([2**60, 1, b"x"])]
+    server.zadd(DUE, {member: 0 for member in junk})  # anyone may write to Redis
+    scheduler.enqueue_request(Request("http://example.com/due", meta={META_KEY: 0}))
+    assert scheduler.send_enqueued()
+    assert _next_when_due(scheduler).url == "http://example.com/due"
+    assert sorted(server.lrange("demo:requests:invalid", 0, -1)) == sorted(junk)
+    assert not server.exists(DUE)

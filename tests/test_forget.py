@@ -41,6 +41,17 @@ def test_the_lean_filter_forgets(server):
     assert df.request_seen(Request(URLS[2])) is True
 
 
+def test_the_lean_filter_forgets_fingerprints_that_expire(server):
+    df = LeanDupeFilter(server, "demo:dupefilter", capacity=1000, expiry=Expiry(3_600_000))
+    for url in URLS:
+        assert df.request_seen(Request(url)) is False
+    assert forget_requests([df], URLS[:2]) == [True, True]  # in their generation's bucket
+    assert df.request_seen(Request(URLS[0])) is False  # new again
+    assert df.request_seen(Request(URLS[2])) is True  # the others not
+    plain = LeanDupeFilter(server, "demo:dupefilter", capacity=1000)  # a forget without
+    assert forget_requests([plain], [URLS[3]]) == [True]  # DUPEFILTER_LIFETIME set
+
+
 def test_each_fingerprint_is_forgotten_in_its_lane(server):
     lanes = [RFPDupeFilter(server, f"demo:dupefilter:{n}") for n in range(3)]
     for url in URLS:
@@ -128,3 +139,17 @@ def test_a_running_worker_drops_what_it_remembers_once_urls_are_forgotten(
     assert scheduler.enqueue_request(Request(URLS[0])) is True
     scheduler.send_enqueued()
     assert scheduler.next_request().url == URLS[0]
+
+
+def test_a_split_crawl_queued_per_slot_forgets_in_each_slots_lane(settings_dict, schedulers):
+    from scrapy_redis.fleet.forget import crawl_slot_of
+
+    settings = {**settings_dict, "SCHEDULER_FLEET_LIMITS": True, "SCHEDULER_SHARDS": 4}
+    scheduler = schedulers(settings)
+    urls = [f"http://h{n}.test/{n}" for n in range(12)]
+    for url in urls:
+        scheduler.enqueue_request(Request(url))
+    assert scheduler.send_enqueued()
+    slot_of = crawl_slot_of(scheduler.spider.crawler.settings, scheduler.spider)
+    assert slot_of is not None
+    assert forget_requests(scheduler.queue.filters, urls, slot_of) == [True] * len(urls)

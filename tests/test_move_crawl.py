@@ -4,6 +4,7 @@ what the move refuses."""
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from scrapy import Request
@@ -125,3 +126,73 @@ def test_a_named_key_on_the_target_is_refused_before_anything_moves(
         source.close("finished")
         source.stop_timers()
     assert [key for key in cluster.keys("*") if b"requests" in key] == []
+
+
+def test_requests_due_later_move_into_their_slots_lanes_on_the_cluster(
+    redis_url, server, redis_cluster, cluster, schedulers, capsys
+):
+    """A kept crawl (no fleet limits) with requests due later, moved into a cluster whose
+    workers queue per download slot: each due request waits in its slot's lane, and
+    comes due there by the cluster's clock."""
+    scheduler = open_scheduler(settings(redis_url))
+    hosts = [f"http://h{n}.test/" for n in range(9)]
+    for url in hosts:
+        scheduler.enqueue_request(Request(url, meta={"due_in": 1}))
+    scheduler.enqueue_request(Request("http://h0.test/hour", meta={"due_in": 3600}))
+    assert scheduler.send_enqueued()
+    scheduler.close("shutdown")
+    scheduler.stop_timers()
+    fleet = ["-s", "SCHEDULER_FLEET_LIMITS=True"]
+    assert main([*args(redis_url, redis_cluster.url, "--delete-source"), *fleet]) == 0
+    assert "Moved 10 requests (10 due later)" in capsys.readouterr().out
+    assert server.keys("*") == []
+    target = schedulers({**settings(redis_cluster.url), "SCHEDULER_FLEET_LIMITS": True})
+    due = target._parts.buffer.due
+    assert len(due.keys) == 3 and sum(cluster.zcard(key) for key in due.keys) == 10
+    for lane, key in enumerate(due.keys):  # each in its slot's lane
+        assert all(due.lane_of_member(member) == lane for member in cluster.zrange(key, 0, -1))
+    deadline = time.monotonic() + 30
+    fetched: list[str] = []
+    while len(fetched) < len(hosts):
+        assert time.monotonic() < deadline, fetched
+        fetched += [r.url for r in iter(target.next_request, None)]
+        time.sleep(0.05)
+    assert sorted(fetched) == sorted(hosts)
+    assert sum(cluster.zcard(key) for key in due.keys) == 1  # the one due in an hour
+    target.flush()
+
+
+def test_a_kept_crawl_moves_into_slot_lanes_each_slot_in_one_lane_its_pages_known(
+    redis_url, server, redis_cluster, cluster, schedulers, capsys
+):
+    """Into a cluster whose workers queue per download slot: the scheduler keeps a slot's
+    requests, and their fingerprints, in the slot's lane; a move must too."""
+    from scrapy_redis.politeness.queue import member_slot
+
+    scheduler = open_scheduler(settings(redis_url))
+    crawled = [f"http://h{n % 6}.test/done/{n}" for n in range(30)]
+    queued = [f"http://h{n % 6}.test/{n}" for n in range(30)]
+    for url in crawled:
+        scheduler.enqueue_request(Request(url, priority=5))
+    for url in queued:
+        scheduler.enqueue_request(Request(url))
+    assert scheduler.send_enqueued()
+    assert len([scheduler.next_request() for _ in crawled]) == len(crawled)  # priority 5
+    scheduler.close("shutdown")
+    scheduler.stop_timers()
+    server.delete(*server.keys("demo:requests*"))  # what the crawl fetched is gone
+    for url in queued:  # (queued again: the fingerprints stay)
+        scheduler.queue.push(Request(url))
+    fleet = ["-s", "SCHEDULER_FLEET_LIMITS=True"]
+    assert main([*args(redis_url, redis_cluster.url, "--delete-source"), *fleet]) == 0
+    target = schedulers({**settings(redis_cluster.url), "SCHEDULER_FLEET_LIMITS": True})
+    lanes_of: dict[str, set[int]] = {}
+    for number, lane in enumerate(target.queue.lanes):
+        for member in cluster.zrange(lane.slot_keys[0], 0, -1):
+            lanes_of.setdefault(member_slot(member), set()).add(number)
+    assert len(lanes_of) == 6 and all(len(lanes) == 1 for lanes in lanes_of.values())
+    for url in crawled:
+        target.enqueue_request(Request(url))
+    assert target.send_enqueued()
+    assert target.stats.get_value("dupefilter/filtered") == len(crawled)  # known in any lane
+    target.flush()

@@ -112,6 +112,51 @@ def _per_slot(statuses: Sequence[Status], field: str) -> list[Any]:
     ]
 
 
+#: Requests due later and fingerprints that expire (fleet/later.py): (name, part of the
+#: status, field, help).
+_LATER_GAUGES = [
+    ("scrapy_redis_due_later", "due_later", "count", "Requests due later (in <queue>:due)."),
+    ("scrapy_redis_due_now", "due_later", "due_now", "Requests due later that are due now."),
+    ("scrapy_redis_due_next_seconds", "due_later", "next_due_in",
+     "Seconds until the next request due later is due (server clock)."),
+    ("scrapy_redis_fingerprints_alive", "expiring", "alive",
+     "Fingerprints alive in a filter whose fingerprints expire (DUPEFILTER_LIFETIME)."),
+    ("scrapy_redis_fingerprints_expiring_soon", "expiring", "expiring_soon",
+     "Fingerprints that expire within the next hour."),
+    ("scrapy_redis_fingerprints_forever", "expiring", "forever",
+     "Fingerprints kept forever (the set filter's sorted set)."),
+    ("scrapy_redis_fingerprints_expired", "expiring", "expired",
+     "Fingerprints expired but not removed yet (the set filter's sorted set)."),
+]  # fmt: skip
+
+
+def _later(part: str, field: str) -> Callable[[Status], Any]:
+    return lambda status: (status.get(part) or {}).get(field)
+
+
+def _per_generation(statuses: Sequence[Status], field: str) -> list[Any]:
+    """A lean filter's live generations of fingerprints that expire."""
+    return [
+        ({"spider": status["spider"], "generation": str(gen["generation"])}, gen.get(field))
+        for status in statuses
+        for gen in (status.get("expiring") or {}).get("generations", [])
+    ]
+
+
+def _later_lines(statuses: Sequence[Status]) -> list[str]:
+    lines: list[str] = []
+    for name, part, field, help_text in _LATER_GAUGES:
+        lines += _family(name, "gauge", help_text, _per_crawl(statuses, _later(part, field)))
+    held = _per_generation(statuses, "fingerprints")
+    help_text = "Fingerprints in a live generation of a lean filter (estimated from a sample)."
+    lines += _family("scrapy_redis_fingerprint_generation_size", "gauge", help_text, held)
+    ends = _per_generation(statuses, "expires_in")
+    name = "scrapy_redis_fingerprint_generation_expires_seconds"
+    help_text = "Seconds until a lean filter's generation expires whole."
+    lines += _family(name, "gauge", help_text, ends)
+    return lines
+
+
 def render(statuses: Sequence[Status]) -> str:
     """The exposition of ``statuses`` (a list of ``CrawlStatus.to_json()``)."""
     lines: list[str] = []
@@ -127,6 +172,7 @@ def render(statuses: Sequence[Status]) -> str:
         lines += _family(name, "gauge", help_text, _per_slot(statuses, field))
     slot_starts = _per_slot(statuses, "starts")
     lines += _family("scrapy_redis_slot_starts_total", "counter", "Downloads started.", slot_starts)
+    lines += _later_lines(statuses)
     return "\n".join(lines) + "\n"
 
 

@@ -243,6 +243,7 @@ class LeanDupeFilter(LeanExpiry, RFPDupeFilter):
         layout = self.layout
         bucket, member = layout.locate(fingerprint)
         keys = [self.meta_key, layout.bucket_key(self.bucket_base, bucket)]
+        keys += self.generation_keys_of(bucket)  # fingerprints that expire (DUPEFILTER_LIFETIME)
         return bool(script("lean_forget")(self.server, keys, [member]))
 
     def clear(self) -> None:

@@ -128,6 +128,22 @@ class LeanExpiry:
             self._generations = generations_for(self.layout, stored)
         return self._generations
 
+    def generation_keys_of(self, bucket: int) -> list[str]:
+        """The keys of ``bucket`` in every generation that may be live now (a forget, see
+        lean.py): none if no lifetime is stored with the filter (whatever this process's
+        DUPEFILTER_LIFETIME: ``scrapy redis forget`` may run without it)."""
+        try:
+            stored = int(self.server.hget(self.meta_key, "lifetime_ms") or 0)
+        except ValueError:  # not what a worker writes: no generations to look in
+            stored = 0
+        if stored <= 0:
+            return []
+        generations = generations_for(self.layout, stored)
+        if self._clock is None:
+            self._clock = ServerClock(self.server)
+        k0 = self._clock.now_ms() // generations.span_ms  # (live: k0 + 1 .. k0 + G + 1)
+        return generations.keys(self.bucket_base, [bucket], k0)
+
     def expiring_members(self, candidates: Sequence[Candidate]) -> SeenExpiring:
         """The push script's part for ``candidates`` (``lua/_lean_expiry.lua``)."""
         fingerprints = [c.fingerprint for c in candidates if c.fingerprint is not None]

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from scrapy_redis.fleet.later import duration
 from scrapy_redis.metrics.worker import RATE_WINDOW
 from scrapy_redis.store.keys import invalid_entries_key
 
@@ -115,6 +116,31 @@ def _invalid_entries(status: CrawlStatus, keys: CrawlKeys) -> str | None:
     )
 
 
+def _due_later(status: CrawlStatus, keys: CrawlKeys) -> str | None:
+    """Nothing to fetch now, but requests are due later (fleet/later.py)."""
+    due = status.due_later
+    if not due or not due["count"] or status.queued or status.leased:
+        return None
+    if due["due_now"] and not status.workers_alive:
+        return (
+            f"{due['due_now']} requests due later are due, but no worker is alive to move "
+            f"them into the queue: start one with `scrapy crawl {status.spider}`"
+        )
+    if due["due_now"]:
+        return None  # a live worker moves them within a second
+    then = (
+        "workers stay open for those due within MAX_IDLE_TIME_BEFORE_CLOSE"
+        if status.workers_alive
+        else f"no worker is alive: start one by then with `scrapy crawl {status.spider}`"
+    )
+    later = due["next_due_in"]  # (None: due at +inf, which anyone may write)
+    when = "never" if later is None else f"in {duration(later)}"
+    return (
+        f"nothing to fetch now: {due['count']} requests are due later, the next {when} "
+        f"(by the Redis server's clock); {then}"
+    )
+
+
 def _idle_with_work(status: CrawlStatus, keys: CrawlKeys) -> str | None:
     # Only workers whose own stats say they fetched nothing for a whole rate window (a
     # worker that has not written its rate yet, keeps no per-worker stats, or started
@@ -168,6 +194,7 @@ RULES: list[Rule] = [
     _leased_elsewhere,
     _start_unread,
     _invalid_entries,
+    _due_later,
     _idle_with_work,
     shared_delay,  # (not a cause of idling: a warning, when nothing else is wrong)
 ]

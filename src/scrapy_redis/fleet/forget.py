@@ -14,7 +14,7 @@ links they met (SCHEDULER_SEEN_CACHE_SIZE), drop that memory when they see it ch
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from scrapy import Request
@@ -22,7 +22,9 @@ from scrapy import Request
 from scrapy_redis.connection import is_cluster
 from scrapy_redis.dupefilters.bloom import BloomDupeFilter, BloomForgetError
 from scrapy_redis.exceptions import ScrapyRedisError
-from scrapy_redis.queue import Candidate
+from scrapy_redis.politeness.limits import SlotLimits
+from scrapy_redis.politeness.setup import fleet_limits_on
+from scrapy_redis.queue import Candidate, Entry
 from scrapy_redis.scheduling.lanes import lane_of
 from scrapy_redis.store.keys import forgotten_key
 
@@ -36,17 +38,23 @@ BLOOM_ADVICE = (
 )
 
 
-def forget_requests(filters: Sequence[Any], requests: Iterable[Request | str]) -> list[bool]:
+def forget_requests(
+    filters: Sequence[Any],
+    requests: Iterable[Request | str],
+    slot_of: Callable[[Request], str] | None = None,
+) -> list[bool]:
     """Forget ``requests`` (a URL stands for a GET request of it) in a crawl's duplicate
     filter: ``filters`` is its one filter, or the filter of each lane in lane order (as
-    the scheduler builds them). For each request, whether its fingerprint was recorded.
-    BloomForgetError for a Bloom filter, ScrapyRedisError for a filter of another kind."""
+    the scheduler builds them); ``slot_of``: with SCHEDULER_FLEET_LIMITS, a request's
+    download slot, which picks its lane (see :func:`crawl_slot_of`). For each request,
+    whether its fingerprint was recorded. BloomForgetError for a Bloom filter,
+    ScrapyRedisError for a filter of another kind."""
     _check(filters)
     wanted = [Request(r) if isinstance(r, str) else r for r in requests]
     fingerprints = [filters[0].request_fingerprint(request) for request in wanted]
     by_lane: dict[int, list[int]] = {}
     for index, fingerprint in enumerate(fingerprints):
-        lane = lane_of(Candidate(fingerprint, None), len(filters)) if len(filters) > 1 else 0
+        lane = _lane(fingerprint, wanted[index], len(filters), slot_of)
         by_lane.setdefault(lane, []).append(index)
     found = [False] * len(wanted)
     for lane, indexes in by_lane.items():
@@ -58,6 +66,21 @@ def forget_requests(filters: Sequence[Any], requests: Iterable[Request | str]) -
             server = dupefilter.server
             server.incr(forgotten_key(dupefilter.key, is_cluster(server)))
     return found
+
+
+def crawl_slot_of(settings: Any, spider: Any) -> Callable[[Request], str] | None:
+    """With SCHEDULER_FLEET_LIMITS, a split crawl keeps a request's fingerprint in the lane
+    of its download slot: the slot of a request as the workers compute it; else None."""
+    return SlotLimits(settings, spider).slot_of if fleet_limits_on(settings) else None
+
+
+def _lane(
+    fingerprint: str, request: Request, lanes: int, slot_of: Callable[[Request], str] | None
+) -> int:
+    if lanes == 1:
+        return 0
+    entry = Entry(b"", slot=slot_of(request)) if slot_of is not None else None
+    return lane_of(Candidate(fingerprint, entry), lanes)
 
 
 def _check(filters: Sequence[Any]) -> None:

@@ -16,8 +16,16 @@ What moves:
   its lease expires), pushed into the target's lanes, then released; the target
   marks the entries of a batch not yet released (``lua/move_push.lua``), so that a
   move run again after a stop pushes none of them twice;
+* the requests due later (``<queue>:due``, see scheduling/due.py), in batches too: each
+  due after the time it had left on the source, by the target's clock (the same time
+  when the two servers' clocks agree), into the target's requests due later (per
+  slot's lane with SCHEDULER_FLEET_LIMITS); pushed before they are removed from the
+  source, and marked on the target until then (``lua/move_due_push.lua``), so that a
+  move stopped half-way and run again pushes none twice;
 * the fingerprints of the default filter's set, into the target's filter (any
-  DUPEFILTER_CLASS of scrapy-redis); a lean or Bloom filter cannot list its
+  DUPEFILTER_CLASS of scrapy-redis; into every lane of a target split into lanes with
+  SCHEDULER_FLEET_LIMITS, where a fingerprint is kept in its request's slot's lane,
+  which the fingerprint alone does not tell); a lean or Bloom filter cannot list its
   fingerprints: moving such a crawl is refused unless ``--without-fingerprints``
   (then pages already crawled may be crawled again);
 * the start key (REDIS_START_URLS_KEY), the items list (REDIS_ITEMS_KEY) and the
@@ -44,6 +52,7 @@ from scrapy_redis.dupefilters.migrate import project_settings, record_batch, sou
 from scrapy_redis.exceptions import ConfigurationError, ScrapyRedisError
 from scrapy_redis.queue import Candidate, Entry, FifoQueue, LifoQueue, PriorityQueue
 from scrapy_redis.queues.leases import LeaseBook
+from scrapy_redis.scheduling.due import DueRequests, due_requests
 from scrapy_redis.scheduling.lanes import LanedQueue, lane_of
 from scrapy_redis.store.keys import due_key, format_key, moving_key, priority_list_key, workers_key
 from scrapy_redis.store.scripts import script
@@ -63,6 +72,8 @@ class Moved:
     """What a move did."""
 
     requests: int = 0
+    #: Of those, the requests due later.
+    due: int = 0
     fingerprints: int = 0
     keys: list[str] = field(default_factory=list)
 
@@ -74,7 +85,8 @@ def move(source: Any, target: Any, *, fingerprints: bool = True, force: bool = F
     moved = Moved()
     if fingerprints:
         moved.fingerprints = move_fingerprints(source, target)
-    moved.requests = move_requests(source, target)
+    moved.due = move_due(source, target)
+    moved.requests = moved.due + move_requests(source, target)
     return moved
 
 
@@ -86,11 +98,11 @@ def check_movable(source: Any, target: Any, fingerprints: bool, force: bool) -> 
             "and one filter (SCHEDULER_SHARDS = 1)."
         )
     due = due_key(source.queue.key, is_cluster(source.server))
-    if waiting := source.server.zcard(due):
+    if (waiting := source.server.zcard(due)) and _target_due(target) is None:
         raise MoveRefusedError(
-            f"{waiting} requests of the source crawl are due later ({due}): moving them is "
-            "not supported yet. Let them come due and be crawled, or purge them "
-            "(scrapy redis purge SPIDER --queue), then move again."
+            f"{waiting} requests of the source crawl are due later ({due}), but the "
+            "target's SCHEDULER_QUEUE_CLASS keeps none (use one of scrapy_redis.queue's), "
+            "or purge them (scrapy redis purge SPIDER --queue), then move again."
         )
     registry = workers_key(source.queue.key, is_cluster(source.server))
     others = [
@@ -130,16 +142,27 @@ def _count(dupefilter: Any) -> int:
 def move_fingerprints(source: Any, target: Any) -> int:
     """Copy the source set's fingerprints into the target's filter (lane by lane)."""
     filters = getattr(target.queue, "filters", None) or [target.df]
+    lanes = getattr(target.queue, "lanes", None) or [target.queue]
+    # Queued per download slot, a split crawl keeps a fingerprint in its slot's lane,
+    # which a fingerprint alone does not tell: it goes into every lane.
+    everywhere = len(filters) > 1 and getattr(lanes[0], "paced_by_the_fleet", False)
     copied = 0
     for batch in source_batches(source.server, source.df.key, 1000):
         groups: dict[int, list[str]] = {}
         for fingerprint in batch:
-            lane = lane_of(Candidate(fingerprint, None), len(filters))
-            groups.setdefault(lane, []).append(fingerprint)
+            for lane in _fingerprint_lanes(fingerprint, len(filters), everywhere):
+                groups.setdefault(lane, []).append(fingerprint)
         for lane, fingerprints in groups.items():
             record_batch(target.server, filters[lane], fingerprints)
         copied += len(batch)
     return copied
+
+
+def _fingerprint_lanes(fingerprint: str, lanes: int, everywhere: bool) -> range:
+    if everywhere:
+        return range(lanes)
+    lane = lane_of(Candidate(fingerprint, None), lanes)
+    return range(lane, lane + 1)
 
 
 def move_requests(source: Any, target: Any) -> int:
@@ -174,6 +197,39 @@ def move_requests(source: Any, target: Any) -> int:
             _confirm(lanes[lane], group)
     cluster = is_cluster(target.server)
     target.server.unlink(*(moving_key(lane.key, cluster) for lane in lanes))
+    return moved
+
+
+def _target_due(target: Any) -> DueRequests | None:
+    """Where the target keeps requests due later (None: its queue class keeps none)."""
+    return due_requests(target.queue, target.df, "", lambda: 0.0)
+
+
+def move_due(source: Any, target: Any) -> int:
+    """Move the source's requests due later into the target's, a batch at a time: each
+    batch pushed (marked on the target), removed from the source, then confirmed; how
+    many were pushed."""
+    due = _target_due(target)
+    key = due_key(source.queue.key, is_cluster(source.server))
+    if due is None or not source.server.exists(key):
+        return 0
+    moved = 0
+    while batch := source.server.zrange(key, 0, BATCH - 1, withscores=True):
+        seconds, micros = source.server.time()
+        now_ms = seconds * 1000 + micros // 1000
+        groups: dict[int, list[Any]] = {}
+        for member, score in batch:
+            left = min(max(0.0, score - now_ms), 1e15)  # (+inf: never due, kept so)
+            groups.setdefault(due.lane_of_member(member), []).extend([int(left), member])
+        for lane, args in groups.items():
+            keys = [moving_key(due.queues[lane].key, is_cluster(target.server)), due.keys[lane]]
+            moved += int(script("move_due_push")(target.server, keys, args))
+        source.server.zrem(key, *(member for member, _ in batch))
+        for lane, args in groups.items():
+            queue = due.queues[lane]
+            digests = [hashlib.sha1(member).hexdigest() for member in args[1::2]]
+            keys = [moving_key(queue.key, is_cluster(queue.server))]
+            script("move_confirm")(queue.server, keys, digests)
     return moved
 
 
@@ -295,7 +351,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         for scheduler in (source, target):
             scheduler.close("finished")
     print(
-        f"Moved {moved.requests} requests and {moved.fingerprints} fingerprints of "
+        f"Moved {moved.requests} requests{f' ({moved.due} due later)' if moved.due else ''} "
+        f"and {moved.fingerprints} fingerprints of "
         f"{args.spider}; copied {', '.join(moved.keys) or 'no other key'}."
     )
     if args.delete_source:

@@ -64,6 +64,10 @@ class CrawlStatus:
     start_set_aside: int = 0
     #: Fingerprints in the duplicate filter (None: a filter this view cannot count).
     fingerprints: int | None = None
+    #: Requests due later (fleet/later.py: count, due_now, next_due_at, next_due_in).
+    due_later: dict[str, Any] | None = None
+    #: Fingerprints that expire (DUPEFILTER_LIFETIME, fleet/later.py); None: none do.
+    expiring: dict[str, Any] | None = None
     #: Items in RedisPipeline's list (None: no such list).
     items: int | None = None
     workers: list[WorkerStatus] = field(default_factory=list)

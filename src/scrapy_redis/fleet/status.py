@@ -19,6 +19,7 @@ from scrapy.utils.misc import load_object
 from scrapy_redis.connection import describe_server
 from scrapy_redis.fleet.crawl_keys import CrawlKeys, crawl_keys
 from scrapy_redis.fleet.diagnosis import diagnose
+from scrapy_redis.fleet.later import due_later, expiring
 from scrapy_redis.fleet.queue_lengths import queue_lengths
 from scrapy_redis.fleet.snapshot import CrawlStatus, WorkerStatus
 from scrapy_redis.metrics.values import decode_value
@@ -88,6 +89,7 @@ def crawl_status(
     _read_start_keys(reader, keys, status, now)
     _read_worker_stats(reader, keys, status)
     status.fingerprints = _fingerprints(reader, keys) if keys.queue_keys else None
+    _read_later(reader, keys, status, now)
     status.items = _items(reader, keys.items_key)
     status.stats = _decoded_hash(reader, keys.stats_key)
     status.start_invalid = _stat_count(reader, keys.stats_key, status.stats)
@@ -123,6 +125,13 @@ def _read_queue(reader: Reader, keys: CrawlKeys, status: CrawlStatus, now: float
         status.dead_letters += reader.llen(dead_letters_key(queue_key, keys.cluster))
     if keys.queue_class_name == "PriorityQueue" or by_priority:
         status.queued_by_priority = dict(sorted(by_priority.items(), reverse=True))
+
+
+def _read_later(reader: Reader, keys: CrawlKeys, status: CrawlStatus, now: float) -> None:
+    """The requests due later and the fingerprints that expire (fleet/later.py)."""
+    if keys.queue_keys:
+        status.due_later = due_later(reader, keys.queue_keys, keys.cluster, now)
+        status.expiring = expiring(reader, keys.filter_keys, keys.cluster, now)
 
 
 def _read_start_keys(reader: Reader, keys: CrawlKeys, status: CrawlStatus, now: float) -> None:

@@ -9,7 +9,9 @@ the server adds the delay to its own clock). Every worker moves what is due into
 :data:`POLL` seconds, when it finds the queue empty (as often at most), and on its
 heartbeat. A crawl with requests due within MAX_IDLE_TIME_BEFORE_CLOSE is
 not idle. Our queue classes only (FifoQueue, LifoQueue, PriorityQueue; a split crawl's
-first lane).
+first lane). Queued per download slot (SCHEDULER_FLEET_LIMITS), a member also holds the
+request's slot, and a due request joins its slot's queue (``due_promote_slots.lua``)
+under the slot's limits; a split crawl keeps them per lane (a slot is in one lane).
 """
 
 from __future__ import annotations
@@ -23,11 +25,11 @@ import msgpack  # type: ignore[import-untyped]
 from twisted.internet import task
 
 from scrapy_redis.exceptions import UnserializableRequestError
-from scrapy_redis.queues.base import Candidate
+from scrapy_redis.queues.base import Candidate, Entry
 from scrapy_redis.queues.lists import _ListQueue
 from scrapy_redis.queues.priority import PriorityQueue
 from scrapy_redis.scheduling.lanes import lane_of
-from scrapy_redis.store.keys import due_key, priority_list_key
+from scrapy_redis.store.keys import due_key, invalid_entries_key, priority_list_key
 from scrapy_redis.store.scripts import script
 
 if TYPE_CHECKING:
@@ -55,14 +57,19 @@ class DueRequests:
     """One scheduler's requests due later, on ``queue`` (see the module)."""
 
     def __init__(
-        self, queue: Any, filters: list[Any], news: tuple[str, str], clock: Callable[[], float]
+        self, queues: list[Any], filters: list[Any], news: str, clock: Callable[[], float]
     ) -> None:
-        self.queue = queue
+        #: The queues keeping requests due later: one, or every lane queued per slot.
+        self.queues = queues
+        self.queue = queues[0]
         #: The crawl's filter, or its lanes' (a fingerprint is checked in its lane's).
         self.filters = filters
-        self.server = queue.server
-        self.key = due_key(queue.key, queue.on_cluster)
-        self.news = news
+        self.server = self.queue.server
+        #: Each queue's ``<queue key>:due``.
+        self.keys = [due_key(queue.key, queue.on_cluster) for queue in queues]
+        self.key = self.keys[0]
+        self.news = [tuple(queue.news_args(news)) for queue in queues]
+        self.per_slot = bool(getattr(self.queue, "paced_by_the_fleet", False))
         self.clock = clock
         self._looked = clock()  # the first look a poll from now (not in every short run)
         self._loop: task.LoopingCall | None = None
@@ -91,23 +98,25 @@ class DueRequests:
         except UnserializableRequestError:
             return None
         if not request.dont_filter:
-            dupefilter = self._filter_of(request)
+            dupefilter = self._filter_of(request, entry)
             if dupefilter.request_seen(request):
                 dupefilter.log(request, self.queue.spider)
                 return False
         delay_ms = max(0, round(float(request.meta[META_KEY]) * 1000))
-        member = msgpack.packb(
-            [entry.priority, random.getrandbits(62), entry.data], use_bin_type=False
-        )
-        script("due_add")(self.server, [self.key], [delay_ms, member])
+        fields = [entry.priority, random.getrandbits(62), entry.data]
+        if entry.slot is not None:  # queued per download slot: it keeps its slot
+            fields.append(entry.slot)
+        member = msgpack.packb(fields, use_bin_type=False)
+        lane = lane_of(Candidate(None, entry), len(self.queues)) if self.per_slot else 0
+        script("due_add")(self.server, [self.keys[lane]], [delay_ms, member])
         self._looked = -POLL  # look again soon: it may be due at once
         return True
 
-    def _filter_of(self, request: Request) -> Any:
+    def _filter_of(self, request: Request, entry: Any) -> Any:
         if len(self.filters) == 1:
             return self.filters[0]
         fingerprint = self.filters[0].request_fingerprint(request)
-        return self.filters[lane_of(Candidate(fingerprint, None), len(self.filters))]
+        return self.filters[lane_of(Candidate(fingerprint, entry), len(self.filters))]
 
     def promote(self, now: bool = False) -> int:
         """Move what is due into the queue (at most every :data:`POLL` seconds unless
@@ -115,31 +124,100 @@ class DueRequests:
         if not now and self.clock() - self._looked < POLL:
             return 0
         self._looked = self.clock()
-        members, _ = script("due_ready")(self.server, [self.key], [BATCH, 0])
-        if not members:
-            return 0
-        return int(self._move(list(members)))
+        moved = 0
+        for lane, key in enumerate(self.keys):
+            members, _ = script("due_ready")(self.server, [key], [BATCH, 0])
+            readable = [member for member in members if _readable(member)]
+            if len(readable) < len(members):
+                self._set_aside(lane, [m for m in members if m not in readable])
+            if readable:
+                moved += int(self._move(lane, readable))
+        return moved
 
-    def _move(self, members: list[bytes]) -> Any:
-        if not isinstance(self.queue, PriorityQueue):
+    def _set_aside(self, lane: int, members: list[bytes]) -> None:
+        """Members that are not requests due later (read from Redis: anyone may write
+        there) into the queue's entries set aside (``due_set_aside.lua``)."""
+        queue = self.queues[lane]
+        invalid = invalid_entries_key(queue.key, queue.on_cluster)
+        script("due_set_aside")(self.server, [self.keys[lane], invalid], members)
+        logger.warning(
+            "%(count)d entries of %(key)s are not requests due later: set aside in "
+            "%(invalid)s (scrapy redis requeue --invalid puts them in the queue)",
+            {"count": len(members), "key": self.keys[lane], "invalid": invalid},
+            extra={"spider": queue.spider},
+        )
+
+    def _move(self, lane: int, members: list[bytes]) -> Any:
+        queue, key, news = self.queues[lane], self.keys[lane], self.news[lane]
+        if self.per_slot:
+            return self._move_to_slots(queue, key, news, members)
+        if not isinstance(queue, PriorityQueue):
             args = [part for member in members for part in (member, 0)]
-            keys = [self.key, self.queue.key]
-            return script("due_promote")(self.server, keys, ["list", *self.news, *args])
+            return script("due_promote")(self.server, [key, queue.key], ["list", *news, *args])
         lists: dict[int, int] = {}
         args = []
         for member in members:
             priority = int(msgpack.unpackb(member, raw=True)[0])
             args += [member, lists.setdefault(priority, len(lists) + 1)]
-        on_cluster = self.queue.on_cluster
-        keys = [self.key, self.queue.key]
-        keys += [priority_list_key(self.queue.key, p, on_cluster) for p in lists]
-        return script("due_promote")(self.server, keys, ["priority", *self.news, *args])
+        keys = [key, queue.key]
+        keys += [priority_list_key(queue.key, p, queue.on_cluster) for p in lists]
+        return script("due_promote")(self.server, keys, ["priority", *news, *args])
+
+    @staticmethod
+    def _move_to_slots(queue: Any, key: str, news: tuple[str, ...], members: list[bytes]) -> Any:
+        """Due members into their slots' queues (``due_promote_slots.lua``)."""
+        args: list[Any] = []
+        for member in members:
+            args += [member, _slot_of(queue, member)]
+        conf = queue._conf({args[i] for i in range(1, len(args), 2)})
+        keys = [key, *queue.slot_keys]
+        return script("due_promote_slots")(queue.server, keys, [*news, conf, *args])
+
+    def lane_of_member(self, member: bytes) -> int:
+        """The number of the queue (in :attr:`queues`) keeping the due ``member``: its
+        slot's lane when queued per slot, else the first (a move, see move_crawl.py; a
+        member that is no request due later too: the workers set it aside)."""
+        if not self.per_slot or len(self.queues) == 1 or not _readable(member):
+            return 0
+        slot = _slot_of(self.queue, member)
+        return lane_of(Candidate(None, Entry(b"", slot=slot)), len(self.queues))
 
     def pending_within(self, seconds: float) -> bool:
         """Whether a request is due within ``seconds`` (any, if 0) by the server's clock."""
         window = max(1, round(seconds * 1000)) if seconds else 0
-        _, soon = script("due_ready")(self.server, [self.key], [0, window])
-        return bool(soon)
+        for key in self.keys:
+            _, soon = script("due_ready")(self.server, [key], [0, window])
+            if soon:
+                return True
+        return False
+
+
+def _readable(member: bytes) -> bool:
+    """Whether ``member`` is what due_add.lua stores: msgpack {priority, a random
+    number, the serialized request[, its slot]}."""
+    try:
+        fields = msgpack.unpackb(member, raw=True)
+    except Exception:  # untrusted data: any error of the parser
+        return False
+    if not isinstance(fields, list) or len(fields) not in (3, 4):
+        return False
+    priority = fields[0]
+    if not isinstance(priority, int) or isinstance(priority, bool) or abs(priority) >= 2**47:
+        return False  # (beyond 2^47, Lua's numbers would not name its list exactly)
+    return all(isinstance(field, bytes) for field in fields[2:])
+
+
+def _slot_of(queue: Any, member: bytes) -> str:
+    """The download slot of a due member: the one it holds, else (put aside without
+    fleet-wide limits) its request's, or "" for a request that cannot be read (its pop
+    sets it aside as any undecodable entry)."""
+    fields = msgpack.unpackb(member, raw=True)
+    if len(fields) > 3 and isinstance(fields[3], bytes):
+        return str(fields[3].decode("utf-8", "replace"))
+    try:
+        return str(queue.limits.slot_of(queue._decode_request(fields[2])))
+    except Exception:  # untrusted data: never stops the others
+        return ""
 
 
 def due_requests(
@@ -147,10 +225,12 @@ def due_requests(
 ) -> DueRequests | None:
     """The requests due later of ``queue`` (a split crawl's: its first lane's), checked
     with ``dupefilter`` (or the lanes'); None for a queue class of one's own."""
-    lanes = getattr(queue, "lanes", None)
-    target = lanes[0] if lanes else queue
-    if not isinstance(target, (_ListQueue, PriorityQueue)):
+    lanes = list(getattr(queue, "lanes", None) or [queue])
+    if getattr(lanes[0], "paced_by_the_fleet", False):  # per slot: a slot in one lane
+        targets = lanes
+    elif isinstance(lanes[0], (_ListQueue, PriorityQueue)):
+        targets = lanes[:1]
+    else:
         return None
-    channel, how = target.news_args(news)
     filters = list(getattr(queue, "filters", None) or [dupefilter])
-    return DueRequests(target, filters, (channel, how), clock)
+    return DueRequests(targets, filters, news, clock)

@@ -194,14 +194,14 @@ class EnqueueBuffer:
         return len(self._unsent)
 
     def _due_unsupported(self) -> None:
-        """A request due later that this queue cannot keep (SCHEDULER_FLEET_LIMITS, a
-        queue class of one's own): queued now, counted, said once."""
+        """A request due later that this queue cannot keep (a queue class of one's
+        own): queued now, counted, said once."""
         self.context.counts.inc("scheduler/due/unsupported")
         if not self._due_unsupported_logged:
             self._due_unsupported_logged = True
             logger.warning(
                 "meta[%(key)r] is not supported by this queue (requests due later need "
-                "scrapy_redis.queue's queues, without SCHEDULER_FLEET_LIMITS): such "
+                "scrapy_redis.queue's queues, SCHEDULER_QUEUE_CLASS): such "
                 "requests are queued now (counted in scheduler/due/unsupported)",
                 {"key": DUE_META_KEY},
                 extra={"spider": self.context.spider},

@@ -105,7 +105,7 @@ class Parts:
         if isinstance(queue, LanedQueue):  # how many lanes: see lanes.py
             keys.append(lanes_key(queue.key, is_cluster(queue.server)))
         if self.buffer.due is not None:
-            keys.append(self.buffer.due.key)
+            keys += self.buffer.due.keys
         cluster = is_cluster(queue.server)
         forgotten = [forgotten_key(key, cluster) for key in self.filter_keys()]
         return keys + self.filter_keys() + forgotten
@@ -159,7 +159,8 @@ class Parts:
     def clear_due(self) -> None:
         """Delete the requests due later (the crawl is flushed)."""
         if self.buffer.due is not None:
-            self.context.queue.server.delete(self.buffer.due.key)
+            for key in self.buffer.due.keys:  # (one call each: lanes on a cluster)
+                self.context.queue.server.delete(key)
 
     def due_soon(self) -> bool:
         """Whether a request is due within MAX_IDLE_TIME_BEFORE_CLOSE (see due.py)."""

@@ -5,7 +5,8 @@ skipped). Its fingerprint is computed as the workers compute it (the project's s
 the spider's ``custom_settings``: REQUEST_FINGERPRINTER_CLASS, or the original's algorithm
 on the canonical URL) for a GET request of it, and removed from the crawl's duplicate
 filter: RFPDupeFilter's set (or sorted set, with DUPEFILTER_LIFETIME), LeanDupeFilter's
-buckets, in the lane that holds it when the crawl is split. A Bloom filter cannot forget
+buckets, in the lane that holds it when the crawl is split (with SCHEDULER_FLEET_LIMITS,
+the lane of the URL's download slot). A Bloom filter cannot forget
 (shared bits): the command says so, and what to do instead. Workers may run meanwhile.
 """
 
@@ -15,7 +16,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from scrapy_redis.commands.verbs._common import add_spider_arguments
-from scrapy_redis.fleet.forget import forget_requests
+from scrapy_redis.fleet.forget import crawl_slot_of, forget_requests
 
 if TYPE_CHECKING:
     import argparse
@@ -31,7 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, context: Context) -> int:
     crawl = context.crawl(args.spider, args.spider_args)
     urls = list(dict.fromkeys(_urls(args.urls, context)))
-    found = forget_requests(crawl.filters, urls)
+    found = forget_requests(crawl.filters, urls, crawl_slot_of(crawl.settings, crawl.spider))
     unknown = [url for url, was in zip(urls, found, strict=True) if not was]
     if args.json:
         context.json({"forgotten": len(urls) - len(unknown), "not_recorded": unknown})

@@ -2,7 +2,8 @@
 
 Per spider: the requests queued (per priority for the PriorityQueue) and leased (per
 worker; those under expired leases are their dead workers'), the start messages
-pending and leased, the entries set aside (invalid, dead letters), the fingerprints,
+pending and leased, the entries set aside (invalid, dead letters), the fingerprints
+(those that expire, with DUPEFILTER_LIFETIME), the requests due later,
 the items, the workers with their last heartbeat and pages per second, and one line
 of diagnosis when workers idle while work exists, and the Redis it was read from. What
 cannot be read (a key of another type, a value no worker writes) is listed as
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from redis.exceptions import NoPermissionError, ResponseError
 
 from scrapy_redis.exceptions import ScrapyRedisError
+from scrapy_redis.fleet.later import render_due, render_expiring
 from scrapy_redis.fleet.status import crawl_status, unreadable_status
 from scrapy_redis.politeness.report import render_slot
 from scrapy_redis.store.redis_values import printable
@@ -91,6 +93,19 @@ def _queue_lines(status: CrawlStatus) -> list[str]:
         lines.append(f"  priorities   {shown}{more}")
     lines.append(f"  set aside    {status.invalid:,} invalid, {status.dead_letters:,} dead letters")
     lines.append(f"  fingerprints {_count(status.fingerprints)}")
+    lines += _later_lines(status)
+    return lines
+
+
+def _later_lines(status: CrawlStatus) -> list[str]:
+    """Requests due later and fingerprints that expire (fleet/later.py)."""
+    lines = []
+    if status.due_later is not None:
+        lines.append(f"  due later    {render_due(status.due_later)}")
+    if status.expiring is not None:
+        first, *more = render_expiring(status.expiring)
+        lines.append(f"  expiring     {first}")
+        lines += [f"    {line}" for line in more]
     return lines
 
 

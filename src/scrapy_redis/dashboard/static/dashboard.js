@@ -95,6 +95,17 @@ function fillSlots(section, slots) {
   }));
 }
 
+// Requests due later and fingerprints that expire (DUPEFILTER_LIFETIME), when there are.
+function fillLater(section, status) {
+  const due = status.due_later || { count: 0 };
+  const expiring = status.expiring;
+  section.querySelector(".tiles.later").hidden = !due.count && !expiring;
+  setField(section, "due_later", due.count);
+  setField(section, "due_next", due.count ? (due.due_now ? "now" : age(due.next_due_in)) : null);
+  setField(section, "fingerprints_alive", expiring ? expiring.alive : null);
+  setField(section, "fingerprints_expiring", expiring ? expiring.expiring_soon : null);
+}
+
 function fillKeys(section, keys) {
   const select = section.querySelector("form.push select");
   if (select.dataset.keys === keys.join("\n")) return;
@@ -127,6 +138,7 @@ function render(status, time) {
     ? `Purge the queue (${crawl.alive} worker(s) alive)…` : "Purge the queue…";
   fillWorkers(section, status.workers);
   fillSlots(section, status.slots || []);
+  fillLater(section, status);
   fillKeys(section, status.start_keys);
   return section;
 }
