@@ -188,7 +188,8 @@ class RedisMixin:
         invalid: list[int] = []
         for position, data in enumerate(messages):
             made = self._requests_from_message(key, data)
-            if made is None:
+            encoding = self.redis_encoding or "utf-8"
+            if made is None or (made and not reader.recurs(key, data, made, encoding)):
                 invalid.append(position)
             else:
                 requests.extend(made)

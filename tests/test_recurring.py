@@ -1,0 +1,195 @@
+"""Recurring start messages (issue 27.3): the pop script claims a run once per interval
+across the fleet, a worker dying with it makes it due again, the spiders serve runs
+unfiltered, ``scrapy redis push --every`` / ``--cancel`` and ``status`` (real
+redis-server; the e2e test with real workers is in test_recurring_e2e.py)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from scrapy_redis.exceptions import InvalidStartMessageError
+from scrapy_redis.fleet.recurring import cancel_recurring, push_recurring
+from scrapy_redis.start.recurring import RecurringMessages, message_every, parse_every
+from scrapy_redis.store.scripts import script
+from test_spiders import make, urls
+
+START = "myspider:start_urls"
+URL = "https://example.com/feed"
+
+
+def server_ms(server) -> int:
+    seconds, micros = server.time()
+    return seconds * 1000 + micros // 1000
+
+
+def pop(server, worker: str = "w", count: int = 10, first: int = 1, timeout_ms: int = 60000):
+    """One call of the pop script, as a spider with the default start key makes it."""
+    recurring = RecurringMessages(server, START)
+    keys = [f"{START}:leases", f"{START}:lease_deadlines", START, *recurring.keys]
+    return script("pop_start_messages")(
+        server, keys, ["list", count, 0, timeout_ms, f"{worker}:", first, 1]
+    )
+
+
+@pytest.mark.parametrize(
+    ("given", "seconds"),
+    [(3600, 3600), (2.5, 2.5), ("90", 90), ("90s", 90), ("30m", 1800), ("1h", 3600), ("2D", 172800)],
+)
+def test_intervals(given, seconds):
+    assert parse_every(given) == seconds
+
+
+@pytest.mark.parametrize("given", [0, 0.5, -3, "1x", "", "h", True, None, [], float("inf")])
+def test_invalid_intervals_name_the_key(given):
+    with pytest.raises(InvalidStartMessageError, match="'every' must be seconds >= 1"):
+        parse_every(given)
+
+
+def test_which_messages_recur():
+    assert message_every(json.dumps({"url": URL, "every": "1h"})) == 3600
+    assert message_every(json.dumps({"url": URL})) is None
+    assert message_every(URL) is None
+    assert message_every(b"{not json") is None
+
+
+def test_a_due_message_is_claimed_once_and_its_next_run_set(server):
+    RecurringMessages(server, START).add([URL], every=2)
+    before = server_ms(server)
+    reply = pop(server, "w1")
+    assert reply == [2, URL.encode()]  # index: the start keys' count + 1
+    # its lease puts the run back if the worker dies; its next run is one interval on
+    assert server.hlen(f"{START}:leases") == 1
+    next_run = server.zscore(f"{START}:recurring", URL)
+    assert before + 2000 - 50 <= next_run <= before + 2000 + 50
+    # another worker polling now gets nothing: one run per interval across the fleet
+    assert pop(server, "w2") == [0]
+
+
+def test_a_late_run_keeps_the_schedule(server):
+    """Runs stay on the grid first run + n intervals: a run claimed late does not bring
+    the next one nearer, and runs missed while no worker polled are not caught up."""
+    recurring = RecurringMessages(server, START)
+    recurring.add([URL], every=10)
+    now = server_ms(server)
+    server.zadd(f"{START}:recurring", {URL: now - 35_000})  # 3.5 intervals late
+    assert pop(server) == [2, URL.encode()]
+    assert server.zscore(f"{START}:recurring", URL) == now - 35_000 + 40_000
+
+
+def test_a_worker_dying_with_a_run_makes_it_due_again(server):
+    from scrapy_redis.queues.leases import LeaseBook
+
+    RecurringMessages(server, START).add([URL], every=3600)
+    assert pop(server, "dead", timeout_ms=1) == [2, URL.encode()]
+    assert server.zscore(f"{START}:recurring", URL) > server_ms(server) + 3_000_000
+    deadline = time.monotonic() + 10
+    while server_ms(server) <= server.zscore(f"{START}:lease_deadlines", "dead:1"):
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    recovery = LeaseBook(server, START, "alive", 60).recover_expired()
+    assert recovery.requeued == 1
+    assert server.zscore(f"{START}:recurring", URL) <= server_ms(server)
+    assert pop(server, "alive") == [2, URL.encode()]
+
+
+def test_a_run_given_back_at_close_is_due_again_but_not_if_cancelled(server):
+    from scrapy_redis.queues.leases import LeaseBook
+
+    RecurringMessages(server, START).add([URL, URL + "2"], every=3600)
+    book = LeaseBook(server, START, "w", 60)
+    book.held.update({"w:1", "w:2"})
+    assert pop(server) == [2, URL.encode(), (URL + "2").encode()]
+    assert cancel_recurring(server, START, [URL + "2"]) == 1
+    assert book.give_back(["w:1", "w:2"]) == 2
+    assert server.zrange(f"{START}:recurring", 0, -1) == [URL.encode()]
+    assert server.zscore(f"{START}:recurring", URL) <= server_ms(server)
+
+
+def test_a_retried_pop_answers_the_runs_it_claimed(server):
+    RecurringMessages(server, START).add([URL], every=3600)
+    assert pop(server) == pop(server) == [2, URL.encode()]
+    assert server.hlen(f"{START}:leases") == 1
+
+
+def test_runs_come_before_the_start_key_and_alone(server):
+    server.rpush(START, "https://example.com/once")
+    RecurringMessages(server, START).add([URL], every=3600)
+    assert pop(server, first=1) == [2, URL.encode()]
+    assert pop(server, first=2) == [1, b"https://example.com/once"]
+
+
+def test_a_member_without_interval_is_dropped(server):
+    server.zadd(f"{START}:recurring", {URL: 0})  # written by hand
+    assert pop(server) == [0]
+    assert not server.exists(f"{START}:recurring")
+
+
+def test_adding_again_keeps_the_next_run_and_takes_the_interval(server):
+    recurring = RecurringMessages(server, START)
+    assert recurring.add([URL], every=60, first_in=30) == 1
+    next_run = server.zscore(f"{START}:recurring", URL)
+    assert recurring.add([URL], every=120) == 0
+    assert server.zscore(f"{START}:recurring", URL) == next_run
+    [listed] = recurring.listed()
+    assert (listed.message, listed.every) == (URL, 120)
+    assert listed.next_run == pytest.approx(next_run / 1000)
+    assert recurring.count() == 1 and recurring.next_run() == pytest.approx(next_run / 1000)
+
+
+# -- the spiders ----------------------------------------------------------------------------
+
+
+def test_a_spider_serves_runs_unfiltered_and_one_per_interval(settings_dict, server):
+    spider = make(settings_dict)
+    push_recurring(server, START, [URL], every=3600)
+    [request] = spider.next_requests()
+    assert request.url == URL and request.dont_filter
+    spider._ack_start_messages()
+    assert not server.exists(f"{START}:leases")
+    assert spider.next_requests() == []  # the next run is an hour away
+    assert spider.crawler.stats.get_value("redis/start_messages/recurring") == 1
+
+
+def test_a_message_asking_to_recur_is_served_and_recurs(settings_dict, server):
+    spider = make(settings_dict)
+    message = json.dumps({"url": URL, "every": "1h", "meta": {"a": 1}})
+    server.rpush(START, message)
+    [request] = spider.next_requests()
+    assert request.dont_filter and request.meta["a"] == 1
+    assert request.method == "GET"  # "every" is no form data
+    [listed] = RecurringMessages(server, START).listed()
+    assert (listed.message, listed.every) == (message, 3600)
+    assert listed.next_run > time.time() + 3500
+
+
+def test_a_message_with_a_bad_interval_is_set_aside(settings_dict, server):
+    spider = make(settings_dict)
+    server.rpush(START, json.dumps({"url": URL, "every": "soon"}), "https://example.com/ok")
+    assert urls(spider.next_requests()) == ["https://example.com/ok"]
+    assert server.llen(f"{START}:invalid") == 1
+    assert not server.exists(f"{START}:recurring")
+
+
+def test_a_recurring_message_no_longer_valid_stops_recurring(settings_dict, server):
+    spider = make(settings_dict)
+    bad = json.dumps({"url": URL, "callback": "gone"})
+    push_recurring(server, START, [bad], every=1)
+    assert spider.next_requests() == []
+    assert server.llen(f"{START}:invalid") == 1
+    assert not server.exists(f"{START}:recurring")
+
+
+def test_cancel_by_text_or_url(server):
+    message = json.dumps({"url": URL, "every": 60})
+    assert push_recurring(server, START, [message], every=None) == 1
+    assert push_recurring(server, START, ["https://example.com/b"], every=60) == 1
+    with pytest.raises(ValueError, match="has no 'every': give --every"):
+        push_recurring(server, START, ["https://example.com/c"], every=None)
+    assert RecurringMessages(server, START).count() == 2
+    assert cancel_recurring(server, START, [URL]) == 1
+    assert cancel_recurring(server, START, ["https://example.com/b"]) == 1
+    assert cancel_recurring(server, START, [URL]) == 0
+    assert not server.exists(f"{START}:recurring", f"{START}:recurring:every")
