@@ -36,7 +36,15 @@ def pop(server, worker: str = "w", count: int = 10, first: int = 1, timeout_ms: 
 
 @pytest.mark.parametrize(
     ("given", "seconds"),
-    [(3600, 3600), (2.5, 2.5), ("90", 90), ("90s", 90), ("30m", 1800), ("1h", 3600), ("2D", 172800)],
+    [
+        (3600, 3600),
+        (2.5, 2.5),
+        ("90", 90),
+        ("90s", 90),
+        ("30m", 1800),
+        ("1h", 3600),
+        ("2D", 172800),
+    ],
 )
 def test_intervals(given, seconds):
     assert parse_every(given) == seconds
@@ -193,3 +201,56 @@ def test_cancel_by_text_or_url(server):
     assert cancel_recurring(server, START, ["https://example.com/b"]) == 1
     assert cancel_recurring(server, START, [URL]) == 0
     assert not server.exists(f"{START}:recurring", f"{START}:recurring:every")
+
+
+# -- the command, as a user runs it -----------------------------------------------------------
+
+
+@pytest.fixture
+def project(tmp_path, redis_url, server):
+    from test_commands import write_project
+
+    return write_project(tmp_path, redis_url)
+
+
+def test_push_every_status_and_cancel(project, server):
+    made = project.run("push", "demo", "--every", "1h", "http://a.test/feed")
+    assert made.returncode == 0, made.stderr
+    assert made.stdout == "Made 1 message recurring for demo, first run due now.\n"
+    assert server.zscore("demo:start_urls:recurring", "http://a.test/feed") <= server_ms(server)
+    assert not server.exists("demo:start_urls")  # served from the recurring set only
+    own = json.dumps({"url": "http://a.test/sitemap", "every": "30m"})
+    assert project.json("push", "demo", own, "http://a.test/once") == {
+        "key": "demo:start_urls",
+        "pushed": 1,
+        "recurring": 1,
+        "refused": [],
+    }
+    server.zadd("demo:start_urls:recurring", {own: server_ms(server) + 90_000}, xx=True)
+    status = project.run("status", "demo").stdout
+    assert "  recurring    2 (next run first)\n" in status
+    assert "    due now      every 1h     http://a.test/feed\n" in status
+    assert f"    in 1m29s     every 30m    {own}\n" in status or "in 1m30s" in status
+    [listed] = [s for s in project.json("status", "demo")["spiders"]]
+    assert listed["recurring"] == 2
+    assert [one["every"] for one in listed["recurring_next"]] == [3600, 1800]
+
+    cancelled = project.run("push", "demo", "--cancel", "http://a.test/sitemap")
+    assert (cancelled.returncode, cancelled.stdout) == (0, "Stopped 1 message recurring.\n")
+    assert server.zrange("demo:start_urls:recurring", 0, -1) == [b"http://a.test/feed"]
+    none = project.run("push", "demo", "--cancel", "http://a.test/sitemap")
+    assert none.returncode == 1
+    assert none.stderr == "No recurring message matched (scrapy redis status lists them).\n"
+
+
+def test_push_refuses_a_bad_interval_in_one_line(project, server):
+    bad = project.run("push", "demo", "--every", "soon", "http://a.test/feed")
+    assert bad.returncode == 2, bad.stderr
+    assert bad.stderr.strip().splitlines() == [
+        "error: --every: it must be seconds >= 1 or a duration such as '30m', '1h', '2d', "
+        "not 'soon'"
+    ]
+    own = project.run("push", "demo", json.dumps({"url": "http://a.test/", "every": 0}))
+    assert own.returncode == 1
+    assert "'every' must be seconds >= 1" in own.stderr
+    assert not server.keys("demo:*")

@@ -120,9 +120,7 @@ def test_every_2_s_for_10_s_gives_5_or_6_runs_never_2_in_one_interval(
     assert served == len(fetches)
 
 
-def test_the_schedule_survives_workers_killed_and_started_again(
-    server, redis_url, tmp_path, site
-):
+def test_the_schedule_survives_workers_killed_and_started_again(server, redis_url, tmp_path, site):
     pushed = scrapy_redis(redis_url, "push", SPIDER, "--every", "2", site.url)
     assert pushed.returncode == 0, pushed.stderr
     first = start_worker(SPIDER, redis_url, tmp_path / "first.log", SETTINGS, DOMAIN)
@@ -135,9 +133,7 @@ def test_the_schedule_survives_workers_killed_and_started_again(
     assert server.zcard(f"{START_KEY}:recurring") == 1  # kept in Redis
     again = start_worker(SPIDER, redis_url, tmp_path / "again.log", SETTINGS, DOMAIN)
     try:
-        wait_until(
-            lambda: any(fetch > killed for fetch in site.times()), "a run after", [again]
-        )
+        wait_until(lambda: any(fetch > killed for fetch in site.times()), "a run after", [again])
         wait_until(lambda: len(site.times()) >= 4, "more runs", [again])
     finally:
         stop([again])

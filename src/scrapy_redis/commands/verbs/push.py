@@ -28,8 +28,8 @@ from scrapy_redis.commands.verbs._common import add_spider_arguments
 from scrapy_redis.core.logsafe import shorten
 from scrapy_redis.fleet.operations import MessageCheck, push_messages
 from scrapy_redis.fleet.recurring import cancel_recurring, has_every, push_recurring
-from scrapy_redis.start.recurring import EVERY_KEY, parse_every
 from scrapy_redis.start.messages import StartMessageRules
+from scrapy_redis.start.recurring import EVERY_KEY, parse_every
 
 if TYPE_CHECKING:
     import argparse
@@ -173,7 +173,8 @@ def _report(
 ) -> None:
     if args.json:
         invalid = [{"message": shorten(message), "reason": reason} for message, reason in refused]
-        context.json({"key": key, "pushed": pushed, "recurring": recurring, "refused": invalid})
+        made = {"recurring": recurring} if recurring else {}  # (the output before it)
+        context.json({"key": key, "pushed": pushed, **made, "refused": invalid})
         return
     if recurring and not pushed and not refused:
         return
