@@ -279,3 +279,32 @@ def test_status_and_metrics_count_them_and_give_the_next_run(settings_dict, serv
     [next_run] = [s for s in samples if s.startswith("scrapy_redis_recurring_next_run")]
     assert float(next_run.split()[-1]) == pytest.approx(status["recurring_next"][0]["next_run"])
     assert float(next_run.split()[-1]) == pytest.approx(time.time(), abs=5)
+
+
+# -- on a Redis Cluster -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("redis_key", [None, ["{%(name)s}:high", "{%(name)s}:low"]])
+def test_on_a_cluster_runs_are_served_in_the_start_keys_slot(redis_cluster, cluster, redis_key):
+    from redis.crc import key_slot
+
+    settings = {"REDIS_URL": redis_cluster.url}
+    spider = make(settings) if redis_key is None else make(settings, redis_key=redis_key)
+    first = spider.redis_start_messages.source.keys[0]
+    recurring = RecurringMessages(cluster, first)
+    slots = {key_slot(key.encode()) for key in [first, *recurring.keys]}
+    assert len(slots) == 1, recurring.keys
+    assert push_recurring(cluster, first, [URL], every=3600) == 1
+    [request] = spider.next_requests()
+    assert request.url == URL and request.dont_filter
+    spider.redis_start_messages.give_back()  # a worker stopping before it scheduled them
+    assert cluster.zscore(recurring.key, URL) <= time.time() * 1000
+    [again] = spider.next_requests()
+    assert again.url == URL
+    assert spider.next_requests() == []  # acked; its next run is an hour away
+    assert not cluster.exists(
+        f"{{{first}}}:leases" if redis_key is None else "{myspider}:high:leases"
+    )
+    [listed] = recurring.listed()
+    assert listed.next_run > time.time() + 3500
+    assert cancel_recurring(cluster, first, [URL]) == 1
