@@ -136,6 +136,32 @@ def test_a_member_without_interval_is_dropped(server):
     assert not server.exists(f"{START}:recurring")
 
 
+def test_values_written_by_hand_break_neither_the_pop_nor_the_status(settings_dict, server):
+    """Redis holds untrusted input: a score of -inf, intervals that are no number."""
+    from scrapy.settings import Settings
+
+    from scrapy_redis.commands.verbs.status import render
+    from scrapy_redis.fleet.status import crawl_status
+    from test_spiders import MySpider
+
+    server.zadd(f"{START}:recurring", {"https://a.test/": "-inf", "https://b.test/": 0})
+    server.zadd(f"{START}:recurring", {"https://c.test/": "+inf", "https://d.test/": 0})
+    server.hset(f"{START}:recurring:every", mapping={"https://a.test/": 60_000})
+    server.hset(f"{START}:recurring:every", mapping={"https://b.test/": "inf"})
+    server.hset(
+        f"{START}:recurring:every", mapping={"https://c.test/": "x", "https://d.test/": "nan"}
+    )
+    status = crawl_status(server, Settings(settings_dict), MySpider)
+    assert json.loads(json.dumps(status.to_json(), allow_nan=False))["recurring"] == 4
+    lines = render(status)
+    assert "    in ?         every 1m     https://a.test/" in lines
+    assert "    due now      every ?      https://b.test/" in lines
+    assert "    in ?         every ?      https://c.test/" in lines
+    assert pop(server) == [2, b"https://a.test/"]
+    assert server.zrange(f"{START}:recurring", 0, -1) == [b"https://a.test/", b"https://c.test/"]
+    assert server.zscore(f"{START}:recurring", "https://a.test/") > server_ms(server)
+
+
 def test_adding_again_keeps_the_next_run_and_takes_the_interval(server):
     recurring = RecurringMessages(server, START)
     assert recurring.add([URL], every=60, first_in=30) == 1

@@ -156,9 +156,18 @@ def _read_recurring(reader: Reader, keys: CrawlKeys, status: CrawlStatus) -> Non
     recurring = RecurringMessages(reader.server, keys.start_keys[0])
     status.recurring = reader.read(recurring.key, "sorted set", recurring.count, 0)
     first = reader.read(recurring.key, "sorted set", lambda: recurring.listed(RECURRING_LISTED), [])
-    status.recurring_next = [
-        {**one.to_json(), "message": printable(shorten(one.message, 200))} for one in first
-    ]
+    status.recurring_next = [_recurring_view(one.to_json()) for one in first]
+
+
+def _recurring_view(one: dict[str, Any]) -> dict[str, Any]:
+    """A recurring message as status shows it: printable and short; a number written by
+    hand that is no time nor interval (inf, nan) as None."""
+    view = {
+        name: value if math.isfinite(value) else None
+        for name, value in one.items()
+        if name != "message"
+    }
+    return {"message": printable(shorten(one["message"], 200)), **view}
 
 
 def _length(reader: Reader, key: str, kind: str) -> int:

@@ -155,7 +155,8 @@ def _text(value: bytes | str) -> str:
 
 
 def _number(value: Any) -> float:
+    """A number read from Redis (nan if it is none)."""
     try:
         return float(value)
     except (TypeError, ValueError):
-        return 0.0
+        return math.nan

@@ -120,14 +120,17 @@ def _recurring_lines(status: CrawlStatus) -> list[str]:
     more = ", the first ones" if len(status.recurring_next) < status.recurring else ""
     lines = [f"  recurring    {status.recurring:,} (next run first{more})"]
     for one in status.recurring_next:
-        due = one["next_run"] - status.read_at
-        when = "due now" if due <= 0 else f"in {_duration(due)}"
+        due = None if one["next_run"] is None else one["next_run"] - status.read_at
+        when = "due now" if due is not None and due <= 0 else f"in {_duration(due)}"
         lines.append(f"    {when:<12} every {_duration(one['every']):<6} {one['message']}")
     return lines
 
 
-def _duration(seconds: float) -> str:
-    """``90`` as ``1m30s``, ``3600`` as ``1h``: the units ``push --every`` takes."""
+def _duration(seconds: float | None) -> str:
+    """``90`` as ``1m30s``, ``3600`` as ``1h``: the units ``push --every`` takes (``?``:
+    not a number of seconds, written by hand)."""
+    if seconds is None:
+        return "?"
     whole, parts = round(seconds), []
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
         if whole >= size:

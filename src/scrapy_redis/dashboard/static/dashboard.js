@@ -136,7 +136,7 @@ function render(status, time) {
 function showRecurring(section, status) {
   setField(section, "recurring", status.recurring || 0);
   const next = (status.recurring_next || [])[0];
-  const due = next ? Math.round(next.next_run - status.read_at) : null;
+  const due = next && next.next_run !== null ? Math.round(next.next_run - status.read_at) : null;
   setField(section, "recurring_next", due === null ? null : due <= 0 ? "due now" : `in ${due}s`);
 }
 

@@ -62,12 +62,15 @@ local function claim_recurring()
   for i = 1, #flat, 2 do
     local member, run = flat[i], tonumber(flat[i + 1])
     local interval = tonumber(redis.call('HGET', every, member))
-    if interval and interval >= 1 and run then
+    if interval and interval >= 1 and interval < 1e15 and run then
+      if run ~= run or run < now - 1e15 then -- written by hand (-inf): due now
+        run = now
+      end
       local next_run = run + interval * (math.floor((now - run) / interval) + 1)
       redis.call('ZADD', key, next_run, member)
       items[#items + 1] = member
-      scores[#scores + 1] = flat[i + 1]
-    else -- no interval (written by hand): not recurring
+      scores[#scores + 1] = string.format('%.17g', run)
+    else -- no interval, or not one (written by hand): not recurring
       redis.call('ZREM', key, member)
       redis.call('HDEL', every, member)
     end
