@@ -334,3 +334,32 @@ def test_on_a_cluster_runs_are_served_in_the_start_keys_slot(redis_cluster, clus
     [listed] = recurring.listed()
     assert listed.next_run > time.time() + 3500
     assert cancel_recurring(cluster, first, [URL]) == 1
+
+
+def idle_until_closed(spider) -> None:
+    """Idle events until ``spider`` closes (no DontCloseSpider); fails after 10 s."""
+    from scrapy.exceptions import DontCloseSpider
+
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            spider.spider_idle()
+            return
+        except DontCloseSpider:
+            assert time.monotonic() < deadline, "the spider did not close"
+            time.sleep(0.05)
+
+
+def test_an_idle_spider_stays_open_for_a_run_due_within_max_idle_time(settings_dict, server):
+    from scrapy.exceptions import DontCloseSpider
+
+    from test_spiders import with_engine
+
+    spider = make({**settings_dict, "MAX_IDLE_TIME_BEFORE_CLOSE": 0.2})
+    with_engine(spider)
+    idle_until_closed(spider)  # nothing due
+    RecurringMessages(server, START).add([URL], every=3600, first_in=0.15)
+    with pytest.raises(DontCloseSpider):
+        spider.spider_idle()  # due within 0.2 s: stays open
+    server.zadd(f"{START}:recurring", {URL: server_ms(server) + 3_000_000}, xx=True)
+    idle_until_closed(spider)  # the next run an hour away: closes

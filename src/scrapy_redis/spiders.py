@@ -316,7 +316,10 @@ class RedisMixin:
 
     def _shared_work_pending(self) -> bool:
         scheduler = shared_scheduler(self.crawler)
-        return scheduler is not None and scheduler.shared_work_pending()
+        if scheduler is not None and scheduler.shared_work_pending():
+            return True
+        reader = self.redis_start_messages  # a recurring run due within max_idle_time
+        return reader is not None and reader.run_due_within(self.max_idle_time)
 
     def _on_activity(self) -> None:
         self._idle.busy()

@@ -19,7 +19,7 @@ from scrapy_redis.connection import is_cluster, one_slot
 from scrapy_redis.core.logsafe import short_repr
 from scrapy_redis.exceptions import ConfigurationError, InvalidStartMessageError
 from scrapy_redis.queues.leases import Lease, LeaseBook, Recovery
-from scrapy_redis.scheduling.workers import crawler_worker_id, new_worker_id
+from scrapy_redis.scheduling.workers import crawler_worker_id, new_worker_id, server_time_ms
 from scrapy_redis.start.recurring import RecurringMessages, message_every, serve_run
 from scrapy_redis.start.urls import StartUrlSource
 from scrapy_redis.store.keys import invalid_entries_key
@@ -118,6 +118,22 @@ class StartMessageReader:
             return False
         self.recurring.add([data], every, first_in=every)
         return True
+
+    def run_due_within(self, seconds: float) -> bool:
+        """Whether a run of a recurring message is due within ``seconds`` by the server's
+        clock (a spider idle that long stays open for it); False for 0 (it never closes),
+        or while Redis is unreachable (the outage guard keeps it open)."""
+        if not seconds or self.recurring is None or not self.guard.may_try():
+            return False
+        try:
+            next_run = self.recurring.next_run()
+            return (
+                next_run is not None
+                and next_run <= server_time_ms(self.source.server) / 1000 + seconds
+            )
+        except OUTAGE_ERRORS as exc:
+            self.guard.failed(exc)
+            return False
 
     def pop(self, count: int) -> tuple[str | None, list[bytes]]:
         """Up to ``count`` messages, leased until :meth:`ack`, and the key they came from."""
