@@ -277,6 +277,8 @@ def test_push_refuses_a_bad_interval_in_one_line(project, server):
         "error: --every: it must be seconds >= 1 or a duration such as '30m', '1h', '2d', "
         "not 'soon'"
     ]
+    keyed = project.run("push", "demo", "--every", "1h", "--key", "demo:start_urls", "http://a/")
+    assert keyed.returncode == 2 and "--key does not apply to --every" in keyed.stderr
     own = project.run("push", "demo", json.dumps({"url": "http://a.test/", "every": 0}))
     assert own.returncode == 1
     assert "'every' must be seconds >= 1" in own.stderr

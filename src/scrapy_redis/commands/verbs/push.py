@@ -92,6 +92,11 @@ def _every(args: argparse.Namespace) -> float | None:
     """The interval of --every, in seconds (None: not given); CommandError if invalid."""
     if args.every is None:
         return None
+    if args.key is not None:
+        raise CommandError(
+            "--key does not apply to --every: recurring messages are kept under the "
+            "spider's first start key (<key>:recurring), whatever key they came from."
+        )
     try:
         return parse_every(args.every)
     except ValueError as exc:
