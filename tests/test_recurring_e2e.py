@@ -13,7 +13,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from scrapy_redis.connection import is_cluster
 from scrapy_redis.fleet.recurring import cancel_recurring
+from scrapy_redis.scheduling.workers import server_time_ms
+from scrapy_redis.start.recurring import RecurringMessages
+from scrapy_redis.store.keys import leases_key
 from test_e2e import DOMAIN, start_worker, wait_all
 from test_recrawl_e2e import scrapy_redis, wait_until
 
@@ -73,8 +77,15 @@ def opened(worker) -> bool:
 
 
 def server_ms(server) -> float:
-    seconds, micros = server.time()
-    return seconds * 1000 + micros / 1000
+    return server_time_ms(server)
+
+
+@pytest.fixture(params=["one Redis", "Redis Cluster"])
+def redis_target(request):
+    """(client, REDIS_URL) of a single redis-server, or of the real cluster."""
+    if request.param == "one Redis":
+        return request.getfixturevalue("server"), request.getfixturevalue("redis_url")
+    return request.getfixturevalue("cluster"), request.getfixturevalue("redis_cluster").url
 
 
 def run_windows(fetches: list[float], origin: float) -> list[int]:
@@ -89,9 +100,9 @@ def stop(workers) -> None:
     wait_all(workers, finish_reason="shutdown")
 
 
-def test_every_2_s_for_10_s_gives_5_or_6_runs_never_2_in_one_interval(
-    server, redis_url, tmp_path, site
-):
+def test_every_2_s_for_10_s_gives_5_or_6_runs_never_2_in_one_interval(redis_target, tmp_path, site):
+    server, redis_url = redis_target
+    recurring = RecurringMessages(server, START_KEY)
     workers = [
         start_worker(SPIDER, redis_url, tmp_path / f"w{n}.log", SETTINGS, DOMAIN) for n in (1, 2)
     ]
@@ -101,13 +112,14 @@ def test_every_2_s_for_10_s_gives_5_or_6_runs_never_2_in_one_interval(
         assert pushed.returncode == 0, pushed.stderr
         assert "Made 1 message recurring for myspider_redis, first run due now" in pushed.stdout
         wait_until(lambda: site.times(), "the first run", workers)
-        origin = float(server.zscore(f"{START_KEY}:recurring", site.url)) - EVERY * 1000
+        origin = float(server.zscore(recurring.key, site.url)) - EVERY * 1000
         while server_ms(server) < origin + 10_000:  # the 10 s measured: runs 0 to 4 (5?)
             assert all(w.process.poll() is None for w in workers)
             time.sleep(0.01)
         cancel_recurring(server, START_KEY, [site.url])
         ended = server_ms(server)
-        wait_until(lambda: server.hlen(f"{START_KEY}:leases") == 0, "the last run", workers)
+        leases = leases_key(START_KEY, is_cluster(server))
+        wait_until(lambda: not server.exists(leases), "the last run", workers)
     finally:
         stop(workers)
     fetches = site.times()
