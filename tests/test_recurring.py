@@ -365,3 +365,11 @@ def test_an_idle_spider_stays_open_for_a_run_due_within_max_idle_time(settings_d
         spider.spider_idle()  # due within 0.2 s: stays open
     server.zadd(f"{START}:recurring", {URL: server_ms(server) + 3_000_000}, xx=True)
     idle_until_closed(spider)  # the next run an hour away: closes
+
+
+def test_purge_start_deletes_the_recurring_messages(project, server):
+    assert project.run("push", "demo", "--every", "1h", "http://a.test/").returncode == 0
+    server.rpush("demo:start_urls", "http://b.test/")
+    purged = project.run("purge", "demo", "--start", "--yes")
+    assert purged.returncode == 0, purged.stderr
+    assert not server.keys("demo:*")
