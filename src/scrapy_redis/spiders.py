@@ -188,7 +188,8 @@ class RedisMixin:
         invalid: list[int] = []
         for position, data in enumerate(messages):
             made = self._requests_from_message(key, data)
-            if made is None:
+            encoding = self.redis_encoding or "utf-8"
+            if made is None or (made and not reader.recurs(key, data, made, encoding)):
                 invalid.append(position)
             else:
                 requests.extend(made)
@@ -315,7 +316,10 @@ class RedisMixin:
 
     def _shared_work_pending(self) -> bool:
         scheduler = shared_scheduler(self.crawler)
-        return scheduler is not None and scheduler.shared_work_pending()
+        if scheduler is not None and scheduler.shared_work_pending():
+            return True
+        reader = self.redis_start_messages  # a recurring run due within max_idle_time
+        return reader is not None and reader.run_due_within(self.max_idle_time)
 
     def _on_activity(self) -> None:
         self._idle.busy()

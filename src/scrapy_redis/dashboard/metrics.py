@@ -157,6 +157,24 @@ def _later_lines(statuses: Sequence[Status]) -> list[str]:
     return lines
 
 
+def _next_run(status: Status) -> Any:
+    """When the first recurring start message is due next (POSIX seconds), or None."""
+    first = status.get("recurring_next") or [{}]
+    return first[0].get("next_run")
+
+
+def _recurring_families(statuses: Sequence[Status]) -> list[str]:
+    """Recurring start messages (``scrapy redis push --every``): a count, the next run."""
+    count = _per_crawl(statuses, lambda status: status.get("recurring", 0))
+    lines = _family("scrapy_redis_recurring", "gauge", "Recurring start messages.", count)
+    return lines + _family(
+        "scrapy_redis_recurring_next_run_timestamp_seconds",
+        "gauge",
+        "When the next recurring start message is due (Redis server's clock).",
+        _per_crawl(statuses, _next_run),
+    )
+
+
 def render(statuses: Sequence[Status]) -> str:
     """The exposition of ``statuses`` (a list of ``CrawlStatus.to_json()``)."""
     lines: list[str] = []
@@ -170,6 +188,7 @@ def render(statuses: Sequence[Status]) -> str:
         lines += _family(name, "gauge", help_text, _per_worker(statuses, field))
     for name, field, help_text in _SLOT_GAUGES:
         lines += _family(name, "gauge", help_text, _per_slot(statuses, field))
+    lines += _recurring_families(statuses)
     slot_starts = _per_slot(statuses, "starts")
     lines += _family("scrapy_redis_slot_starts_total", "counter", "Downloads started.", slot_starts)
     lines += _later_lines(statuses)

@@ -62,6 +62,10 @@ class CrawlStatus:
     start_invalid: int = 0
     #: Start messages set aside as invalid (``<first start key>:invalid``).
     start_set_aside: int = 0
+    #: Recurring start messages (``<first start key>:recurring``): how many.
+    recurring: int = 0
+    #: The first of them, next due first: {"message", "every" (s), "next_run" (POSIX s)}.
+    recurring_next: list[dict[str, Any]] = field(default_factory=list)
     #: Fingerprints in the duplicate filter (None: a filter this view cannot count).
     fingerprints: int | None = None
     #: Requests due later (fleet/later.py: count, due_now, next_due_at, next_due_in).

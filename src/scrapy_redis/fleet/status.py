@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from scrapy.utils.misc import load_object
 
 from scrapy_redis.connection import describe_server
+from scrapy_redis.core.logsafe import shorten
 from scrapy_redis.fleet.crawl_keys import CrawlKeys, crawl_keys
 from scrapy_redis.fleet.diagnosis import diagnose
 from scrapy_redis.fleet.later import due_later, expiring
@@ -26,6 +27,7 @@ from scrapy_redis.metrics.values import decode_value
 from scrapy_redis.politeness.report import slot_views
 from scrapy_redis.queues.records import unpack_record
 from scrapy_redis.scheduling.workers import registered, server_time_ms
+from scrapy_redis.start.recurring import RecurringMessages
 from scrapy_redis.store.keys import (
     dead_letters_key,
     invalid_entries_key,
@@ -87,6 +89,7 @@ def crawl_status(
     if keys.queue_keys:
         _read_queue(reader, keys, status, now)
     _read_start_keys(reader, keys, status, now)
+    _read_recurring(reader, keys, status)
     _read_worker_stats(reader, keys, status)
     status.fingerprints = _fingerprints(reader, keys) if keys.queue_keys else None
     _read_later(reader, keys, status, now)
@@ -149,6 +152,31 @@ def _read_start_keys(reader: Reader, keys: CrawlKeys, status: CrawlStatus, now: 
         status.start_leased += count
     status.dead_letters += reader.llen(dead_letters_key(base, keys.cluster))
     status.start_set_aside = reader.llen(invalid_entries_key(base, keys.cluster))
+
+
+#: Recurring start messages listed by the status (the count covers them all).
+RECURRING_LISTED = 20
+
+
+def _read_recurring(reader: Reader, keys: CrawlKeys, status: CrawlStatus) -> None:
+    """The recurring start messages (start/recurring.py): their count, the first ones."""
+    if not keys.start_keys:
+        return
+    recurring = RecurringMessages(reader.server, keys.start_keys[0])
+    status.recurring = reader.read(recurring.key, "sorted set", recurring.count, 0)
+    first = reader.read(recurring.key, "sorted set", lambda: recurring.listed(RECURRING_LISTED), [])
+    status.recurring_next = [_recurring_view(one.to_json()) for one in first]
+
+
+def _recurring_view(one: dict[str, Any]) -> dict[str, Any]:
+    """A recurring message as status shows it: printable and short; a number written by
+    hand that is no time nor interval (inf, nan) as None."""
+    view = {
+        name: value if math.isfinite(value) else None
+        for name, value in one.items()
+        if name != "message"
+    }
+    return {"message": printable(shorten(one["message"], 200)), **view}
 
 
 def _length(reader: Reader, key: str, kind: str) -> int:

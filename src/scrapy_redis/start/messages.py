@@ -5,8 +5,9 @@ A message is either a bare URL or a JSON object::
     {"url": "https://example.com/p", "method": "POST", "meta": {...},
      "headers": {"Name": "value"}, "body": "...", "cb_kwargs": {...},
      "priority": 10, "dont_filter": true, "callback": "parse_item",
-     "errback": "on_error", "formdata": {"q": "x"}}
+     "errback": "on_error", "formdata": {"q": "x"}, "every": "1h"}
 
+``every`` makes the message recurring (see :mod:`scrapy_redis.start.recurring`).
 Only ``url`` is required; a ``null`` value means the key is not given. As in
 the original, any other key with a string (or
 list of strings) value is form data (the spiders warn about such unknown keys,
@@ -34,6 +35,7 @@ from scrapy_redis import defaults
 from scrapy_redis.core.logsafe import short_repr, shorten
 from scrapy_redis.encoding.reqser import spider_method
 from scrapy_redis.exceptions import InvalidStartMessageError
+from scrapy_redis.start.recurring import EVERY_KEY, parse_every
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -55,6 +57,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "callback": (str,),
     "errback": (str,),
     "formdata": (dict,),
+    "every": (int, float, str),
 }
 
 
@@ -126,6 +129,8 @@ def _check_types(fields: dict[str, Any]) -> None:
         if not isinstance(value, types) or (name == "priority" and isinstance(value, bool)):
             expected = " or ".join(t.__name__ for t in types)
             raise InvalidStartMessageError(f"'{name}' must be {expected}, not {short_repr(value)}")
+    if fields.get(EVERY_KEY) is not None:
+        parse_every(fields[EVERY_KEY])
 
 
 def _extra_form_fields(fields: dict[str, Any]) -> dict[str, Any]:

@@ -24,7 +24,12 @@ class StartUrlSource:
     """Pops start messages from ``keys`` in ``mode`` ("list", "set" or "zset")."""
 
     def __init__(
-        self, server: Any, keys: Sequence[str], mode: str, check_interval: float = 0
+        self,
+        server: Any,
+        keys: Sequence[str],
+        mode: str,
+        check_interval: float = 0,
+        recurring: Sequence[str] = (),
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"unknown start-URL mode {mode!r}, expected one of {MODES}")
@@ -32,6 +37,8 @@ class StartUrlSource:
         self.keys = list(keys)
         self.mode = mode
         self.check_interval = check_interval
+        #: The recurring messages' keys (see start/recurring.py), claimed first; or none.
+        self.recurring = list(recurring)
         self.current = 0  # 1-based index of the key being drained, 0: none yet
         self._last_scan = 0.0
 
@@ -45,13 +52,17 @@ class StartUrlSource:
             ticket.timeout_ms,
             ticket.prefix,
             ticket.first,
+            1 if self.recurring else 0,
         ]
-        reply = script("pop_start_messages")(self.server, [*book.keys, *self.keys], args)
+        keys = [*book.keys, *self.keys, *self.recurring]
+        reply = script("pop_start_messages")(self.server, keys, args)
         index = int(reply[0])
         if index == 0:
             return None, [], []
-        self.current = index
         messages = list(reply[1:])
+        if index > len(self.keys):  # recurring messages due
+            return self.recurring[0], messages, book.taken(ticket, len(messages))
+        self.current = index
         return self.keys[index - 1], messages, book.taken(ticket, len(messages))
 
     def _first_index(self) -> int:

@@ -152,6 +152,19 @@ def due_key(queue_key: str, cluster: bool = False) -> str:
     return derived(queue_key, "due", cluster)
 
 
+def recurring_key(start_key: str, cluster: bool = False) -> str:
+    """The recurring start messages of a spider (see start/recurring.py): a sorted set of
+    the messages, each scored by its next run (ms, the server's clock); derived from the
+    first start key, in its slot."""
+    return derived(start_key, "recurring", cluster)
+
+
+def recurring_every_key(start_key: str, cluster: bool = False) -> str:
+    """The interval of each recurring start message (message -> ms): a hash, in the slot
+    of the first start key."""
+    return derived(start_key, "recurring:every", cluster)
+
+
 def invalid_entries_key(queue_key: str, cluster: bool = False) -> str:
     """Where queue entries that cannot be decoded are moved (never deleted)."""
     return derived(queue_key, "invalid", cluster)

@@ -5,8 +5,9 @@ Say what: ``--queue`` (the requests, in every lane, and their leases: one atomic
 list behind; and the priority lists no index names, found with SCAN), ``--fingerprints``
 (the duplicate filter: its set, or the lean filter's buckets and the Bloom filter's
 blocks, found with SCAN on every master of a cluster), ``--items`` (RedisPipeline's
-list), ``--start`` (the start keys and their leases), ``--all`` (those, the entries set
-aside as invalid, the dead letters, the worker registry, the stats and each worker's).
+list), ``--start`` (the start keys, their leases and the recurring messages), ``--all``
+(those, the entries set aside as invalid, the dead letters, the worker registry, the
+stats and each worker's).
 The recorded lane count goes with the queue and the fingerprints together only (the
 filters are split into lanes too), and last: a purge stopped half-way (killed, Redis
 gone) and run again deletes the rest. Other keys are deleted with UNLINK (the server frees
@@ -29,6 +30,7 @@ from scrapy_redis.dupefilters.lean import LeanDupeFilter
 from scrapy_redis.fleet.operations import purge_queue, scan_keys
 from scrapy_redis.metrics.worker import stats_keys
 from scrapy_redis.queues.leases import lease_flush_keys
+from scrapy_redis.start.recurring import RecurringMessages
 from scrapy_redis.store.keys import (
     bloom_blocks_key,
     dead_letters_key,
@@ -170,10 +172,12 @@ def filter_keys(crawl: Crawl) -> Iterator[str]:
 
 
 def start_keys(crawl: Crawl) -> Iterator[str]:
-    """The start keys, and the leases of their messages (kept under the first one)."""
+    """The start keys, the leases of their messages and the recurring messages (kept
+    under the first one)."""
     yield from crawl.start_keys
     if crawl.start_keys:
         yield from lease_flush_keys(crawl.start_keys[0], crawl.cluster)
+        yield from RecurringMessages(crawl.server, crawl.start_keys[0]).keys
 
 
 def other_keys(crawl: Crawl) -> Iterator[str]:

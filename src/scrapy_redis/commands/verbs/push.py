@@ -11,6 +11,11 @@ printed and nothing is pushed (``--skip-invalid``: the valid ones are). Messages
 the spider's first start key (``--key``: another of its keys) the way the spider reads
 it: RPUSH to a list, SADD to a set (REDIS_START_URLS_AS_SET), ZADD with ``--score`` to
 a sorted set (REDIS_START_URLS_AS_ZSET).
+
+``--every DURATION`` (``3600``, ``90s``, ``30m``, ``1h``, ``2d``) makes the messages
+recurring: served at once, then once per interval across the fleet (a JSON message with
+an ``"every"`` key recurs without it). ``--cancel`` stops the recurring messages given
+(their text, or their URL). ``scrapy redis status`` lists them with their next run.
 """
 
 from __future__ import annotations
@@ -22,7 +27,9 @@ from scrapy_redis.commands.context import CommandError
 from scrapy_redis.commands.verbs._common import add_spider_arguments
 from scrapy_redis.core.logsafe import shorten
 from scrapy_redis.fleet.operations import MessageCheck, push_messages
+from scrapy_redis.fleet.recurring import cancel_recurring, has_every, push_recurring
 from scrapy_redis.start.messages import StartMessageRules
+from scrapy_redis.start.recurring import EVERY_KEY, parse_every
 
 if TYPE_CHECKING:
     import argparse
@@ -42,6 +49,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--skip-invalid", action="store_true", help="push the valid messages, skip the others"
     )
     parser.add_argument(
+        "--every",
+        metavar="DURATION",
+        help="make the messages recurring: every DURATION (3600, 90s, 30m, 1h, 2d)",
+    )
+    parser.add_argument(
+        "--cancel",
+        action="store_true",
+        help="stop the recurring messages given (their text, or their URL)",
+    )
+    parser.add_argument(
         "--force",
         action="store_true",
         help="push JSON messages with unknown keys (a worker sends them as form data)",
@@ -52,15 +69,61 @@ def run(args: argparse.Namespace, context: Context) -> int:
     crawl = context.crawl(args.spider, args.spider_args)
     key = _start_key(crawl, args.key)
     messages = list(_messages(args.messages, context))
+    if args.cancel:
+        return _cancel(context, args, crawl, messages)
+    every = _every(args)
     check = message_check(crawl, args.force)
     refused = [(m, reason) for m in messages if (reason := check.refusal(m)) is not None]
     if refused and not args.skip_invalid:
         _report(context, args, key, 0, refused)
         return 1
-    bad = {message for message, _ in refused}
-    pushed = push(crawl, key, [m for m in messages if m not in bad], args.score, check)
-    _report(context, args, key, pushed, refused)
+    good = [m for m in messages if m not in {message for message, _ in refused}]
+    recurring = good if every is not None else [m for m in good if has_every(m)]
+    once = [m for m in good if m not in set(recurring)]
+    pushed = push(crawl, key, once, args.score, check) if once else 0
+    if recurring:  # the recurring messages of a spider: under its first start key
+        added = push_recurring(crawl.server, crawl.start_keys[0], recurring, every, check)
+        _report_recurring(context, args, crawl, len(recurring), added)
+    _report(context, args, key, pushed, refused, len(recurring))
     return 1 if refused else 0
+
+
+def _every(args: argparse.Namespace) -> float | None:
+    """The interval of --every, in seconds (None: not given); CommandError if invalid."""
+    if args.every is None:
+        return None
+    if args.key is not None:
+        raise CommandError(
+            "--key does not apply to --every: recurring messages are kept under the "
+            "spider's first start key (<key>:recurring), whatever key they came from."
+        )
+    try:
+        return parse_every(args.every)
+    except ValueError as exc:
+        raise CommandError(f"--every: {str(exc).replace(repr(EVERY_KEY), 'it')}") from None
+
+
+def _cancel(context: Context, args: argparse.Namespace, crawl: Crawl, given: list[str]) -> int:
+    removed = cancel_recurring(crawl.server, crawl.start_keys[0], given)
+    if args.json:
+        context.json({"cancelled": removed})
+    elif removed:
+        context.write(f"Stopped {_messages_count(removed)} recurring.")
+    else:
+        context.warn("No recurring message matched (scrapy redis status lists them).")
+    return 0 if removed else 1
+
+
+def _report_recurring(
+    context: Context, args: argparse.Namespace, crawl: Crawl, count: int, added: int
+) -> None:
+    if args.json:
+        return
+    again = count - added
+    note = f" ({again} recurring already: next run kept)" if again else ""
+    context.write(
+        f"Made {_messages_count(count)} recurring for {crawl.name}, first run due now{note}."
+    )
 
 
 def message_check(crawl: Crawl, allow_unknown_keys: bool = False) -> MessageCheck:
@@ -111,10 +174,14 @@ def _report(
     key: str,
     pushed: int,
     refused: list[tuple[str, str]],
+    recurring: int = 0,
 ) -> None:
     if args.json:
         invalid = [{"message": shorten(message), "reason": reason} for message, reason in refused]
-        context.json({"key": key, "pushed": pushed, "refused": invalid})
+        made = {"recurring": recurring} if recurring else {}  # (the output before it)
+        context.json({"key": key, "pushed": pushed, **made, "refused": invalid})
+        return
+    if recurring and not pushed and not refused:
         return
     for message, reason in refused:
         context.warn(f"invalid: {shorten(message)}: {reason}")

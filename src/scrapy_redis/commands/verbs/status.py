@@ -5,7 +5,9 @@ worker; those under expired leases are their dead workers'), the start messages
 pending and leased, the entries set aside (invalid, dead letters), the fingerprints
 (those that expire, with DUPEFILTER_LIFETIME), the requests due later,
 the items, the workers with their last heartbeat and pages per second, and one line
-of diagnosis when workers idle while work exists, and the Redis it was read from. What
+of diagnosis when workers idle while work exists, the recurring start messages with
+their next run and interval (``scrapy redis push --every``), and the Redis it was read
+from. What
 cannot be read (a key of another type, a value no worker writes) is listed as
 unreadable, naming the key and what it holds; the rest is shown. Read from
 :func:`scrapy_redis.fleet.status.crawl_status`: nothing is written. ``--json``:
@@ -117,11 +119,41 @@ def _other_lines(status: CrawlStatus) -> list[str]:
             f"  start        {', '.join(status.start_keys)}: {status.start_pending:,} pending, "
             f"{status.start_leased:,} leased, {status.start_invalid:,} invalid{set_aside}"
         )
+    lines += _recurring_lines(status)
     lines += [f"  slot         {render_slot(view)}" for view in status.slots[:5]]
     lines.append(f"  items        {_count(status.items)}")
     lines.append(f"  workers      {status.workers_alive} alive{_fleet_rate(status)}")
     lines += [f"    {_worker_line(worker)}" for worker in status.workers]
     return lines
+
+
+def _recurring_lines(status: CrawlStatus) -> list[str]:
+    """The recurring start messages, next due first (``scrapy redis push --cancel``
+    stops one)."""
+    if not status.recurring:
+        return []
+    more = ", the first ones" if len(status.recurring_next) < status.recurring else ""
+    lines = [f"  recurring    {status.recurring:,} (next run first{more})"]
+    for one in status.recurring_next:
+        due = None if one["next_run"] is None else one["next_run"] - status.read_at
+        when = "due now" if due is not None and due <= 0 else f"in {_duration(due)}"
+        lines.append(f"    {when:<12} every {_duration(one['every']):<6} {one['message']}")
+    return lines
+
+
+def _duration(seconds: float | None) -> str:
+    """``90`` as ``1m30s``, ``3600`` as ``1h``: the units ``push --every`` takes (``?``:
+    not a number of seconds, written by hand)."""
+    if seconds is None:
+        return "?"
+    whole, parts = round(seconds), []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if whole >= size:
+            parts.append(f"{whole // size}{unit}")
+            whole %= size
+    if whole or not parts:
+        parts.append(f"{whole}s")
+    return "".join(parts)
 
 
 def _count(value: int | None) -> str:

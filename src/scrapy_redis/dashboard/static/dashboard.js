@@ -140,7 +140,16 @@ function render(status, time) {
   fillSlots(section, status.slots || []);
   fillLater(section, status);
   fillKeys(section, status.start_keys);
+  showRecurring(section, status);
   return section;
+}
+
+// Recurring start messages (scrapy redis push --every): how many, and when the next is due.
+function showRecurring(section, status) {
+  setField(section, "recurring", status.recurring || 0);
+  const next = (status.recurring_next || [])[0];
+  const due = next && next.next_run !== null ? Math.round(next.next_run - status.read_at) : null;
+  setField(section, "recurring_next", due === null ? null : due <= 0 ? "due now" : `in ${due}s`);
 }
 
 // The plots of a crawl, drawn once its section is in the page (they take its width).

@@ -204,7 +204,8 @@ end
 -- Push entries back where a record says they came from, so that the first of them is
 -- popped first. Record ops: "rpush"/"lpush" (list queue or list of start messages),
 -- "prio" (LPUSH to a priority list key, ZADD its priority arg to the index key2),
--- "zadd" (score arg), "sadd".
+-- "zadd" (score arg), "sadd", "recur" (a recurring start message: its run at the score
+-- arg is due again, if it is still recurring, see pop_start_messages.lua).
 local function put_back(op, key, key2, arg, entries)
   if #entries == 0 then
     return
@@ -226,6 +227,10 @@ local function put_back(op, key, key2, arg, entries)
     end
   elseif op == 'sadd' then
     call_in_chunks('SADD', key, entries)
+  elseif op == 'recur' then
+    for _, entry in ipairs(entries) do
+      redis.call('ZADD', key, 'XX', arg, entry)
+    end
   elseif op == 'slot' then
     put_back_slots(key, entries)
   end
