@@ -86,6 +86,8 @@ class PoliteSites:
         self.arrivals: dict[str, list[tuple[float, str]]] = defaultdict(list)
         #: address -> the kernel's arrival times (time.time() seconds), as in arrivals.
         self.wall: dict[str, list[float]] = defaultdict(list)
+        #: address -> (kernel's arrival time, the client's port): a new port, a new connection.
+        self.ports: dict[str, list[tuple[float, int]]] = defaultdict(list)
         #: Cleared: the handler threads wait before reading a request (its arrival
         #: time is still the kernel's).
         self.open = threading.Event()
@@ -121,7 +123,7 @@ class PoliteSites:
 
             def do_GET(self) -> None:
                 assert self.received is not None
-                sites.arrived(address, self.path, self.received)
+                sites.arrived(address, self.path, self.received, self.client_address[1])
                 try:
                     wait = sites.retry_after.pop((address, self.path), None)
                     if wait is not None:
@@ -155,13 +157,15 @@ class PoliteSites:
         server.daemon_threads = True
         return server
 
-    def arrived(self, address: str, path: str, wall: float) -> None:
-        """A request for ``path`` reached ``address`` at ``wall`` (time.time())."""
+    def arrived(self, address: str, path: str, wall: float, port: int = 0) -> None:
+        """A request for ``path`` reached ``address`` at ``wall`` (time.time()), from
+        the client's ``port``."""
         monotonic = wall - (time.time() - time.monotonic())
         with self.lock:
             # (in the order they arrived: handler threads may log them in another)
             insort(self.arrivals[address], (monotonic, path))
             insort(self.wall[address], wall)
+            insort(self.ports[address], (wall, port))
             self.in_flight[address] += 1
             self.max_in_flight[address] = max(self.max_in_flight[address], self.in_flight[address])
 
