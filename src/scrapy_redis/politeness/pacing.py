@@ -27,11 +27,13 @@ from __future__ import annotations
 
 import weakref
 import zlib
+from functools import partial
 from datetime import datetime, timezone
 from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any
 
 from scrapy_redis.core.engine import engine_downloader, installed_reactor, wake_engine
+from scrapy_redis.politeness.sent import when_sent
 from scrapy_redis.scheduling.pacing import DownloaderPacing, Pacer
 from scrapy_redis.store.outage import OUTAGE_ERRORS
 
@@ -137,10 +139,10 @@ class PolitePacing(DownloaderPacing):
             # on a busy worker): counted from its response, to be sure
             self._leaving[request] = key
         elif report:
-            # at the reactor's next turn: after the request's bytes were written (or
-            # later, when the worker is busy; then the slot's next start is later too)
+            # once its bytes have left (politeness.sent): a report before, then the
+            # worker descheduled, let another worker's next request come too soon
             reactor = self.reactor or installed_reactor()
-            reactor.callLater(0, self._report, key)
+            when_sent(reactor, self.downloader, request, key, partial(self._report, key))
 
     def left(self, request: Request, spider: Any = None) -> None:
         """Scrapy's ``request_left_downloader``: the start of the first request of a
