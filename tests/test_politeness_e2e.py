@@ -30,6 +30,8 @@ NO_JITTER = (
     else {"RANDOMIZE_DOWNLOAD_DELAY": False}
 )
 POLITE = {"DOWNLOAD_DELAY": 0.5, **NO_JITTER}
+#: The hash of the workers of the crawl (on a Redis Cluster: {polite:requests}:workers).
+WORKERS_KEY = "polite:requests:workers"
 
 
 def start(redis_url: str, log_path: Path, settings: dict) -> Worker:
@@ -44,18 +46,23 @@ def start(redis_url: str, log_path: Path, settings: dict) -> Worker:
     return Worker(log_path.stem, process, log_path)
 
 
-def wait_joined(server, count: int, workers: list[Worker], timeout: float = 60) -> None:
+def wait_joined(
+    server, count: int, workers: list[Worker], timeout: float = 60, key: str = WORKERS_KEY
+) -> None:
     deadline = time.monotonic() + timeout
-    while server.hlen("polite:requests:workers") < count:
+    while server.hlen(key) < count:
         assert all(w.process.poll() is None for w in workers), "a worker exited early"
         assert time.monotonic() < deadline, f"fewer than {count} workers joined"
         time.sleep(0.05)
 
 
-def fleet(server, redis_url, tmp_path, settings, sites, workers=4, tag="w") -> list[Worker]:
-    """``workers`` workers, all joined, then the sites' listing pages pushed."""
+def fleet(
+    server, redis_url, tmp_path, settings, sites, workers=4, tag="w", key=WORKERS_KEY
+) -> list[Worker]:
+    """``workers`` workers, all joined (in the hash ``key``), then the sites' listing
+    pages pushed."""
     running = [start(redis_url, tmp_path / f"{tag}{n}.log", settings) for n in range(workers)]
-    wait_joined(server, workers, running)
+    wait_joined(server, workers, running, key=key)
     server.lpush("polite:start_urls", *sites.urls)
     return running
 
@@ -93,7 +100,9 @@ def test_a_start_is_reported_after_its_request_reached_the_site(server, redis_ur
     settings = {**POLITE, "DOWNLOAD_DELAY": 0.1, "SCHEDULER_FLEET_LIMITS": True}
     site = ADDRESSES[0]
     with PoliteSites([site], pages=PAGES) as sites:
-        worker = fleet(server, redis_url, tmp_path, {**settings, "POLITE_STARTS_LOG": log}, sites, 1)
+        worker = fleet(
+            server, redis_url, tmp_path, {**settings, "POLITE_STARTS_LOG": log}, sites, 1
+        )
         wait_all(worker)
     assert_every_page_once_at(sites, site)
     reports = sorted(float(line.split()[0]) for line in log.read_text().splitlines())

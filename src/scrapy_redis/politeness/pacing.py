@@ -27,9 +27,9 @@ from __future__ import annotations
 
 import weakref
 import zlib
-from functools import partial
 from datetime import datetime, timezone
 from email.utils import parsedate_to_datetime
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from scrapy_redis.core.engine import engine_downloader, installed_reactor, wake_engine
