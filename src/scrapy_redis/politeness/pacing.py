@@ -8,7 +8,8 @@ has passed and it has an in-flight place. So the worker
   fleet's delay, or as its own AutoThrottle says); and when the request
   of a slot with a delay reaches the downloader, tells Redis, which counts the
   slot's next start from then if that is later (a busy worker may start a
-  request some tens of milliseconds after its pop); the first request of a slot
+  request some tens of milliseconds after its pop), once the request's bytes have
+  left the worker (politeness.sent); the first request of a slot
   in a worker sets up a connection first, which takes some reactor turns (many on
   a busy worker): its start is reported when it leaves the downloader;
 * leases only what its downloader has room for now (CONCURRENT_REQUESTS minus
@@ -128,8 +129,8 @@ class PolitePacing(DownloaderPacing):
     def reached(self, request: Request, spider: Any = None) -> None:
         """Scrapy's ``request_reached_downloader``: a request of a slot with a delay
         starts now, maybe a little after the pop allowed it (a busy worker): the slot's
-        next start is counted from now (one script call; lost in an outage, when the
-        pop's time stands)."""
+        next start is counted from when its bytes have left (one script call; lost in
+        an outage, when the pop's time stands)."""
         key, report, fresh = self._starting.pop(request, (None, False, False))
         if key is None:
             return
