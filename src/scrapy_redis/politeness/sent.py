@@ -11,7 +11,8 @@ which adds the request to its slot's ``transferring`` set, then writes the reque
 its connection's buffer (a connection kept alive: at once) and registers the transport
 as a writer; the reactor's next I/O pass sends the bytes and unregisters it. Counting
 reactor turns is not enough (Twisted's asyncio reactor may run its timed calls twice in
-one loop iteration), so :func:`when_sent` watches these two steps, once a reactor turn:
+one loop iteration), so :func:`when_sent` watches these two steps, once a reactor turn
+(after :data:`EAGER_TURNS` turns, every :data:`POLL` seconds):
 
 1. the request is in its slot's ``transferring`` set: its bytes are in a buffer; the
    transports that became writers since it reached the downloader include its own
@@ -30,6 +31,10 @@ from typing import Any
 
 #: The longest a start's report waits for its request's bytes to leave (seconds).
 MAX_WATCH = 2.0
+#: Checked at every reactor turn this many times, then every POLL seconds (a request
+#: queued in its Scrapy slot, or a slow transport: no busy loop).
+EAGER_TURNS = 20
+POLL = 0.01
 
 
 def when_sent(
@@ -55,6 +60,7 @@ class SendWatch:
         #: The transports whose buffers hold its bytes (None: not written yet).
         self.sending: set[Any] | None = None
         self.deadline = reactor.seconds() + MAX_WATCH
+        self.turns = 0
 
     def check(self) -> None:
         writers = set(self.reactor.getWriters())
@@ -68,4 +74,5 @@ class SendWatch:
         if done or self.reactor.seconds() >= self.deadline:
             self.call()
         else:
-            self.reactor.callLater(0, self.check)
+            self.turns += 1
+            self.reactor.callLater(0 if self.turns < EAGER_TURNS else POLL, self.check)
