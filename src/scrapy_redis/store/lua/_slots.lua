@@ -32,7 +32,7 @@
 local PRIORITY_BIAS = 140737488355327 -- 2^47 - 1: priorities are clamped to +-(2^47 - 1)
 -- How long a slot waits at most for the report of its last start (ms), and how often a
 -- waiting worker asks again meanwhile.
-local REPORT_GRACE = 1000
+local REPORT_GRACE = 3000
 local REPORT_POLL = 20
 
 -- The polite keys of base key `pq` ("<base>pq").
