@@ -1,6 +1,6 @@
 """The sites of the fairness benchmark: one big site and many small ones, each on a
 loopback address of its own (127.0.0.2, 127.0.0.3, ...), one port, one asyncio process,
-logging each request's arrival time per site.
+logging each request's arrival time per site (the kernel's receive time: SO_TIMESTAMPNS).
 
 Site 0 (the big one) has ``--big-pages`` pages, sites 1 .. ``--small-sites`` have
 ``--small-pages`` each. Page 0 of a site is ``/``, page ``i`` is ``/p/<i>.html`` and
@@ -24,6 +24,7 @@ import ipaddress
 import json
 import signal
 import socket
+import struct
 import sys
 import time
 from pathlib import Path
@@ -86,34 +87,62 @@ class Sites:
         self.arrivals: list[tuple[float, int, int, int, int]] = []
         self.connections = 0
 
-    def respond(self, address: str, path: bytes, connection: int, nth: int) -> bytes:
+    def respond(self, address: str, path: bytes, connection: int, nth: int, at: float) -> bytes:
+        """The answer to ``path`` on ``address``; a page's arrival logged at ``at``."""
         site = self.index.get(address)
         if site is None:  # 127.0.0.1: control
             return (
                 json_response({"served": len(self.arrivals)}) if path == b"/__stats" else NOT_FOUND
             )
         found = self.pages[site].get(path)
-        self.arrivals.append((time.monotonic(), site, found[0] if found else -1, connection, nth))
+        self.arrivals.append((at, site, found[0] if found else -1, connection, nth))
         return found[1] if found else NOT_FOUND
 
 
-class HttpProtocol(asyncio.Protocol):
-    """HTTP/1.1 with keep-alive, GET only, answered in order."""
+#: Linux's SO_TIMESTAMPNS (= SCM_TIMESTAMPNS; Python does not name it): the kernel's
+#: receive time of the bytes each recvmsg() returns, a struct timespec (CLOCK_REALTIME).
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
+TIMESPEC = struct.Struct("@ll")
+ANCILLARY = socket.CMSG_SPACE(TIMESPEC.size)
 
-    def __init__(self, sites: Sites) -> None:
-        self.sites = sites
+
+def kernel_time(ancillary: list[tuple[int, int, bytes]]) -> float:
+    """The kernel's receive time in ``ancillary`` on the time.monotonic() timeline (this
+    process may read the bytes tens of ms later when the machine is loaded)."""
+    for level, kind, value in ancillary:
+        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS:
+            seconds, nanoseconds = TIMESPEC.unpack(value[: TIMESPEC.size])
+            return seconds + nanoseconds / 1e9 - (time.time() - time.monotonic())
+    return time.monotonic()  # (none: the socket was set up after the bytes came)
+
+
+class HttpConnection:
+    """HTTP/1.1 with keep-alive, GET only, answered in order; each request's arrival is
+    the kernel's receive time of its first bytes (Scrapy does not pipeline)."""
+
+    def __init__(self, sites: Sites, sock: socket.socket, loop: asyncio.AbstractEventLoop) -> None:
+        self.sites, self.sock, self.loop = sites, sock, loop
         self.buffer = b""
-        self.address = ""
+        self.pending = b""  # answers the socket did not take yet
+        self.address = sock.getsockname()[0]
         self.requests = 0
         sites.connections += 1
         self.number = sites.connections
-        self.transport: asyncio.Transport | None = None
+        sock.setblocking(False)
+        sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        loop.add_reader(sock, self.readable)
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
-        self.address = transport.get_extra_info("sockname")[0]
-
-    def data_received(self, data: bytes) -> None:
+    def readable(self) -> None:
+        try:
+            data, ancillary, _, _ = self.sock.recvmsg(65536, ANCILLARY)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self.close()
+            return
+        at = kernel_time(ancillary)
         self.buffer += data
         out = []
         while (end := self.buffer.find(b"\r\n\r\n")) >= 0:
@@ -121,9 +150,36 @@ class HttpProtocol(asyncio.Protocol):
             line = head.split(b"\r\n", 1)[0].split(b" ")
             path = line[1].split(b"?", 1)[0] if len(line) > 1 else b"/"
             self.requests += 1
-            out.append(self.sites.respond(self.address, path, self.number, self.requests))
-        if out and self.transport is not None:
-            self.transport.write(b"".join(out))
+            out.append(self.sites.respond(self.address, path, self.number, self.requests, at))
+        self.send(b"".join(out))
+
+    def send(self, data: bytes) -> None:
+        self.pending += data
+        try:
+            sent = self.sock.send(self.pending) if self.pending else 0
+        except BlockingIOError:
+            sent = 0
+        except OSError:
+            self.close()
+            return
+        self.pending = self.pending[sent:]
+        if self.pending:
+            self.loop.add_writer(self.sock, self.send, b"")
+        else:
+            self.loop.remove_writer(self.sock)
+
+    def close(self) -> None:
+        self.loop.remove_reader(self.sock)
+        self.loop.remove_writer(self.sock)
+        self.sock.close()
+
+
+def accept(sites: Sites, listener: socket.socket, loop: asyncio.AbstractEventLoop) -> None:
+    try:
+        sock, _ = listener.accept()
+    except BlockingIOError:
+        return
+    HttpConnection(sites, sock, loop)
 
 
 def bound_sockets(addresses: list[str]) -> list[socket.socket]:
@@ -148,17 +204,20 @@ def bound_sockets(addresses: list[str]) -> list[socket.socket]:
 async def serve(sizes: list[int], out: Path) -> None:
     sites = Sites(sizes)
     loop = asyncio.get_running_loop()
-    servers = [
-        await loop.create_server(lambda: HttpProtocol(sites), sock=sock)
-        for sock in bound_sockets(sites.addresses)
-    ]
+    listeners = bound_sockets(sites.addresses)
+    for listener in listeners:
+        # (accepted sockets inherit it: a request sent with the connection is stamped)
+        listener.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        listener.setblocking(False)
+        loop.add_reader(listener, accept, sites, listener, loop)
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    print(f"READY {servers[0].sockets[0].getsockname()[1]}", flush=True)
+    print(f"READY {listeners[0].getsockname()[1]}", flush=True)
     await stop.wait()
-    for server in servers:
-        server.close()
+    for listener in listeners:
+        loop.remove_reader(listener)
+        listener.close()
     out.write_text(json.dumps({"addresses": sites.addresses, "arrivals": sites.arrivals}))
 
 

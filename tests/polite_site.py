@@ -1,6 +1,12 @@
 """Several small sites on loopback addresses (127.0.0.2, 127.0.0.3, ...), one port: each
 request's arrival time is logged per site, with how many of its requests were in flight.
 
+The arrival time is the kernel's: when the request's first bytes reached the socket
+(``SO_TIMESTAMPNS``, read with a ``MSG_PEEK`` before each request of a keep-alive
+connection; Scrapy does not pipeline), not when a handler thread of this process got
+round to it, tens of milliseconds later on a loaded machine. ``arrivals`` holds it on
+the ``time.monotonic()`` timeline, ``wall`` on the kernel's (``time.time()``).
+
 Scrapy sees one download slot per address. Each site has a listing page ``/`` linking
 to ``/p/0.html`` ... ``/p/<pages - 1>.html`` (no other links); a page may take
 ``latency`` seconds to answer (slow pages, to see the downloads in flight), and a
@@ -17,14 +23,33 @@ tests/test_politeness_e2e.py and benchmarks/politeness.py::
 from __future__ import annotations
 
 import socket
+import struct
 import threading
 import time
+from bisect import insort
 from collections import defaultdict
 from collections.abc import Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from itertools import pairwise
 
 ADDRESSES = ("127.0.0.2", "127.0.0.3", "127.0.0.4")
+#: Linux's SO_TIMESTAMPNS (= SCM_TIMESTAMPNS; Python does not name it): the receive
+#: time of each packet, as a struct timespec (CLOCK_REALTIME) in the ancillary data.
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
+TIMESPEC = struct.Struct("@ll")
+
+
+def kernel_arrival(connection: socket.socket) -> float | None:
+    """When the next bytes waiting on ``connection`` reached it (``time.time()``
+    seconds, the kernel's stamp); None once the peer closed it. Waits for them."""
+    data, ancillary, _, _ = connection.recvmsg(1, socket.CMSG_SPACE(TIMESPEC.size), socket.MSG_PEEK)
+    if not data:
+        return None
+    for level, kind, value in ancillary:
+        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS:
+            seconds, nanoseconds = TIMESPEC.unpack(value[: TIMESPEC.size])
+            return seconds + nanoseconds / 1e9
+    raise RuntimeError("no SCM_TIMESTAMPNS on a socket with SO_TIMESTAMPNS set")
 
 
 def free_port(addresses: Sequence[str]) -> int:
@@ -59,6 +84,14 @@ class PoliteSites:
         self.port = free_port(self.addresses)
         self.lock = threading.Lock()
         self.arrivals: dict[str, list[tuple[float, str]]] = defaultdict(list)
+        #: address -> the kernel's arrival times (time.time() seconds), as in arrivals.
+        self.wall: dict[str, list[float]] = defaultdict(list)
+        #: address -> (kernel's arrival time, the client's port): a new port, a new connection.
+        self.ports: dict[str, list[tuple[float, int]]] = defaultdict(list)
+        #: Cleared: the handler threads wait before reading a request (its arrival
+        #: time is still the kernel's).
+        self.open = threading.Event()
+        self.open.set()
         self.in_flight: dict[str, int] = defaultdict(int)
         self.max_in_flight: dict[str, int] = defaultdict(int)
         self.servers = [self._server(address) for address in self.addresses]
@@ -74,9 +107,23 @@ class PoliteSites:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"  # keep-alive, as most sites
+            received: float | None = None
+
+            def setup(self) -> None:
+                self.request.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+                super().setup()
+
+            def handle_one_request(self) -> None:
+                sites.open.wait()
+                self.received = kernel_arrival(self.connection)
+                if self.received is None:
+                    self.close_connection = True
+                    return
+                super().handle_one_request()
 
             def do_GET(self) -> None:
-                sites.arrived(address, self.path)
+                assert self.received is not None
+                sites.arrived(address, self.path, self.received, self.client_address[1])
                 try:
                     wait = sites.retry_after.pop((address, self.path), None)
                     if wait is not None:
@@ -104,12 +151,21 @@ class PoliteSites:
                 pass
 
         server = ThreadingHTTPServer((address, self.port), Handler)
+        # on the listening socket too: the accepted ones inherit it, and a request that
+        # came before setup() is stamped (the kernel stamps packets once a socket asks)
+        server.socket.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
         server.daemon_threads = True
         return server
 
-    def arrived(self, address: str, path: str) -> None:
+    def arrived(self, address: str, path: str, wall: float, port: int = 0) -> None:
+        """A request for ``path`` reached ``address`` at ``wall`` (time.time()), from
+        the client's ``port``."""
+        monotonic = wall - (time.time() - time.monotonic())
         with self.lock:
-            self.arrivals[address].append((time.monotonic(), path))
+            # (in the order they arrived: handler threads may log them in another)
+            insort(self.arrivals[address], (monotonic, path))
+            insort(self.wall[address], wall)
+            insort(self.ports[address], (wall, port))
             self.in_flight[address] += 1
             self.max_in_flight[address] = max(self.max_in_flight[address], self.in_flight[address])
 

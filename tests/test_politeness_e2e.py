@@ -30,6 +30,8 @@ NO_JITTER = (
     else {"RANDOMIZE_DOWNLOAD_DELAY": False}
 )
 POLITE = {"DOWNLOAD_DELAY": 0.5, **NO_JITTER}
+#: The hash of the workers of the crawl (on a Redis Cluster: {polite:requests}:workers).
+WORKERS_KEY = "polite:requests:workers"
 
 
 def start(redis_url: str, log_path: Path, settings: dict) -> Worker:
@@ -44,18 +46,23 @@ def start(redis_url: str, log_path: Path, settings: dict) -> Worker:
     return Worker(log_path.stem, process, log_path)
 
 
-def wait_joined(server, count: int, workers: list[Worker], timeout: float = 60) -> None:
+def wait_joined(
+    server, count: int, workers: list[Worker], timeout: float = 60, key: str = WORKERS_KEY
+) -> None:
     deadline = time.monotonic() + timeout
-    while server.hlen("polite:requests:workers") < count:
+    while server.hlen(key) < count:
         assert all(w.process.poll() is None for w in workers), "a worker exited early"
         assert time.monotonic() < deadline, f"fewer than {count} workers joined"
         time.sleep(0.05)
 
 
-def fleet(server, redis_url, tmp_path, settings, sites, workers=4, tag="w") -> list[Worker]:
-    """``workers`` workers, all joined, then the sites' listing pages pushed."""
+def fleet(
+    server, redis_url, tmp_path, settings, sites, workers=4, tag="w", key=WORKERS_KEY
+) -> list[Worker]:
+    """``workers`` workers, all joined (in the hash ``key``), then the sites' listing
+    pages pushed."""
     running = [start(redis_url, tmp_path / f"{tag}{n}.log", settings) for n in range(workers)]
-    wait_joined(server, workers, running)
+    wait_joined(server, workers, running, key=key)
     server.lpush("polite:start_urls", *sites.urls)
     return running
 
@@ -66,7 +73,11 @@ def expected_paths() -> list[str]:
 
 def assert_every_page_once(sites: PoliteSites) -> None:
     for address in sites.addresses:
-        assert sorted(sites.paths(address)) == expected_paths(), address
+        assert_every_page_once_at(sites, address)
+
+
+def assert_every_page_once_at(sites: PoliteSites, address: str) -> None:
+    assert sorted(sites.paths(address)) == expected_paths(), address
 
 
 def test_four_workers_give_each_site_its_delay_fleet_wide(server, redis_url, tmp_path):
@@ -78,6 +89,27 @@ def test_four_workers_give_each_site_its_delay_fleet_wide(server, redis_url, tmp
         gaps = sites.gaps(address)
         assert min(gaps) >= 0.45, (address, sorted(gaps)[:5])
         assert 1.8 <= sites.rate(address) <= 2.2, (address, sites.rate(address))
+
+
+def test_a_start_is_reported_after_its_request_reached_the_site(server, redis_url, tmp_path):
+    """The report of a start counts the slot's next start from then: it must leave after
+    the request's bytes did (their arrival stamped by the site's kernel, on the clock of
+    time.time()), else a worker descheduled between the two sends late, and another
+    worker's next request comes less than the delay after it."""
+    log = tmp_path / "starts.log"
+    settings = {**POLITE, "DOWNLOAD_DELAY": 0.1, "SCHEDULER_FLEET_LIMITS": True}
+    site = ADDRESSES[0]
+    with PoliteSites([site], pages=PAGES) as sites:
+        worker = fleet(
+            server, redis_url, tmp_path, {**settings, "POLITE_STARTS_LOG": log}, sites, 1
+        )
+        wait_all(worker)
+    assert_every_page_once_at(sites, site)
+    reports = sorted(float(line.split()[0]) for line in log.read_text().splitlines())
+    arrived = sites.wall[site]
+    assert len(reports) == len(arrived)  # one worker: the n-th report is the n-th start's
+    early = [(n, round(arrived[n] - at, 6)) for n, at in enumerate(reports) if at < arrived[n]]
+    assert not early, (early, sites.ports[site])
 
 
 def test_without_fleet_limits_each_site_sees_the_fleets_rate(server, redis_url, tmp_path):

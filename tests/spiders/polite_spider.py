@@ -1,14 +1,30 @@
 """A RedisSpider crawling the sites of tests/polite_site.py (see test_politeness_e2e.py).
 
 Run with ``scrapy runspider``: start URLs from ``polite:start_urls``, every link
-followed (each site links to its own pages only).
+followed (each site links to its own pages only). With ``-s POLITE_STARTS_LOG=<file>``,
+each report of a start to Redis (``SlotQueue.started``) appends a line
+``<time.time() just before the call> <slot>`` to the file.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
+from scrapy_redis.politeness.queue import SlotQueue
 from scrapy_redis.spiders import RedisSpider
+
+
+def log_starts(path: str) -> None:
+    """Every report of a start, when sent, appended to ``path``."""
+    report = SlotQueue.started
+
+    def started(queue: SlotQueue, slot: str) -> float:
+        with open(path, "a") as log:
+            log.write(f"{time.time():.6f} {slot}\n")
+        return report(queue, slot)
+
+    SlotQueue.started = started  # type: ignore[method-assign]
 
 
 class PoliteSpider(RedisSpider):
@@ -23,6 +39,13 @@ class PoliteSpider(RedisSpider):
         "ROBOTSTXT_OBEY": False,
         "LOG_LEVEL": "INFO",
     }
+
+    @classmethod
+    def from_crawler(cls, crawler: Any, *args: Any, **kwargs: Any) -> PoliteSpider:
+        path = crawler.settings.get("POLITE_STARTS_LOG")
+        if path:
+            log_starts(path)
+        return super().from_crawler(crawler, *args, **kwargs)
 
     def parse(self, response: Any, **kwargs: Any) -> Any:
         yield from response.follow_all(css="a")

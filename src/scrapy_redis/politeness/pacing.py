@@ -8,7 +8,8 @@ has passed and it has an in-flight place. So the worker
   fleet's delay, or as its own AutoThrottle says); and when the request
   of a slot with a delay reaches the downloader, tells Redis, which counts the
   slot's next start from then if that is later (a busy worker may start a
-  request some tens of milliseconds after its pop); the first request of a slot
+  request some tens of milliseconds after its pop), once the request's bytes have
+  left the worker (politeness.sent); the first request of a slot
   in a worker sets up a connection first, which takes some reactor turns (many on
   a busy worker): its start is reported when it leaves the downloader;
 * leases only what its downloader has room for now (CONCURRENT_REQUESTS minus
@@ -29,9 +30,11 @@ import weakref
 import zlib
 from datetime import datetime, timezone
 from email.utils import parsedate_to_datetime
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from scrapy_redis.core.engine import engine_downloader, installed_reactor, wake_engine
+from scrapy_redis.politeness.sent import when_sent
 from scrapy_redis.scheduling.pacing import DownloaderPacing, Pacer
 from scrapy_redis.store.outage import OUTAGE_ERRORS
 
@@ -126,8 +129,8 @@ class PolitePacing(DownloaderPacing):
     def reached(self, request: Request, spider: Any = None) -> None:
         """Scrapy's ``request_reached_downloader``: a request of a slot with a delay
         starts now, maybe a little after the pop allowed it (a busy worker): the slot's
-        next start is counted from now (one script call; lost in an outage, when the
-        pop's time stands)."""
+        next start is counted from when its bytes have left (one script call; lost in
+        an outage, when the pop's time stands)."""
         key, report, fresh = self._starting.pop(request, (None, False, False))
         if key is None:
             return
@@ -137,10 +140,10 @@ class PolitePacing(DownloaderPacing):
             # on a busy worker): counted from its response, to be sure
             self._leaving[request] = key
         elif report:
-            # at the reactor's next turn: after the request's bytes were written (or
-            # later, when the worker is busy; then the slot's next start is later too)
+            # once its bytes have left (politeness.sent): a report before, then the
+            # worker descheduled, let another worker's next request come too soon
             reactor = self.reactor or installed_reactor()
-            reactor.callLater(0, self._report, key)
+            when_sent(reactor, self.downloader, request, key, partial(self._report, key))
 
     def left(self, request: Request, spider: Any = None) -> None:
         """Scrapy's ``request_left_downloader``: the start of the first request of a

@@ -15,12 +15,15 @@
 --           member, the delay drawn at the last start (ms), the time of the last start
 --           while its worker has not reported it (0: reported), the time until which a
 --           Retry-After slowed it (ms), 1 if AutoThrottle sets its delay (pushes keep it),
---           the robots.txt Crawl-delay of its site (ms: the least delay), starts so far}
+--           the robots.txt Crawl-delay of its site (ms: the least delay), starts so far,
+--           the id (24 hex: priority, sequence) of the request whose start is unreported
+--           ('' none; missing in states written before it: any request's end clears it)}
 -- A start of a slot with a delay is reported by its worker when the request reaches its
 -- downloader (slot_started.lua): the next start is allowed the drawn delay after that,
 -- not after the pop (a busy worker may start what it popped some time later). Until it
 -- is reported (at most REPORT_GRACE ms), the slot waits; a slot whose request is done
--- without reaching a downloader (a response from a cache) counts from the pop.; place is
+-- without reaching a downloader (a response from a cache) counts from the pop (the end
+-- of another of its downloads does not: that request's own end). Place is
 --           "r" (in ready), "w" (in waiting), "f" (full: at its concurrency, placed
 --           again when a download ends), "i" (no request queued)
 --   seq     string, the last sequence number given
@@ -29,7 +32,7 @@
 local PRIORITY_BIAS = 140737488355327 -- 2^47 - 1: priorities are clamped to +-(2^47 - 1)
 -- How long a slot waits at most for the report of its last start (ms), and how often a
 -- waiting worker asks again meanwhile.
-local REPORT_GRACE = 1000
+local REPORT_GRACE = 3000
 local REPORT_POLL = 20
 
 -- The polite keys of base key `pq` ("<base>pq").
@@ -57,6 +60,11 @@ local function slot_member(slot, priority, seq, data)
   return slot .. '\0' .. string.format('%012x%012x', PRIORITY_BIAS - p, seq) .. data
 end
 
+-- The id of a queued request's member: its priority and sequence (24 hex, unique).
+local function request_id(slot, member)
+  return string.sub(member, #slot + 2, #slot + 25)
+end
+
 local function ready_member(slot, head)
   return string.sub(head, #slot + 2, #slot + 25) .. slot
 end
@@ -70,7 +78,7 @@ end
 local function load_slot(k, slot)
   local raw = redis.call('HGET', k.slots, slot)
   if not raw then
-    return {0, 0, 0, 0, 0, 'i', '', 0, 0, 0, 0, 0, 0}
+    return {0, 0, 0, 0, 0, 'i', '', 0, 0, 0, 0, 0, 0, ''}
   end
   return cmsgpack.unpack(raw)
 end
@@ -79,6 +87,7 @@ local function save_slot(k, slot, st)
   for i = 8, 13 do -- an array without holes (older states have fewer fields)
     st[i] = st[i] or 0
   end
+  st[14] = st[14] or ''
   redis.call('HSET', k.slots, slot, cmsgpack.pack(st))
 end
 
@@ -155,7 +164,11 @@ local function slots_done(pq, members)
     if raw then
       local st = cmsgpack.unpack(raw)
       st[2] = math.max(0, st[2] - 1)
-      st[9] = 0 -- done: reported, or never reached a downloader (counted from its pop)
+      local id = st[14]
+      if id == nil or id == '' or id == request_id(slot, member) then
+        -- done: reported, or never reached a downloader (counted from its pop)
+        st[9], st[14] = 0, ''
+      end
       if st[6] == 'f' then
         place(k, slot, st, now)
       end

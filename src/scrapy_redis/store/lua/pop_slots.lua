@@ -91,6 +91,7 @@ for _ = 1, count + 64 do
     st[8] = next_delay(st, slot, micros)
     st[1] = now + st[8]
     st[9] = (leasing and st[8] > 0 and report == '1') and now or 0
+    st[14] = st[9] > 0 and request_id(slot, head) or ''
     if st[8] > 0 and not delayed[slot] then
       delayed[slot] = true
       delayed_list[#delayed_list + 1] = slot

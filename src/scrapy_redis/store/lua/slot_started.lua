@@ -18,7 +18,7 @@ local st = cmsgpack.unpack(raw)
 local now = now_ms()
 local delay = st[8] or 0
 if delay > 0 and ((st[9] or 0) > 0 or now + delay > st[1]) then
-  st[1], st[9] = math.max(now + delay, st[10] or 0), 0
+  st[1], st[9], st[14] = math.max(now + delay, st[10] or 0), 0, ''
   if st[6] == 'w' or st[6] == 'r' then
     place(k, slot, st, now)
   end
