@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from scrapy_redis.dupefilters.lean_layout import LeanLayout
@@ -46,6 +46,8 @@ logger = logging.getLogger(__name__)
 GENERATIONS = 2
 #: Seconds between two readings of the server's clock (its offset from this one's).
 CLOCK_EVERY = 60.0
+#: Most buckets whose generation keys are kept made (for the current generations only).
+_KEYS_CACHED = 1 << 14
 
 
 @dataclass(frozen=True)
@@ -54,19 +56,27 @@ class Generations:
 
     lifetime_ms: int
     layout: LeanLayout
+    _cache: dict[int, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def span_ms(self) -> int:
         return -(-self.lifetime_ms // GENERATIONS)
 
-    def keys(self, base: str, buckets: Sequence[int], k0: int) -> list[str]:
-        """For each of ``buckets``, its keys of generations ``k0 .. k0 + GENERATIONS + 2``."""
-        bits = self.layout.bucket_bits
-        return [
-            lean_generation_key(base, k, bucket, bits)
-            for bucket in buckets
-            for k in range(k0, k0 + GENERATIONS + 3)
-        ]
+    def keys(self, base: str, buckets: Iterable[int], k0: int) -> list[str]:
+        """For each of ``buckets``, its keys of generations ``k0 .. k0 + GENERATIONS + 2``
+        (made once per bucket and ``k0``: a batch's buckets are mostly met before)."""
+        cache = self._cache
+        if cache.get(-1) != (base, k0) or len(cache) > _KEYS_CACHED:
+            cache.clear()
+            cache[-1] = (base, k0)
+        bits, keys = self.layout.bucket_bits, []
+        for bucket in buckets:
+            names = cache.get(bucket)
+            if names is None:
+                ks = range(k0, k0 + GENERATIONS + 3)
+                names = cache[bucket] = [lean_generation_key(base, k, bucket, bits) for k in ks]
+            keys += names
+        return keys
 
 
 def generations_for(layout: LeanLayout, lifetime_ms: int) -> Generations:
@@ -111,8 +121,7 @@ class LeanExpiry:
         """The generations (the lifetime stored with the filter; read once)."""
         if self._generations is None:
             ours = self.expiry.default_ms or 0
-            self.server.hsetnx(self.meta_key, "lifetime_ms", ours)
-            stored = int(self.server.hget(self.meta_key, "lifetime_ms") or 0)
+            stored = int(script("lean_lifetime_open")(self.server, [self.meta_key], [ours]) or 0)
             if stored <= 0:
                 raise ValueError(
                     f"The lean filter at {self.meta_key!r} needs a DUPEFILTER_LIFETIME in "
@@ -149,23 +158,19 @@ class LeanExpiry:
         return [flag == ord("0") for flag in flags]
 
     def _located(self, fingerprints: Sequence[str]) -> tuple[list[str], list[Any], bytes]:
+        """The batch's keys, members and config for ``lua/_lean_expiry.lua``: the buckets
+        located once (a generation's buckets are cut like the filter's own) and the
+        generations from the server's clock, read once per batch."""
         layout, generations = self.layout, self.generations
-        own: dict[int, int] = {}
-        theirs: dict[int, int] = {}
-        members: list[Any] = []
-        located = zip(
-            layout.locate_many(fingerprints),
-            generations.layout.locate_many(fingerprints),
-            strict=True,
-        )
-        for (bucket, member), (gen_bucket, gen_member) in located:
-            own_index = own.setdefault(bucket, len(own)) + 1
-            gen_index = theirs.setdefault(gen_bucket, len(theirs)) + 1
-            members.append([own_index, member, gen_index, gen_member])
+        index_of: dict[int, int] = {}
+        members: list[Any] = [
+            [index_of.setdefault(bucket, len(index_of)) + 1, member]
+            for bucket, member in layout.locate_many(fingerprints)
+        ]
         if self._clock is None:
             self._clock = ServerClock(self.server)
         k0 = self._clock.now_ms() // generations.span_ms
-        keys = layout.keys_of(self.bucket_base, own)
-        keys += generations.keys(self.bucket_base, list(theirs), k0)
-        config = [k0, generations.span_ms, generations.lifetime_ms, len(own), GENERATIONS]
+        keys = [self.meta_key, *layout.keys_of(self.bucket_base, index_of)]
+        keys += generations.keys(self.bucket_base, index_of, k0)
+        config = [k0, generations.span_ms, generations.lifetime_ms, len(index_of), GENERATIONS]
         return keys, members, batch_arg(config)

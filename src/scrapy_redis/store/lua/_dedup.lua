@@ -203,7 +203,8 @@ end
 -- A lean filter whose fingerprints expire (see _lean_expiry.lua) as a push script's
 -- filter: `params` is the msgpack array of the batch's lifetimes in ms (one per request,
 -- 0: forever), `config` its config (see lean_expiry_open()); the members of the batch
--- are as _lean_expiry.lua says. Recorded after the push, as a set filter's.
+-- are as _lean_expiry.lua says. Recorded after the push, as a set filter's (but for the
+-- one request of its bucket: recorded at once, as find_new() does).
 local function open_lean_expiring(first, params, config)
   local lifetimes = cmsgpack.unpack(params)
   local now = server_ms()
@@ -214,7 +215,7 @@ local function open_lean_expiring(first, params, config)
     find_new = function(numbers, members)
       local new
       asked = members
-      new, added = lean_expiry_find_new(state, numbers, members)
+      new, added = lean_expiry_find_new(state, numbers, members, lifetimes, now)
       return new
     end,
     record = function()

@@ -23,7 +23,7 @@ local numbers = {}
 for i = 1, #members do
   numbers[i] = 1
 end
-local new, added = lean_expiry_find_new(state, numbers, members)
+local new, added = lean_expiry_find_new(state, numbers, members, lifetimes, now)
 lean_expiry_record(state, added, members, lifetimes, now)
 local flags = {}
 for i, is_new in ipairs(new) do
