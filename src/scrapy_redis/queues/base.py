@@ -136,22 +136,27 @@ def send_push(
     send: Callable[[FilterArgs], Any],
 ) -> list[bool]:
     """``send(args)`` (one push script call) and its flags; a Bloom filter that changed
-    since ``first`` was made is looked at again and the call sent again (nothing was
-    written). The flags may be for the first candidates only (see :meth:`Base.push_new`)."""
+    since ``first`` was made, or a lean filter whose generations did (the server's clock
+    entered a new window, the own buckets were written), is looked at again and the call
+    sent again (nothing was written). The flags may be for the first candidates only (see :meth:`Base.push_new`)."""
     args = first
     for _ in range(_STALE_TRIES):
         reply = send(args)
-        if args.bits is None:
+        stale = reply in (b"stale", "stale")
+        if args.bits is None and not stale:
             return new_flags(reply, len(candidates))
-        if reply not in (b"stale", "stale"):
+        if not stale:
             flags = new_flags(reply, len(candidates), prefix=True)
-            args.bits.bits_answered(len(flags), len(candidates))
+            args.bits.bits_answered(len(flags), len(candidates))  # type: ignore[union-attr]
             return flags
-        args.bits.bits_stale()
+        if args.bits is not None:
+            args.bits.bits_stale()
+        else:  # a lean filter's generations (lua/_lean_expiry.lua)
+            seen.expiry_stale()  # type: ignore[union-attr]
         again = filter_args(seen, candidates)
         assert again is not None  # the filter was checked in a script a moment ago
         args = again
-    raise ScrapyRedisError(f"The Bloom filter {args.base} keeps changing its layers.")
+    raise ScrapyRedisError(f"The filter {args.base} keeps changing its layers or generations.")
 
 
 def check_outside_script(

@@ -209,6 +209,9 @@ local function open_lean_expiring(first, params, config)
   local lifetimes = cmsgpack.unpack(params)
   local now = server_ms()
   local state = lean_expiry_open(first, cmsgpack.unpack(config), now)
+  if not state then
+    return nil
+  end
   local added, asked
   return {
     types = {},
@@ -231,8 +234,8 @@ end
 -- open_lean_expiring()), 'bloom' (a Bloom filter: see _bloom.lua,
 -- with its `params` and the batch's `blocks`; the members are the fingerprints) or
 -- 'redisbloom' (a RedisBloom filter, with its `params`: see _redisbloom.lua). nil if
--- the client's view of the Bloom filter is stale (nothing is done: it reloads the filter
--- and sends again). Otherwise a table:
+-- the client's view of the Bloom filter, or of the lean filter's generations, is stale
+-- (nothing is done: it looks at the filter again and sends again). Otherwise a table:
 --   types: {key, type} pairs for check_types();
 --   find_new(numbers, members): whether each request is new (see find_new()); a Bloom
 --     filter answers for the first ones only, as many as its newest layer has room for

@@ -7,29 +7,37 @@
 -- there}: a generation's buckets are cut like the filter's own (the same bits).
 --#include _expiry.lua
 
--- The filter's keys from KEYS[first]: `config` (msgpack) is {k0, span in ms, the longest
--- lifetime in ms, how many buckets F, generations G}; the keys are the filter's meta hash,
--- the F own buckets, then for each bucket G + 3 keys, generations k0 .. k0 + G + 2. Fails
--- (nothing written) unless the live generations are among them (the client's clock is
--- off). The own buckets are asked only if they may hold members: the meta hash counts
--- some (`count`, written without a lifetime) or says so (`forever`, see
--- lean_expiry_open.lua).
+-- The filter's keys from KEYS[first]: `config` (msgpack) is {k, span in ms, the longest
+-- lifetime in ms, how many buckets B, generations G, whether the own buckets are sent};
+-- the keys are the filter's meta hash, the B own buckets (if sent), then for each bucket
+-- G + 1 keys: its buckets of the live generations k .. k + G. The own buckets may hold
+-- members if the meta hash counts some (`count`, written without a lifetime) or says so
+-- (`forever`, see lean_lifetime_open.lua); they are asked then only. nil (the client is to
+-- look again and send again, nothing written) unless k is the live generation by this
+-- server's clock (the client's estimate is off: near the end of a window) and the own
+-- buckets are sent if they may hold members.
 local function lean_expiry_open(first, config, now)
-  local k0, span = tonumber(config[1]), tonumber(config[2])
-  local live = math.floor(now / span) + 1
-  if live < k0 or live > k0 + 2 then
-    error({err = 'ERR the lean filter was sent generations from ' .. k0 .. ' at ' .. now ..
-      ' ms (server clock), not the live ones: its clock estimate is off; send again'})
-  end
+  local k, span = tonumber(config[1]), tonumber(config[2])
   local meta = redis.call('HMGET', KEYS[first], 'count', 'forever')
-  return {first = first + 1, k0 = k0, span = span, longest = tonumber(config[3]),
-    own = tonumber(config[4]), gens = tonumber(config[5]), live = live, meta = KEYS[first],
-    ask_own = (tonumber(meta[1]) or 0) > 0 or meta[2] == '1'}
+  local state = {first = first + 1, live = k, span = span, longest = tonumber(config[3]),
+    buckets = tonumber(config[4]), gens = tonumber(config[5]), own = config[6] == 1,
+    meta = KEYS[first], ask_own = (tonumber(meta[1]) or 0) > 0 or meta[2] == '1'}
+  if math.floor(now / span) + 1 ~= k or (state.ask_own and not state.own) then
+    return nil
+  end
+  return state
+end
+
+local function own_key(state, bucket)
+  if not state.own then
+    error({err = 'ERR a lean filter batch keeps a fingerprint forever without its bucket'})
+  end
+  return KEYS[state.first + bucket - 1]
 end
 
 local function generation_key(state, bucket, k)
-  local width = state.gens + 3
-  return KEYS[state.first + state.own + (bucket - 1) * width + (k - state.k0)]
+  local first = state.first + (state.own and state.buckets or 0)
+  return KEYS[first + (bucket - 1) * (state.gens + 1) + (k - state.live)]
 end
 
 -- The generation a fingerprint of `lifetime` ms recorded at `now` goes to (nil: forever).
@@ -78,8 +86,7 @@ end
 -- with SADD, which answers for that one (the queue's keys were checked before: the
 -- push cannot fail). Returns true if it was new, and the key it was recorded in.
 local function lean_one(state, bucket, member, target)
-  local own = KEYS[state.first + bucket - 1]
-  if target and state.ask_own and redis.call('SISMEMBER', own, member) == 1 then
+  if target and state.ask_own and redis.call('SISMEMBER', own_key(state, bucket), member) == 1 then
     return false
   end
   for k = state.live + state.gens, state.live, -1 do
@@ -87,7 +94,7 @@ local function lean_one(state, bucket, member, target)
       return false
     end
   end
-  local key = target and generation_key(state, bucket, target) or own
+  local key = target and generation_key(state, bucket, target) or own_key(state, bucket)
   return redis.call('SADD', key, member) == 1, key
 end
 
@@ -103,7 +110,7 @@ local function lean_alive_of(state, bucket, group, members)
     end
   end
   if state.ask_own then
-    missing = lean_ask(KEYS[state.first + bucket - 1], missing, alive)
+    missing = lean_ask(own_key(state, bucket), missing, alive)
   end
   for k = state.live + state.gens, state.live, -1 do
     if #missing == 0 then
@@ -158,12 +165,12 @@ local function lean_expiry_record(state, added, members, lifetimes, now)
   for _, i in ipairs(added) do
     local bucket = members[i][1]
     local target = lean_generation(state, lifetimes[i], now)
-    local key = KEYS[state.first + bucket - 1]
+    local key
     if target then
       key = generation_key(state, bucket, target)
       state.ends[key] = target * state.span
     else
-      state.kept = true
+      key, state.kept = own_key(state, bucket), true
     end
     groups[key] = groups[key] or {}
     table.insert(groups[key], members[i][2])
