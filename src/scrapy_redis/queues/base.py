@@ -135,24 +135,21 @@ def send_push(
     first: FilterArgs,
     send: Callable[[FilterArgs], Any],
 ) -> list[bool]:
-    """``send(args)`` (one push script call) and its flags; a Bloom filter that changed
-    since ``first`` was made, or a lean filter whose generations did (the server's clock
-    entered a new window, the own buckets were written), is looked at again and the call
-    sent again (nothing was written). The flags may be for the first candidates only (see :meth:`Base.push_new`)."""
+    """``send(args)`` (one push script call) and its flags; a filter found changed since
+    ``first`` was made (a Bloom filter's layers, a lean filter's generations) is looked at
+    again and the call sent again (nothing was written). The flags may be for the first
+    candidates only (see :meth:`Base.push_new`)."""
     args = first
     for _ in range(_STALE_TRIES):
         reply = send(args)
-        stale = reply in (b"stale", "stale")
-        if args.bits is None and not stale:
-            return new_flags(reply, len(candidates))
-        if not stale:
+        if reply not in (b"stale", "stale"):
+            if args.bits is None:
+                return new_flags(reply, len(candidates))
             flags = new_flags(reply, len(candidates), prefix=True)
-            args.bits.bits_answered(len(flags), len(candidates))  # type: ignore[union-attr]
+            args.bits.bits_answered(len(flags), len(candidates))
             return flags
-        if args.bits is not None:
-            args.bits.bits_stale()
-        else:  # a lean filter's generations (lua/_lean_expiry.lua)
-            seen.expiry_stale()  # type: ignore[union-attr]
+        stale = args.bits.bits_stale if args.bits else seen.expiry_stale  # type: ignore[union-attr]
+        stale()
         again = filter_args(seen, candidates)
         assert again is not None  # the filter was checked in a script a moment ago
         args = again
