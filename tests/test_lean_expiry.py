@@ -40,6 +40,8 @@ def test_batches_answer_as_one_request_at_a_time(server, batch):
         new += [not seen for seen in df.seen_expiring(part, [HOUR_MS] * len(part))]
     first = {url: index for index, url in reversed(list(enumerate(urls)))}
     assert new == [first[url] == index for index, url in enumerate(urls)]
+    generations = server.keys(f"{KEY}:lean:g*")
+    assert generations and all(0 < server.pttl(key) <= HOUR_MS * 1.5 for key in generations)
 
 
 @pytest.mark.parametrize("batch", [1, 50])

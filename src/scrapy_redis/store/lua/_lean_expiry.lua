@@ -84,7 +84,7 @@ end
 -- Whether the one request `i` of its bucket is new, asking each place it may be alive
 -- (the own bucket, the live generations) but the one it goes to, then recording it there
 -- with SADD, which answers for that one (the queue's keys were checked before: the
--- push cannot fail). Returns true if it was new, and the key it was recorded in.
+-- push cannot fail), and letting that bucket expire with its window at once.
 local function lean_one(state, bucket, member, target)
   if target and state.ask_own and redis.call('SISMEMBER', own_key(state, bucket), member) == 1 then
     return false
@@ -94,8 +94,15 @@ local function lean_one(state, bucket, member, target)
       return false
     end
   end
-  local key = target and generation_key(state, bucket, target) or own_key(state, bucket)
-  return redis.call('SADD', key, member) == 1, key
+  if not target then
+    return redis.call('SADD', own_key(state, bucket), member) == 1
+  end
+  local key = generation_key(state, bucket, target)
+  if redis.call('SADD', key, member) == 0 then
+    return false
+  end
+  redis.call('PEXPIREAT', key, target * state.span)
+  return true
 end
 
 -- The alive members among those of the requests `group` of `bucket` (several: each place
@@ -130,13 +137,8 @@ local function lean_expiry_find_new(state, numbers, members, lifetimes, now)
     if #group == 1 then
       local i = group[1]
       local target = lean_generation(state, lifetimes[i], now)
-      local key
-      new[i], key = lean_one(state, bucket, members[i][2], target)
-      if new[i] and target then
-        state.ends[key] = target * state.span
-      elseif new[i] then
-        state.kept = true
-      end
+      new[i] = lean_one(state, bucket, members[i][2], target)
+      state.kept = state.kept or (new[i] and not target)
     else
       known[bucket] = lean_alive_of(state, bucket, group, members)
     end
