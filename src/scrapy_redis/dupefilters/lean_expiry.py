@@ -72,7 +72,7 @@ class Generations:
         if cache.get(-1) != (base, live) or len(cache) > _KEYS_CACHED:
             cache.clear()
             cache[-1] = (base, live)
-        bits, keys = self.layout.bucket_bits, []
+        bits, keys = self.layout.bucket_bits, list[str]()
         for bucket in buckets:
             names = cache.get(bucket)
             if names is None:
@@ -156,7 +156,8 @@ class LeanExpiry:
 
     def expiring_members(self, candidates: Sequence[Candidate]) -> SeenExpiring:
         """The push script's part for ``candidates`` (``lua/_lean_expiry.lua``)."""
-        fingerprints, lifetimes = [], []
+        fingerprints: list[str] = []
+        lifetimes: list[int] = []
         for candidate in candidates:
             if candidate.fingerprint is not None:
                 fingerprints.append(candidate.fingerprint)
