@@ -64,7 +64,17 @@ class Generations:
     def span_ms(self) -> int:
         return -(-self.lifetime_ms // GENERATIONS)
 
-    def keys(self, base: str, buckets: Iterable[int], live: int) -> list[str]:
+    def keys(self, base: str, buckets: Sequence[int], k0: int) -> list[str]:
+        """For each of ``buckets``, its keys of generations ``k0 .. k0 + GENERATIONS + 2``
+        (around the live ones: a forget looks in each that may be live)."""
+        bits = self.layout.bucket_bits
+        return [
+            lean_generation_key(base, k, bucket, bits)
+            for bucket in buckets
+            for k in range(k0, k0 + GENERATIONS + 3)
+        ]
+
+    def live_keys(self, base: str, buckets: Iterable[int], live: int) -> list[str]:
         """For each of ``buckets``, its keys of the live generations ``live .. live +
         GENERATIONS`` (made once per bucket and generation: a batch's buckets were mostly
         met before)."""
@@ -202,7 +212,7 @@ class LeanExpiry:
         live = self._clock.now_ms() // generations.span_ms + 1
         own = self._asks_own or any(lifetime <= 0 for lifetime in lifetimes)
         keys = [self.meta_key, *(layout.keys_of(self.bucket_base, index_of) if own else ())]
-        keys += generations.keys(self.bucket_base, index_of, live)
+        keys += generations.live_keys(self.bucket_base, index_of, live)
         span, longest = generations.span_ms, generations.lifetime_ms
         config = [live, span, longest, len(index_of), GENERATIONS, int(own)]
         return keys, members, batch_arg(config)
