@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from scrapy_redis.dupefilters.lean_layout import LeanLayout
@@ -46,6 +46,10 @@ logger = logging.getLogger(__name__)
 GENERATIONS = 2
 #: Seconds between two readings of the server's clock (its offset from this one's).
 CLOCK_EVERY = 60.0
+#: How often a batch is sent again while its generations are found stale.
+_STALE_TRIES = 8
+#: Most buckets whose generation keys are kept made (for the current generations only).
+_KEYS_CACHED = 1 << 14
 
 
 @dataclass(frozen=True)
@@ -54,19 +58,38 @@ class Generations:
 
     lifetime_ms: int
     layout: LeanLayout
+    _cache: dict[int, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def span_ms(self) -> int:
         return -(-self.lifetime_ms // GENERATIONS)
 
     def keys(self, base: str, buckets: Sequence[int], k0: int) -> list[str]:
-        """For each of ``buckets``, its keys of generations ``k0 .. k0 + GENERATIONS + 2``."""
+        """For each of ``buckets``, its keys of generations ``k0 .. k0 + GENERATIONS + 2``
+        (around the live ones: a forget looks in each that may be live)."""
         bits = self.layout.bucket_bits
         return [
             lean_generation_key(base, k, bucket, bits)
             for bucket in buckets
             for k in range(k0, k0 + GENERATIONS + 3)
         ]
+
+    def live_keys(self, base: str, buckets: Iterable[int], live: int) -> list[str]:
+        """For each of ``buckets``, its keys of the live generations ``live .. live +
+        GENERATIONS`` (made once per bucket and generation: a batch's buckets were mostly
+        met before)."""
+        cache = self._cache
+        if cache.get(-1) != (base, live) or len(cache) > _KEYS_CACHED:
+            cache.clear()
+            cache[-1] = (base, live)
+        bits, keys = self.layout.bucket_bits, list[str]()
+        for bucket in buckets:
+            names = cache.get(bucket)
+            if names is None:
+                ks = range(live, live + GENERATIONS + 1)
+                names = cache[bucket] = [lean_generation_key(base, k, bucket, bits) for k in ks]
+            keys += names
+        return keys
 
 
 def generations_for(layout: LeanLayout, lifetime_ms: int) -> Generations:
@@ -82,6 +105,10 @@ class ServerClock:
     def __init__(self, server: Any) -> None:
         self.server = server
         self._offset_ms = 0.0
+        self._read_at = -CLOCK_EVERY
+
+    def read_again(self) -> None:
+        """Read the server's clock at the next :meth:`now_ms` (the estimate was off)."""
         self._read_at = -CLOCK_EVERY
 
     def now_ms(self) -> int:
@@ -105,14 +132,16 @@ class LeanExpiry:
     expiry: Any
     _generations: Generations | None = None
     _clock: ServerClock | None = None
+    #: Whether the own buckets may hold members (read with the generations).
+    _asks_own = True
 
     @property
     def generations(self) -> Generations:
         """The generations (the lifetime stored with the filter; read once)."""
         if self._generations is None:
             ours = self.expiry.default_ms or 0
-            self.server.hsetnx(self.meta_key, "lifetime_ms", ours)
-            stored = int(self.server.hget(self.meta_key, "lifetime_ms") or 0)
+            opened = script("lean_lifetime_open")(self.server, [self.meta_key], [ours])
+            stored, self._asks_own = int(opened[0] or 0), bool(opened[1])
             if stored <= 0:
                 raise ValueError(
                     f"The lean filter at {self.meta_key!r} needs a DUPEFILTER_LIFETIME in "
@@ -144,44 +173,62 @@ class LeanExpiry:
         k0 = self._clock.now_ms() // generations.span_ms  # (live: k0 + 1 .. k0 + G + 1)
         return generations.keys(self.bucket_base, [bucket], k0)
 
+    def expiry_stale(self) -> None:
+        """A script found the batch's generations or buckets stale: read the server's
+        clock and whether the own buckets are asked again, for the next batch."""
+        if self._clock is not None:
+            self._clock.read_again()
+        self._generations = None
+
     def expiring_members(self, candidates: Sequence[Candidate]) -> SeenExpiring:
         """The push script's part for ``candidates`` (``lua/_lean_expiry.lua``)."""
-        fingerprints = [c.fingerprint for c in candidates if c.fingerprint is not None]
-        keys, members, config = self._located(fingerprints)
-        lifetimes = batch_arg([c.lifetime_ms for c in candidates])
-        return SeenExpiring(self.key, keys, ["lean_expire", lifetimes, config], members)
+        fingerprints: list[str] = []
+        lifetimes: list[int] = []
+        for candidate in candidates:
+            if candidate.fingerprint is not None:
+                fingerprints.append(candidate.fingerprint)
+                lifetimes.append(candidate.lifetime_ms)
+        keys, members, config = self._located(fingerprints, lifetimes)
+        every = batch_arg([c.lifetime_ms for c in candidates])
+        return SeenExpiring(self.key, keys, ["lean_expire", every, config], members)
 
     def seen_expiring(self, fingerprints: Sequence[str], lifetimes: Sequence[int]) -> list[bool]:
         """Record ``fingerprints`` (``lifetimes`` in ms, 0 = forever) in one script call
-        applied once; for each, whether it was seen (alive)."""
+        applied once (sent again while it finds its generations stale); for each, whether
+        it was seen (alive)."""
         if not fingerprints:
             return []
-        keys, members, config = self._located(fingerprints)
         writes = self.writes
         number = writes.take_for((*fingerprints, *lifetimes))
-        args = [writes.ttl_ms, number, batch_arg(members), batch_arg(list(lifetimes)), config]
-        flags = script("lean_expire_add")(self.server, [writes.key(self.key), *keys], args)
-        writes.confirmed()
-        return [flag == ord("0") for flag in flags]
+        for _ in range(_STALE_TRIES):
+            keys, members, config = self._located(fingerprints, lifetimes)
+            args = [writes.ttl_ms, number, batch_arg(members), batch_arg(list(lifetimes)), config]
+            flags = script("lean_expire_add")(self.server, [writes.key(self.key), *keys], args)
+            if flags != b"stale":
+                writes.confirmed()
+                return [flag == ord("0") for flag in flags]
+            self.expiry_stale()
+        raise RuntimeError(f"The lean filter {self.meta_key} keeps finding its clock off.")
 
-    def _located(self, fingerprints: Sequence[str]) -> tuple[list[str], list[Any], bytes]:
+    def _located(
+        self, fingerprints: Sequence[str], lifetimes: Sequence[int]
+    ) -> tuple[list[str], list[Any], bytes]:
+        """The batch's keys, members and config for ``lua/_lean_expiry.lua``: the buckets
+        located once (a generation's buckets are cut like the filter's own), the live
+        generations from the server's clock, and the own buckets if they may hold members
+        or one is kept forever."""
         layout, generations = self.layout, self.generations
-        own: dict[int, int] = {}
-        theirs: dict[int, int] = {}
-        members: list[Any] = []
-        located = zip(
-            layout.locate_many(fingerprints),
-            generations.layout.locate_many(fingerprints),
-            strict=True,
-        )
-        for (bucket, member), (gen_bucket, gen_member) in located:
-            own_index = own.setdefault(bucket, len(own)) + 1
-            gen_index = theirs.setdefault(gen_bucket, len(theirs)) + 1
-            members.append([own_index, member, gen_index, gen_member])
+        index_of: dict[int, int] = {}
+        members: list[Any] = [
+            [index_of.setdefault(bucket, len(index_of)) + 1, member]
+            for bucket, member in layout.locate_many(fingerprints)
+        ]
         if self._clock is None:
             self._clock = ServerClock(self.server)
-        k0 = self._clock.now_ms() // generations.span_ms
-        keys = layout.keys_of(self.bucket_base, own)
-        keys += generations.keys(self.bucket_base, list(theirs), k0)
-        config = [k0, generations.span_ms, generations.lifetime_ms, len(own), GENERATIONS]
+        live = self._clock.now_ms() // generations.span_ms + 1
+        own = self._asks_own or any(lifetime <= 0 for lifetime in lifetimes)
+        keys = [self.meta_key, *(layout.keys_of(self.bucket_base, index_of) if own else ())]
+        keys += generations.live_keys(self.bucket_base, index_of, live)
+        span, longest = generations.span_ms, generations.lifetime_ms
+        config = [live, span, longest, len(index_of), GENERATIONS, int(own)]
         return keys, members, batch_arg(config)

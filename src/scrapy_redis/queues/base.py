@@ -135,23 +135,25 @@ def send_push(
     first: FilterArgs,
     send: Callable[[FilterArgs], Any],
 ) -> list[bool]:
-    """``send(args)`` (one push script call) and its flags; a Bloom filter that changed
-    since ``first`` was made is looked at again and the call sent again (nothing was
-    written). The flags may be for the first candidates only (see :meth:`Base.push_new`)."""
+    """``send(args)`` (one push script call) and its flags; a filter found changed since
+    ``first`` was made (a Bloom filter's layers, a lean filter's generations) is looked at
+    again and the call sent again (nothing was written). The flags may be for the first
+    candidates only (see :meth:`Base.push_new`)."""
     args = first
     for _ in range(_STALE_TRIES):
         reply = send(args)
-        if args.bits is None:
-            return new_flags(reply, len(candidates))
         if reply not in (b"stale", "stale"):
+            if args.bits is None:
+                return new_flags(reply, len(candidates))
             flags = new_flags(reply, len(candidates), prefix=True)
             args.bits.bits_answered(len(flags), len(candidates))
             return flags
-        args.bits.bits_stale()
+        stale = args.bits.bits_stale if args.bits else seen.expiry_stale  # type: ignore[union-attr]
+        stale()
         again = filter_args(seen, candidates)
         assert again is not None  # the filter was checked in a script a moment ago
         args = again
-    raise ScrapyRedisError(f"The Bloom filter {args.base} keeps changing its layers.")
+    raise ScrapyRedisError(f"The filter {args.base} keeps changing its layers or generations.")
 
 
 def check_outside_script(

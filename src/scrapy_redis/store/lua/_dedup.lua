@@ -203,18 +203,22 @@ end
 -- A lean filter whose fingerprints expire (see _lean_expiry.lua) as a push script's
 -- filter: `params` is the msgpack array of the batch's lifetimes in ms (one per request,
 -- 0: forever), `config` its config (see lean_expiry_open()); the members of the batch
--- are as _lean_expiry.lua says. Recorded after the push, as a set filter's.
+-- are as _lean_expiry.lua says. Recorded after the push, as a set filter's (but for the
+-- one request of its bucket: recorded at once, as find_new() does).
 local function open_lean_expiring(first, params, config)
   local lifetimes = cmsgpack.unpack(params)
   local now = server_ms()
   local state = lean_expiry_open(first, cmsgpack.unpack(config), now)
+  if not state then
+    return nil
+  end
   local added, asked
   return {
     types = {},
     find_new = function(numbers, members)
       local new
       asked = members
-      new, added = lean_expiry_find_new(state, numbers, members)
+      new, added = lean_expiry_find_new(state, numbers, members, lifetimes, now)
       return new
     end,
     record = function()
@@ -230,8 +234,8 @@ end
 -- open_lean_expiring()), 'bloom' (a Bloom filter: see _bloom.lua,
 -- with its `params` and the batch's `blocks`; the members are the fingerprints) or
 -- 'redisbloom' (a RedisBloom filter, with its `params`: see _redisbloom.lua). nil if
--- the client's view of the Bloom filter is stale (nothing is done: it reloads the filter
--- and sends again). Otherwise a table:
+-- the client's view of the Bloom filter, or of the lean filter's generations, is stale
+-- (nothing is done: it looks at the filter again and sends again). Otherwise a table:
 --   types: {key, type} pairs for check_types();
 --   find_new(numbers, members): whether each request is new (see find_new()); a Bloom
 --     filter answers for the first ones only, as many as its newest layer has room for

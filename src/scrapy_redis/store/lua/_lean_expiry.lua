@@ -3,55 +3,154 @@
 -- A fingerprint kept forever is a member of the filter's own bucket; one that expires, a
 -- member of its bucket of the generation in which it expires (a window of `span` ms by
 -- this server's clock); a generation's buckets expire whole at the end of its window.
--- A request's member is {its bucket (1-based, among the batch's own buckets), its member
--- there, its generation bucket (1-based, among the batch's), its member there}.
+-- A request's member is {its bucket (1-based, among the batch's buckets), its member
+-- there}: a generation's buckets are cut like the filter's own (the same bits).
 --#include _expiry.lua
 
--- The filter's keys from KEYS[first]: `config` (msgpack) is {k0, span in ms, the longest
--- lifetime in ms, how many own buckets F, generations G}; the keys are the F own buckets,
--- then for each generation bucket G + 3 keys, generations k0 .. k0 + G + 2. Fails (nothing
--- written) unless the live generations are among them (the client's clock is off).
+-- The filter's keys from KEYS[first]: `config` (msgpack) is {k, span in ms, the longest
+-- lifetime in ms, how many buckets B, generations G, whether the own buckets are sent};
+-- the keys are the filter's meta hash, the B own buckets (if sent), then for each bucket
+-- G + 1 keys: its buckets of the live generations k .. k + G. The own buckets may hold
+-- members if the meta hash counts some (`count`, written without a lifetime) or says so
+-- (`forever`, see lean_lifetime_open.lua); they are asked then only. nil (the client is to
+-- look again and send again, nothing written) unless k is the live generation by this
+-- server's clock (the client's estimate is off: near the end of a window) and the own
+-- buckets are sent if they may hold members.
 local function lean_expiry_open(first, config, now)
-  local k0, span = tonumber(config[1]), tonumber(config[2])
-  local live = math.floor(now / span) + 1
-  if live < k0 or live > k0 + 2 then
-    error({err = 'ERR the lean filter was sent generations from ' .. k0 .. ' at ' .. now ..
-      ' ms (server clock), not the live ones: its clock estimate is off; send again'})
+  local k, span = tonumber(config[1]), tonumber(config[2])
+  local meta = redis.call('HMGET', KEYS[first], 'count', 'forever')
+  local state = {first = first + 1, live = k, span = span, longest = tonumber(config[3]),
+    buckets = tonumber(config[4]), gens = tonumber(config[5]), own = config[6] == 1,
+    meta = KEYS[first], ask_own = (tonumber(meta[1]) or 0) > 0 or meta[2] == '1'}
+  if math.floor(now / span) + 1 ~= k or (state.ask_own and not state.own) then
+    return nil
   end
-  return {first = first, k0 = k0, span = span, longest = tonumber(config[3]),
-    own = tonumber(config[4]), gens = tonumber(config[5]), live = live}
+  return state
+end
+
+local function own_key(state, bucket)
+  if not state.own then
+    error({err = 'ERR a lean filter batch keeps a fingerprint forever without its bucket'})
+  end
+  return KEYS[state.first + bucket - 1]
 end
 
 local function generation_key(state, bucket, k)
-  local width = state.gens + 3
-  return KEYS[state.first + state.own + (bucket - 1) * width + (k - state.k0)]
+  local first = state.first + (state.own and state.buckets or 0)
+  return KEYS[first + (bucket - 1) * (state.gens + 1) + (k - state.live)]
 end
 
--- Whether the request of `member` is recorded and alive.
-local function lean_alive(state, member)
-  if redis.call('SISMEMBER', KEYS[state.first + member[1] - 1], member[2]) == 1 then
-    return true
+-- The generation a fingerprint of `lifetime` ms recorded at `now` goes to (nil: forever).
+local function lean_generation(state, lifetime, now)
+  lifetime = tonumber(lifetime) or 0
+  if lifetime <= 0 then
+    return nil
   end
-  for k = state.live, state.live + state.gens do
-    if redis.call('SISMEMBER', generation_key(state, member[3], k), member[4]) == 1 then
-      return true
+  return math.ceil((now + math.min(lifetime, state.longest)) / state.span)
+end
+
+-- Ask `key` about `missing` (members) with SMISMEMBER, 2000 a call: mark those it holds
+-- in `alive`; the others, still missing.
+local function lean_ask(key, missing, alive)
+  local still = {}
+  for i = 1, #missing, 2000 do
+    local last = math.min(i + 1999, #missing)
+    local found = redis.call('SMISMEMBER', key, unpack(missing, i, last))
+    for j = 1, #found do
+      local member = missing[i + j - 1]
+      if found[j] == 1 then
+        alive[member] = true
+      else
+        still[#still + 1] = member
+      end
     end
   end
-  return false
+  return still
 end
 
--- Whether each request is new (see find_new() in _dedup.lua), and the new ones' numbers.
-local function lean_expiry_find_new(state, numbers, members)
+-- Per bucket of the batch, the requests asked (`numbers[i]` 0: not asked).
+local function lean_groups(numbers, members)
+  local groups = {}
+  for i, n in ipairs(numbers) do
+    if n ~= 0 then
+      local bucket = members[i][1]
+      groups[bucket] = groups[bucket] or {}
+      table.insert(groups[bucket], i)
+    end
+  end
+  return groups
+end
+
+-- Whether the one request `i` of its bucket is new, asking each place it may be alive
+-- (the own bucket, the live generations) but the one it goes to, then recording it there
+-- with SADD, which answers for that one (the queue's keys were checked before: the
+-- push cannot fail), and letting that bucket expire with its window at once.
+local function lean_one(state, bucket, member, target)
+  if target and state.ask_own and redis.call('SISMEMBER', own_key(state, bucket), member) == 1 then
+    return false
+  end
+  for k = state.live + state.gens, state.live, -1 do
+    if k ~= target and redis.call('SISMEMBER', generation_key(state, bucket, k), member) == 1 then
+      return false
+    end
+  end
+  if not target then
+    return redis.call('SADD', own_key(state, bucket), member) == 1
+  end
+  local key = generation_key(state, bucket, target)
+  if redis.call('SADD', key, member) == 0 then
+    return false
+  end
+  redis.call('PEXPIREAT', key, target * state.span)
+  return true
+end
+
+-- The alive members among those of the requests `group` of `bucket` (several: each place
+-- asked once, about those not found yet, newest generation first).
+local function lean_alive_of(state, bucket, group, members)
+  local alive, missing = {}, {}
+  for _, i in ipairs(group) do
+    local member = members[i][2]
+    if alive[member] == nil then
+      alive[member] = false
+      missing[#missing + 1] = member
+    end
+  end
+  if state.ask_own then
+    missing = lean_ask(own_key(state, bucket), missing, alive)
+  end
+  for k = state.live + state.gens, state.live, -1 do
+    if #missing == 0 then
+      break
+    end
+    missing = lean_ask(generation_key(state, bucket, k), missing, alive)
+  end
+  return alive
+end
+
+-- Whether each request is new (see find_new() in _dedup.lua), and the new ones to record
+-- (lean_expiry_record()); the one request of its bucket is recorded at once (lean_one()).
+local function lean_expiry_find_new(state, numbers, members, lifetimes, now)
   local new, added, known = {}, {}, {}
+  state.ends, state.kept = {}, false
+  for bucket, group in pairs(lean_groups(numbers, members)) do
+    if #group == 1 then
+      local i = group[1]
+      local target = lean_generation(state, lifetimes[i], now)
+      new[i] = lean_one(state, bucket, members[i][2], target)
+      state.kept = state.kept or (new[i] and not target)
+    else
+      known[bucket] = lean_alive_of(state, bucket, group, members)
+    end
+  end
   for i, n in ipairs(numbers) do
     if n == 0 then
       new[i] = true
-    else
-      local member = members[i]
-      local id = member[1] .. ':' .. member[2]
-      new[i] = not (known[id] or lean_alive(state, member))
+    elseif new[i] == nil then
+      local alive = known[members[i][1]]
+      new[i] = not alive[members[i][2]]
       if new[i] then
-        known[id] = true
+        alive[members[i][2]] = true
         added[#added + 1] = i
       end
     end
@@ -59,24 +158,32 @@ local function lean_expiry_find_new(state, numbers, members)
   return new, added
 end
 
--- Record the requests lean_expiry_find_new() found new, each where its lifetime
--- (`lifetimes[i]`, ms, 0: forever; cut to the longest) puts it, and let each generation
--- bucket written expire at the end of its window.
+-- Record the requests lean_expiry_find_new() left to record, each where its lifetime
+-- (`lifetimes[i]`, ms, 0: forever; cut to the longest) puts it, one SADD per key; let each
+-- generation bucket written expire at the end of its window; and say in the meta hash that
+-- the own buckets hold members once one is kept forever.
 local function lean_expiry_record(state, added, members, lifetimes, now)
-  local ends = {}
+  local groups = {}
   for _, i in ipairs(added) do
-    local member = members[i]
-    local lifetime = tonumber(lifetimes[i]) or 0
-    if lifetime <= 0 then
-      redis.call('SADD', KEYS[state.first + member[1] - 1], member[2])
+    local bucket = members[i][1]
+    local target = lean_generation(state, lifetimes[i], now)
+    local key
+    if target then
+      key = generation_key(state, bucket, target)
+      state.ends[key] = target * state.span
     else
-      local k = math.ceil((now + math.min(lifetime, state.longest)) / state.span)
-      local key = generation_key(state, member[3], k)
-      redis.call('SADD', key, member[4])
-      ends[key] = k * state.span
+      key, state.kept = own_key(state, bucket), true
     end
+    groups[key] = groups[key] or {}
+    table.insert(groups[key], members[i][2])
   end
-  for key, at in pairs(ends) do
+  for key, group in pairs(groups) do
+    call_in_chunks('SADD', key, group)
+  end
+  for key, at in pairs(state.ends) do
     redis.call('PEXPIREAT', key, at)
+  end
+  if state.kept and not state.ask_own then
+    redis.call('HSET', state.meta, 'forever', 1)
   end
 end

@@ -8,7 +8,8 @@
 -- ARGV[3] = the members (msgpack array, see _lean_expiry.lua)
 -- ARGV[4] = their lifetimes in ms (msgpack array, 0: forever)
 -- ARGV[5] = the filter's config (msgpack, see lean_expiry_open())
--- returns one character per member: "1" if it was new (recorded), "0" if alive already
+-- returns one character per member: "1" if it was new (recorded), "0" if alive already;
+--   or "stale" (nothing done: the client looks at the filter again, see lean_expiry_open())
 --#include _lean_expiry.lua
 --#include _once.lua
 
@@ -18,12 +19,15 @@ if before then
 end
 local now = server_ms()
 local state = lean_expiry_open(2, cmsgpack.unpack(ARGV[5]), now)
+if not state then
+  return 'stale'
+end
 local members, lifetimes = cmsgpack.unpack(ARGV[3]), cmsgpack.unpack(ARGV[4])
 local numbers = {}
 for i = 1, #members do
   numbers[i] = 1
 end
-local new, added = lean_expiry_find_new(state, numbers, members)
+local new, added = lean_expiry_find_new(state, numbers, members, lifetimes, now)
 lean_expiry_record(state, added, members, lifetimes, now)
 local flags = {}
 for i, is_new in ipairs(new) do

@@ -1,0 +1,121 @@
+"""The lean filter's fingerprints that expire (issue 27.1): a batch asks each bucket once,
+the one request of its bucket is recorded at once, and the filter's own buckets (kept
+forever) are asked only when they may hold something, including in data an older version
+wrote."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from scrapy import Request
+
+from helpers import record_dropped
+from scrapy_redis.core.lifetime import META_KEY, Expiry
+from scrapy_redis.dupefilter import LeanDupeFilter
+
+KEY = "demo:dupefilter"
+URL = "http://example.com/a"
+HOUR_MS = 3_600_000
+
+
+def _lean(server, lifetime_ms: int | None = HOUR_MS, capacity: int = 10_000) -> LeanDupeFilter:
+    expiry = Expiry(lifetime_ms) if lifetime_ms else None
+    return LeanDupeFilter(server, KEY, capacity=capacity, expiry=expiry)
+
+
+@pytest.mark.parametrize("batch", [1, 7, 400])
+def test_batches_answer_as_one_request_at_a_time(server, batch):
+    """16 buckets: a batch of 400 asks each bucket about many members at once, a batch of
+    1 records its request at once; both answer "new" exactly for the first sighting of
+    each URL, duplicates within a batch included."""
+    df = _lean(server, capacity=16)
+    assert df.layout.buckets == 16
+    rnd = random.Random(batch)
+    urls = [f"http://example.com/{rnd.randrange(600)}" for _ in range(2000)]
+    fingerprints = [df.request_fingerprint(Request(url)) for url in urls]
+    new: list[bool] = []
+    for start in range(0, len(fingerprints), batch):
+        part = fingerprints[start : start + batch]
+        new += [not seen for seen in df.seen_expiring(part, [HOUR_MS] * len(part))]
+    first = {url: index for index, url in reversed(list(enumerate(urls)))}
+    assert new == [first[url] == index for index, url in enumerate(urls)]
+    generations = server.keys(f"{KEY}:lean:g*")
+    assert generations and all(0 < server.pttl(key) <= HOUR_MS * 1.5 for key in generations)
+
+
+@pytest.mark.parametrize("batch", [1, 50])
+def test_a_fingerprint_kept_forever_is_seen_by_another_worker(server, batch):
+    """The other worker opened the filter before: it sent no own buckets, the script
+    answers "stale", and it sends them."""
+    other = _lean(server, capacity=16)
+    assert other.request_seen(Request("http://example.com/b")) is False
+    _lean(server, capacity=16).request_seen(Request(URL, meta={META_KEY: None}))
+    assert server.hget(f"{KEY}:lean", "forever") == b"1"
+    urls = [URL, *(f"http://example.com/{i}" for i in range(batch - 1))]
+    fingerprints = [other.request_fingerprint(Request(url)) for url in urls]
+    assert other.seen_expiring(fingerprints, [HOUR_MS] * batch)[0] is True
+
+
+def test_fingerprints_recorded_without_a_lifetime_stay_seen_with_one(server):
+    _lean(server, lifetime_ms=None).request_seen(Request(URL))
+    df = _lean(server)
+    assert df.request_seen(Request(URL)) is True
+    assert df.request_seen(Request("http://example.com/b")) is False
+
+
+def test_the_own_buckets_are_not_asked_while_nothing_is_kept_forever(server):
+    """What makes a lookup cheap: nothing was kept forever (no count, no 'forever'), so a
+    member put in an own bucket behind the filter's back is not asked about."""
+    df = _lean(server)
+    assert df.request_seen(Request("http://example.com/b")) is False
+    bucket, member = df.layout.locate(df.request_fingerprint(Request(URL)))
+    server.sadd(df.layout.bucket_key(df.bucket_base, bucket), member)
+    assert df.request_seen(Request(URL)) is False
+    assert server.hget(f"{KEY}:lean", "expiry_layout") == b"2"
+
+
+def test_a_filter_an_older_version_gave_a_lifetime_keeps_what_it_kept_forever(server):
+    """Data of the previous layout: a lifetime stored without 'expiry_layout', and a
+    fingerprint kept forever in an own bucket that no count says is there."""
+    old = _lean(server, lifetime_ms=None)
+    old.open()
+    bucket, member = old.layout.locate(old.request_fingerprint(Request(URL)))
+    server.sadd(old.layout.bucket_key(old.bucket_base, bucket), member)
+    server.hset(f"{KEY}:lean", "lifetime_ms", HOUR_MS)
+    df = _lean(server)
+    assert df.request_seen(Request(URL)) is True
+    assert df.request_seen(Request("http://example.com/b")) is False
+    assert server.hget(f"{KEY}:lean", "forever") == b"1"
+
+
+def test_a_push_finds_what_another_worker_kept_forever(settings_dict, server, schedulers):
+    settings = {
+        **settings_dict,
+        "DUPEFILTER_CLASS": "scrapy_redis.dupefilter.LeanDupeFilter",
+        "DUPEFILTER_LIFETIME": 3600,
+    }
+    scheduler = schedulers(settings)
+    scheduler.enqueue_request(Request("http://example.com/b"))
+    scheduler.send_enqueued()
+    _lean(server).request_seen(Request(URL, meta={META_KEY: None}))
+    dropped = record_dropped(scheduler)
+    scheduler.enqueue_request(Request(URL))
+    scheduler.enqueue_request(Request("http://example.com/c"))
+    scheduler.send_enqueued()
+    assert [request.url for request in dropped] == [URL] and len(scheduler) == 2
+
+
+@pytest.mark.parametrize("off_by_spans", [-1, 1])
+def test_a_clock_estimate_off_by_a_window_reads_the_clock_again(server, off_by_spans):
+    """The script refuses generations that are not the live ones ("stale", nothing
+    written): the client reads the server's clock and sends again."""
+    df = _lean(server, lifetime_ms=2000)
+    assert df.request_seen(Request(URL)) is False
+    clock = df._clock
+    assert clock is not None
+    clock._offset_ms += off_by_spans * df.generations.span_ms
+    assert df.request_seen(Request(URL)) is True
+    assert df.request_seen(Request("http://example.com/b")) is False
+    seconds, micros = server.time()
+    assert abs(clock.now_ms() - (seconds * 1000 + micros // 1000)) < 500
