@@ -237,3 +237,75 @@ def test_outside_the_script_expiry_holds_too(settings_dict, server, schedulers, 
     scheduler.next_request()
     _enqueue_until_new(scheduler, URL)
     assert scheduler.next_request().url == URL
+
+
+# -- on RedisBloom: a BF filter per generation ----------------------------------------------
+
+
+def _module_settings(redisbloom_server, lifetime, **extra):
+    return _settings({"REDIS_URL": redisbloom_server.url}, lifetime, **extra)
+
+
+def test_on_redisbloom_each_generation_is_a_bf_filter_that_expires(redisbloom_server, bloom_server):
+    settings = _module_settings(redisbloom_server, 1)
+    df = BloomDupeFilter.from_spider(make_spider(settings))
+    before = _server_ms(bloom_server)
+    assert df.seen_many([request_fingerprint(Request(URL))] * 2) == [False, True]
+    after = _server_ms(bloom_server)
+    assert df.backend == "redisbloom" and bloom_server.hget(KEY, "backend") == b"redisbloom"
+    keys = _generation_keys(bloom_server)
+    assert [bloom_server.type(k) for k in keys] == [b"MBbloom--"]
+    assert 0 < bloom_server.pttl(keys[0]) <= 1500
+    assert df.count() == 1 and df.capacity() == 10_000
+    last_seen, new_at = _when_new_again(bloom_server, lambda: df.request_seen(Request(URL)))
+    assert new_at >= before + 1000 and last_seen < after + 1500
+
+
+def _module_racer(url, seed, results):
+    df = BloomDupeFilter(
+        redis.Redis.from_url(url), KEY, layout=BloomLayout(10_000, 0.001), expiry=Expiry(60_000)
+    )
+    new = [i for i in range(300) if not df.request_seen(Request(f"http://example.com/{i}"))]
+    results.put(new)
+
+
+def test_on_redisbloom_a_url_due_again_is_new_once_across_workers(redisbloom_server, bloom_server):
+    df = BloomDupeFilter(
+        bloom_server, KEY, layout=BloomLayout(10_000, 0.001), expiry=Expiry(60_000)
+    )
+    urls = [request_fingerprint(Request(f"http://example.com/{i}")) for i in range(300)]
+    assert df.seen_many(urls) == [False] * 300 and df.backend == "redisbloom"
+    bloom_server.delete(*_generation_keys(bloom_server))  # as Redis does after the lifetime
+    reports = results_of_processes(_module_racer, [(redisbloom_server.url, w) for w in range(4)])
+    assert sorted(i for report in reports for i in report) == list(range(300))
+
+
+def test_on_redisbloom_push_scripts_honour_expiry(redisbloom_server, bloom_server, schedulers):
+    scheduler = schedulers(_module_settings(redisbloom_server, 1))
+    dropped = record_dropped(scheduler)
+    for _ in range(2):
+        scheduler.enqueue_request(Request(URL))
+    scheduler.send_enqueued()
+    assert len(dropped) == 1 and len(scheduler) == 1
+    assert scheduler.next_request().url == URL
+    assert bloom_server.type(_generation_keys(bloom_server)[0]) == b"MBbloom--"
+    _enqueue_until_new(scheduler, URL)
+    assert scheduler.next_request().url == URL
+
+
+def test_a_filter_keeps_its_backend(redisbloom_server, bloom_server):
+    lua = BloomDupeFilter.from_spider(
+        make_spider(_module_settings(redisbloom_server, 60, BLOOMFILTER_BACKEND="lua"))
+    )
+    assert lua.request_seen(Request(URL)) is False
+    auto = BloomDupeFilter.from_spider(make_spider(_module_settings(redisbloom_server, 60)))
+    assert auto.request_seen(Request(URL)) is True and auto.backend == "lua"
+    forced = _module_settings(redisbloom_server, 60, BLOOMFILTER_BACKEND="redisbloom")
+    with pytest.raises(ConfigurationError, match="BLOOMFILTER_BACKEND gives 'redisbloom'"):
+        BloomDupeFilter.from_spider(make_spider(forced)).request_seen(Request(URL))
+    auto.clear()
+    assert _generation_keys(bloom_server) == []
+    module = BloomDupeFilter.from_spider(make_spider(forced))
+    assert module.request_seen(Request(URL)) is False and module.backend == "redisbloom"
+    module.clear()
+    assert _generation_keys(bloom_server) == [] and not bloom_server.exists(KEY)

@@ -311,9 +311,10 @@ class BloomDupeFilter(BloomExpiry, BloomMeta, RedisBloomBackend, RFPDupeFilter):
 
     def key_types(self) -> list[tuple[str, str]]:
         """The filter's key: the hash of its layout (its blocks are many: not checked), or
-        a RedisBloom filter."""
+        a RedisBloom filter (with DUPEFILTER_LIFETIME, always a hash: its generations')."""
         backend = self.backend or choose_backend(self.server, self.backend_setting, self.key)
-        return [(self.key, "MBbloom--" if backend == "redisbloom" else "hash")]
+        module = backend == "redisbloom" and self.expiry is None
+        return [(self.key, "MBbloom--" if module else "hash")]
 
     def count(self) -> int:
         """About how many fingerprints were recorded (new ones; false positives not); with

@@ -26,9 +26,14 @@ sweep). A request is seen if one of the ``GENERATIONS + 1`` live generations hol
 * Generations do not grow: one that holds more than its capacity has a higher rate; the
   filter warns (its fill is read every :attr:`BloomExpiry.fill_check_every` batches).
 
-The lifetime and the generations' layer are stored with the filter (its meta hash, made
-by the first worker): every worker cuts time the same way. On a Redis Cluster every key
-of a filter is in its key's slot (one script reads them all).
+On RedisBloom (BLOOMFILTER_BACKEND) each generation is a RedisBloom filter,
+``<key>:bloom:t<generation>``, made by ``BF.INSERT`` with the same capacity and rate
+(scaling: RedisBloom grows a generation past its capacity) and expiring whole
+(``lua/_redisbloom_expiry.lua``: ``BF.MEXISTS`` on the live ones, then ``BF.INSERT``).
+
+The lifetime, the backend and the generations' layer are stored with the filter (its
+meta hash, made by the first worker): every worker cuts time the same way. On a Redis
+Cluster every key of a filter is in its key's slot (one script reads them all).
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 from scrapy_redis.connection import is_cluster
 from scrapy_redis.dupefilters.bloom_layout import (
     HASH_NAME,
+    REDISBLOOM_EXPANSION,
     VERSION,
     BloomLayout,
     Layer,
@@ -49,6 +55,7 @@ from scrapy_redis.dupefilters.bloom_layout import (
     sized_layer,
 )
 from scrapy_redis.dupefilters.lean_expiry import ServerClock
+from scrapy_redis.dupefilters.redisbloom import redisbloom_info
 from scrapy_redis.exceptions import ConfigurationError
 from scrapy_redis.queues.base import batch_arg
 from scrapy_redis.queues.seen_sets import SeenExpiring
@@ -70,24 +77,33 @@ _MAX_BLOCKS = 1 << 24
 
 @dataclass(frozen=True)
 class BloomGenerations:
-    """How a Bloom filter cuts time: the longest lifetime and each generation's layer."""
+    """How a Bloom filter cuts time: the longest lifetime and each generation's layer
+    (``module``: each generation a RedisBloom filter of the layer's capacity and rate)."""
 
     lifetime_ms: int
     layer: Layer
+    module: bool = False
 
     @property
     def span_ms(self) -> int:
         return -(-self.lifetime_ms // GENERATIONS)
 
+    @property
+    def backend(self) -> str:
+        return "redisbloom" if self.module else "lua"
+
     def describe(self) -> dict[str, str]:
         """What workers sharing the filter must agree on (stored in its meta hash)."""
-        return {
-            "version": VERSION,
-            "hash": HASH_NAME,
-            "lifetime_ms": str(self.lifetime_ms),
-            "generations": str(GENERATIONS),
-            "generation_layer": self.layer.describe(),
-        }
+        ours = {"version": VERSION, "lifetime_ms": str(self.lifetime_ms)}
+        ours["generations"] = str(GENERATIONS)
+        if self.module:
+            return {**ours, "backend": self.backend, "generation_bf": self.module_params()}
+        return {**ours, "hash": HASH_NAME, "generation_layer": self.layer.describe()}
+
+    def module_params(self) -> str:
+        """A RedisBloom generation's capacity, error rate and expansion."""
+        layer = self.layer
+        return f"{layer.capacity},{layer.error_rate!r},{REDISBLOOM_EXPANSION}"
 
 
 def generation_layer(layout: BloomLayout) -> Layer:
@@ -126,14 +142,27 @@ class BloomExpiry:
     def time_generations(self) -> BloomGenerations:
         """The generations, as stored with the filter (made by the first worker)."""
         if self._time_generations is None:
-            ours = BloomGenerations(self.expiry.default_ms, generation_layer(self.layout))
-            flat = [part for pair in ours.describe().items() for part in pair]
-            made, raw = script("bloom_expire_open")(self.server, [self.key], flat)
-            if made == b"wrongtype":
-                raise self._wrong_type(raw.decode())  # type: ignore[attr-defined]
-            meta = {raw[i].decode(): raw[i + 1].decode() for i in range(0, len(raw), 2)}
-            self._time_generations = self._agreed(ours, meta)
+            self.open()  # type: ignore[attr-defined]
+        assert self._time_generations is not None
         return self._time_generations
+
+    def _expiry_backend(self, backend: str) -> str:
+        """Open a filter whose fingerprints expire on ``backend`` (the setting's choice;
+        with "auto", a filter's stored backend wins): its backend."""
+        stored = self.server.hget(self.key, "backend")
+        if self.backend_setting == "auto" and stored in (b"redisbloom", "redisbloom"):  # type: ignore[attr-defined]
+            backend = "redisbloom"
+        elif self.backend_setting == "auto" and self.server.exists(self.key):  # type: ignore[attr-defined]
+            backend = "lua"
+        layer = generation_layer(self.layout)
+        ours = BloomGenerations(self.expiry.default_ms, layer, backend == "redisbloom")
+        flat = [part for pair in ours.describe().items() for part in pair]
+        made, raw = script("bloom_expire_open")(self.server, [self.key], flat)
+        if made == b"wrongtype":
+            raise self._wrong_type(raw.decode())  # type: ignore[attr-defined]
+        meta = {raw[i].decode(): raw[i + 1].decode() for i in range(0, len(raw), 2)}
+        self._time_generations = self._agreed(ours, meta)
+        return backend
 
     def _agreed(self, ours: BloomGenerations, meta: dict[str, str]) -> BloomGenerations:
         """The stored generations: ours but for the lifetime (the stored one wins)."""
@@ -142,6 +171,13 @@ class BloomExpiry:
                 f"The Bloom filter {self.key} was made without DUPEFILTER_LIFETIME (its "
                 "fingerprints never expire): unset DUPEFILTER_LIFETIME, or clear it "
                 "(BloomDupeFilter.clear(), or delete its keys) to start one that expires."
+            )
+        if meta.get("backend", "lua") != ours.backend:
+            stored = meta.get("backend", "lua")
+            raise ConfigurationError(
+                f"The Bloom filter {self.key} keeps its generations on the {stored!r} "
+                f"backend; BLOOMFILTER_BACKEND gives {ours.backend!r}: set it to {stored!r} "
+                "(or 'auto'), or clear the filter (BloomDupeFilter.clear()) to start anew."
             )
         for field, value in ours.describe().items():
             if field != "lifetime_ms" and meta.get(field) != value:
@@ -155,7 +191,7 @@ class BloomExpiry:
                 "with %(stored)s ms: using the filter's.",
                 {"ours": ours.lifetime_ms, "key": self.key, "stored": stored},
             )
-        return BloomGenerations(stored, ours.layer)
+        return BloomGenerations(stored, ours.layer, ours.module)
 
     def _forget_generations(self) -> None:
         """Forget what was read of the generations (a lane's filter, a cleared one)."""
@@ -165,13 +201,13 @@ class BloomExpiry:
     def expiring_members(self, candidates: Sequence[Candidate]) -> SeenExpiring:
         """The push script's part for ``candidates`` (``lua/_bloom_expiry.lua``)."""
         fingerprints = [c.fingerprint for c in candidates if c.fingerprint is not None]
-        digests = hex_digests(fingerprints)
-        keys, config = self._generation_keys(digests)
+        members, keys, config = self._generation_keys(fingerprints)
         lifetimes = batch_arg([c.lifetime_ms for c in candidates])
         self._expiry_calls += 1
         if self._expiry_calls % self.fill_check_every == 0:
             self.generations_fill()
-        return SeenExpiring(self.key, keys, ["bloom_expire", lifetimes, config], digests)
+        mode = "redisbloom_expire" if self.time_generations.module else "bloom_expire"
+        return SeenExpiring(self.key, keys, [mode, lifetimes, config], members)
 
     def seen_expiring(self, fingerprints: Sequence[str], lifetimes: Sequence[int]) -> list[bool]:
         """Record ``fingerprints`` (``lifetimes`` in ms, 0: the longest), a batch per script
@@ -179,13 +215,13 @@ class BloomExpiry:
         seen: list[bool] = []
         for start in range(0, len(fingerprints), BATCH_SIZE):
             batch = list(fingerprints[start : start + BATCH_SIZE])
-            digests = hex_digests(batch)
-            keys, config = self._generation_keys(digests)
+            members, keys, config = self._generation_keys(batch)
             writes = self.writes
             ages = list(lifetimes[start : start + BATCH_SIZE])
             number = writes.take_for((*batch, *ages))
-            args = [writes.ttl_ms, number, batch_arg(digests), batch_arg(ages), config]
-            flags = script("bloom_expire_add")(self.server, [writes.key(self.key), *keys], args)
+            args = [writes.ttl_ms, number, batch_arg(members), batch_arg(ages), config]
+            name = "bloom_module_expire_add" if self.time_generations.module else "bloom_expire_add"
+            flags = script(name)(self.server, [writes.key(self.key), *keys], args)
             writes.confirmed()
             seen.extend(flag == ord("0") for flag in flags)
         self._expiry_calls += 1
@@ -193,20 +229,27 @@ class BloomExpiry:
             self.generations_fill()
         return seen
 
-    def _generation_keys(self, digests: Sequence[str]) -> tuple[list[str], bytes]:
-        """The keys of generations k0 .. k0 + GENERATIONS + 2 for the blocks ``digests``
-        fall in, and the config of ``lua/_bloom_expiry.lua``."""
+    def _generation_keys(self, fingerprints: Sequence[str]) -> tuple[list[str], list[str], bytes]:
+        """``fingerprints`` as the scripts take them, the keys of generations k0 .. k0 +
+        GENERATIONS + 2 (for the blocks the fingerprints fall in) and the scripts' config
+        (``lua/_bloom_expiry.lua``, ``lua/_redisbloom_expiry.lua``)."""
         generations = self.time_generations
         layer, cluster = generations.layer, is_cluster(self.server)
-        numbers = sorted(blocks_of(digests, 0, layer.blocks))
         k0 = self._server_ms() // generations.span_ms
-        keys: list[str] = []
-        for k in range(k0, k0 + GENERATIONS + 3):
+        config: list[Any] = [k0, generations.span_ms, generations.lifetime_ms, GENERATIONS]
+        live = range(k0, k0 + GENERATIONS + 3)
+        if generations.module:
+            keys = [bloom_generation_key(self.key, k, cluster) for k in live]
+            config += [layer.capacity, repr(layer.error_rate), REDISBLOOM_EXPANSION]
+            return list(fingerprints), keys, batch_arg(config)
+        digests = hex_digests(fingerprints)
+        numbers = sorted(blocks_of(digests, 0, layer.blocks))
+        keys = []
+        for k in live:
             keys.append(bloom_generation_key(self.key, k, cluster))
             keys += bloom_generation_block_keys(self.key, k, numbers, cluster)
-        config = [k0, generations.span_ms, generations.lifetime_ms, GENERATIONS]
         config += [layer.k, layer.blocks, layer.block_bits, numbers]
-        return keys, batch_arg(config)
+        return digests, keys, batch_arg(config)
 
     def _server_ms(self) -> int:
         if self._clock is None:
@@ -222,8 +265,16 @@ class BloomExpiry:
         """The fingerprints recorded in each live generation (new ones; none: absent)."""
         cluster = is_cluster(self.server)
         live = list(self._live_generations())
-        counts = self.server.mget([bloom_generation_key(self.key, k, cluster) for k in live])
-        return {k: int(c) for k, c in zip(live, counts, strict=True) if c is not None}
+        keys = [bloom_generation_key(self.key, k, cluster) for k in live]
+        if not self.time_generations.module:
+            counts = self.server.mget(keys)
+            return {k: int(c) for k, c in zip(live, counts, strict=True) if c is not None}
+        found = {}
+        for k, key in zip(live, keys, strict=True):
+            if self.server.exists(key):
+                info = redisbloom_info(self.server.execute_command("BF.INFO", key))
+                found[k] = info.get("count", 0)
+        return found
 
     def generations_fill(self) -> float:
         """The fullest live generation's count as a fraction of its capacity (the stat
@@ -251,25 +302,14 @@ class BloomExpiry:
         if self.server.type(self.key) not in (b"hash", "hash"):
             return
         lifetime, layer = self.server.hmget(self.key, "lifetime_ms", "generation_layer")
-        if not lifetime or not layer:
+        if not lifetime:
             return  # not a filter whose fingerprints expire
         span = -(-int(lifetime) // GENERATIONS)
-        text = layer.decode() if isinstance(layer, bytes) else str(layer)
-        blocks = min(int(text.split(",")[3]), _MAX_BLOCKS)
+        text = layer.decode() if isinstance(layer, bytes) else str(layer or "")
+        blocks = min(int(text.split(",")[3]), _MAX_BLOCKS) if text else 0  # 0: RedisBloom
         cluster, live = is_cluster(self.server), self._server_ms() // span + 1
         for k in range(live - 1, live + GENERATIONS + 2):
             keys = [bloom_generation_key(self.key, k, cluster)]
             keys += bloom_generation_block_keys(self.key, k, range(blocks), cluster)
             for i in range(0, len(keys), 1000):
                 self.server.unlink(*keys[i : i + 1000])
-
-    def _expiry_backend(self, backend: str) -> str:
-        """The backend of a filter whose fingerprints expire, opened (its meta hash)."""
-        if backend == "redisbloom" and self.backend_setting == "redisbloom":  # type: ignore[attr-defined]
-            raise ConfigurationError(
-                "BLOOMFILTER_BACKEND = 'redisbloom' cannot expire fingerprints "
-                "(DUPEFILTER_LIFETIME): set BLOOMFILTER_BACKEND = 'lua' (or 'auto') for the "
-                "Bloom filter's own generations, or DUPEFILTER_LIFETIME = 0."
-            )
-        self.time_generations  # noqa: B018 - made or checked now
-        return "lua"

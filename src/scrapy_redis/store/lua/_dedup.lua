@@ -5,6 +5,7 @@
 --#include _expiry.lua
 --#include _lean_expiry.lua
 --#include _bloom_expiry.lua
+--#include _redisbloom_expiry.lua
 
 -- Fail before writing anything unless each key is missing or of the type wanted for it:
 -- `wanted` is a list of {key, type}. A queue key left by another queue class (a persisted
@@ -242,12 +243,27 @@ local function open_bloom_expiring(first, params, config)
   }
 end
 
+-- The same on RedisBloom (see _redisbloom_expiry.lua): the members are the fingerprints.
+local function open_redisbloom_expiring(first, params, config)
+  local lifetimes = cmsgpack.unpack(params)
+  local now = server_ms()
+  local state = redisbloom_expiry_open(first, cmsgpack.unpack(config), now)
+  return {
+    types = {},
+    find_new = function(numbers, members)
+      return redisbloom_expiry_find_new(state, numbers, members, lifetimes, now)
+    end,
+    record = function() end,
+  }
+end
+
 -- The duplicate filter of a push script, whose keys are KEYS[first..]: `mode` is '0'
 -- (sets), '1' (sets, then the count hash), 'expire' (a sorted set of fingerprints that
 -- expire, with the batch's lifetimes as `params` and the sweep count as `blocks`: see
 -- open_expiring()), 'lean_expire' (a lean filter's fingerprints that expire: see
 -- open_lean_expiring()), 'bloom_expire' (a Bloom filter's fingerprints that expire: see
--- open_bloom_expiring()), 'bloom' (a Bloom filter: see _bloom.lua,
+-- open_bloom_expiring()), 'redisbloom_expire' (the same on RedisBloom: see
+-- open_redisbloom_expiring()), 'bloom' (a Bloom filter: see _bloom.lua,
 -- with its `params` and the batch's `blocks`; the members are the fingerprints) or
 -- 'redisbloom' (a RedisBloom filter, with its `params`: see _redisbloom.lua). nil if
 -- the client's view of the Bloom filter is stale (nothing is done: it reloads the filter
@@ -271,6 +287,9 @@ local function open_filter(first, mode, params, blocks)
   end
   if mode == 'bloom_expire' then
     return open_bloom_expiring(first, params, blocks)
+  end
+  if mode == 'redisbloom_expire' then
+    return open_redisbloom_expiring(first, params, blocks)
   end
   if mode ~= 'bloom' then
     local sets, counter = sets_and_counter(first, mode)
