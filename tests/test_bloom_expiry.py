@@ -305,6 +305,11 @@ def test_a_filter_keeps_its_backend(redisbloom_server, bloom_server):
         BloomDupeFilter.from_spider(make_spider(forced)).request_seen(Request(URL))
     auto.clear()
     assert _generation_keys(bloom_server) == []
+    plain = BloomDupeFilter.from_spider(make_spider(_module_settings(redisbloom_server, 0)))
+    assert plain.request_seen(Request(URL)) is False and plain.backend == "redisbloom"
+    with pytest.raises(ConfigurationError, match="made without DUPEFILTER_LIFETIME"):
+        BloomDupeFilter.from_spider(make_spider(forced)).request_seen(Request(URL))
+    plain.clear()
     module = BloomDupeFilter.from_spider(make_spider(forced))
     assert module.request_seen(Request(URL)) is False and module.backend == "redisbloom"
     module.clear()

@@ -73,6 +73,11 @@ GENERATIONS = 2
 #: Fingerprints per script call of :meth:`BloomExpiry.seen_expiring`.
 BATCH_SIZE = 500
 _MAX_BLOCKS = 1 << 24
+_MADE_WITHOUT = (
+    "The Bloom filter {key} was made without DUPEFILTER_LIFETIME (its fingerprints never "
+    "expire): unset DUPEFILTER_LIFETIME, or clear it (BloomDupeFilter.clear(), or delete "
+    "its keys) to start one that expires."
+)
 
 
 @dataclass(frozen=True)
@@ -149,11 +154,13 @@ class BloomExpiry:
     def _expiry_backend(self, backend: str) -> str:
         """Open a filter whose fingerprints expire on ``backend`` (the setting's choice;
         with "auto", a filter's stored backend wins): its backend."""
-        stored = self.server.hget(self.key, "backend")
-        if self.backend_setting == "auto" and stored in (b"redisbloom", "redisbloom"):  # type: ignore[attr-defined]
-            backend = "redisbloom"
-        elif self.backend_setting == "auto" and self.server.exists(self.key):  # type: ignore[attr-defined]
-            backend = "lua"
+        kind = self.server.type(self.key)
+        kind = kind.decode() if isinstance(kind, bytes) else str(kind)
+        if kind == "MBbloom--":
+            raise ConfigurationError(_MADE_WITHOUT.format(key=self.key))
+        if self.backend_setting == "auto" and kind == "hash":  # type: ignore[attr-defined]
+            stored = self.server.hget(self.key, "backend")
+            backend = "redisbloom" if stored in (b"redisbloom", "redisbloom") else "lua"
         layer = generation_layer(self.layout)
         ours = BloomGenerations(self.expiry.default_ms, layer, backend == "redisbloom")
         flat = [part for pair in ours.describe().items() for part in pair]
@@ -167,11 +174,7 @@ class BloomExpiry:
     def _agreed(self, ours: BloomGenerations, meta: dict[str, str]) -> BloomGenerations:
         """The stored generations: ours but for the lifetime (the stored one wins)."""
         if "layers" in meta:
-            raise ConfigurationError(
-                f"The Bloom filter {self.key} was made without DUPEFILTER_LIFETIME (its "
-                "fingerprints never expire): unset DUPEFILTER_LIFETIME, or clear it "
-                "(BloomDupeFilter.clear(), or delete its keys) to start one that expires."
-            )
+            raise ConfigurationError(_MADE_WITHOUT.format(key=self.key))
         if meta.get("backend", "lua") != ours.backend:
             stored = meta.get("backend", "lua")
             raise ConfigurationError(
