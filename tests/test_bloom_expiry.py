@@ -148,6 +148,13 @@ def test_false_positives_stay_under_the_setting_with_every_generation_full(setti
     assert 0 < false_positives / 20_000 <= 0.01
 
 
+def test_a_generation_past_its_capacity_is_reported(settings_dict, server, caplog):
+    df = _bloom(settings_dict, 60, BLOOMFILTER_CAPACITY=100)
+    df.seen_many(_digests(150, "in"))
+    assert df.generations_fill() > 1.4
+    assert "a generation holds 15" in caplog.text and "past its capacity of 100" in caplog.text
+
+
 def _racer(url, seed, results):
     df = BloomDupeFilter(
         redis.Redis.from_url(url), KEY, layout=BloomLayout(10_000, 0.001), expiry=Expiry(60_000)
