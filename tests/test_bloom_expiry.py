@@ -116,7 +116,7 @@ def test_a_request_gives_its_own_lifetime_rounded_up_to_a_span(settings_dict, se
 def test_the_generations_are_sized_for_the_rate_and_stated(settings_dict, server):
     df = _bloom(settings_dict, 60)
     layer = generation_layer(BloomLayout(10_000, 0.001))
-    assert layer.capacity == 10_000 and layer.error_rate == pytest.approx(0.001 / 3)
+    assert layer.capacity == 10_000 and layer.error_rate == pytest.approx(0.9 * 0.001 / 3)
     df.open()
     assert df.capacity() == 10_000
     df.seen_many(_digests(1000, "in"))
