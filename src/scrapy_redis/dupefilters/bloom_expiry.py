@@ -8,8 +8,9 @@ lives at least ``L`` and at most one span more. A generation is one fixed Bloom 
 layer 0) of BLOOMFILTER_CAPACITY fingerprints at 0.9 x BLOOMFILTER_ERROR_RATE /
 (GENERATIONS + 1), as blocks ``<key>:bloom:t<generation>:<block>`` and a count
 ``<key>:bloom:t<generation>``, all of which expire at the end of the window: Redis drops
-a generation whole (nothing to sweep). A request is seen if one of the ``GENERATIONS + 1`` live generations holds it
-(one script call per batch, ``lua/_bloom_expiry.lua``: checked and recorded at once).
+a generation whole (nothing to sweep). A request is seen if one of the ``GENERATIONS +
+1`` live generations holds it (one script call per batch, ``lua/_bloom_expiry.lua``:
+checked and recorded at once).
 
 * The false-positive rate: at most the ``GENERATIONS + 1`` live generations hold
   fingerprints (a fingerprint recorded now goes to the newest, which expires
