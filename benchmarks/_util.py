@@ -64,7 +64,8 @@ def machine_steal_seconds() -> float:
 class Redis:
     """A redis-server child on a free loopback port (never 6379), with a tiny client."""
 
-    def __init__(self) -> None:
+    def __init__(self, *extra: str) -> None:
+        """``extra``: more redis-server arguments (e.g. ``--loadmodule PATH``)."""
         self.port = free_port()
         while self.port == 6379:
             self.port = free_port()
@@ -88,6 +89,7 @@ class Redis:
                 self.dir,
                 "--protected-mode",
                 "yes",
+                *extra,
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

@@ -3,7 +3,7 @@
 Runs ``sched_bench.py --skip-dup`` (phases 1-3: ``enqueue_request`` of ``--n`` new
 requests, one push script call per batch, then dequeue) with each of our filters,
 RFPDupeFilter (one set), LeanDupeFilter and BloomDupeFilter (both sized for ``--n``, the
-Bloom filter at 0.1 %), and the first two with DUPEFILTER_LIFETIME, on the same fresh
+Bloom filter at 0.1 %), and each with DUPEFILTER_LIFETIME, on the same fresh
 redis-server, in turn,
 ``--rounds`` times, and prints per filter the median (min-max) enqueue rate, client
 CPU µs per request, Redis CPU µs per request (``INFO cpu``, all of the server's work
@@ -55,6 +55,13 @@ def filters(n: int) -> dict[str, list[str]]:
             f"DUPEFILTER_CLASS={OURS}BloomDupeFilter",
             f"BLOOMFILTER_CAPACITY={n}",
             "BLOOMFILTER_ERROR_RATE=0.001",
+        ],
+        # time generations of Bloom bits, each sized for n (issue 27.1)
+        "BloomDupeFilter+lifetime": [
+            f"DUPEFILTER_CLASS={OURS}BloomDupeFilter",
+            f"BLOOMFILTER_CAPACITY={n}",
+            "BLOOMFILTER_ERROR_RATE=0.001",
+            "DUPEFILTER_LIFETIME=3600",
         ],
     }
 

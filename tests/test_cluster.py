@@ -570,7 +570,7 @@ def test_the_lane_count_not_set_is_the_crawls_or_the_masters(redis_cluster, clus
     assert not isinstance(later.queue, LanedQueue)
 
 
-@pytest.mark.parametrize("dupefilter", ["RFPDupeFilter", "LeanDupeFilter"])
+@pytest.mark.parametrize("dupefilter", ["RFPDupeFilter", "LeanDupeFilter", "BloomDupeFilter"])
 def test_fingerprints_expire_in_every_lane(redis_cluster, cluster, schedulers, dupefilter):
     settings = {
         **scheduler_settings(redis_cluster.url, "PriorityQueue", dupefilter),
@@ -595,6 +595,26 @@ def test_fingerprints_expire_in_every_lane(redis_cluster, cluster, schedulers, d
         again += crawl_again(second)
         time.sleep(0.05)
     assert sorted(again) == sorted(urls)
+
+
+def test_bloom_generations_stay_in_their_lanes_slot_and_expire(redis_cluster, cluster, schedulers):
+    settings = {
+        **scheduler_settings(redis_cluster.url, "PriorityQueue", "BloomDupeFilter"),
+        "SCHEDULER_PERSIST": True,
+        "DUPEFILTER_LIFETIME": 60,
+    }
+    scheduler = schedulers(settings)
+    for n in range(30):
+        scheduler.enqueue_request(Request(f"http://example.com/{n}"))
+    assert scheduler.send_enqueued()
+    generations = [k for k in cluster.scan_iter(match="*:bloom:t*", count=1000)]
+    filters = {k for k in cluster.scan_iter(match="demo:dupefilter:{*}", count=1000)}
+    assert len(filters) == len(scheduler.queue.lanes) > 1
+    for key in generations:  # each in its lane's filter's slot, expiring
+        tag = hash_tag(key.decode())
+        assert any(hash_tag(f.decode()) == tag for f in filters), key
+        assert 0 < cluster.pttl(key) <= 90_000
+    assert len({hash_tag(k.decode()) for k in generations}) == len(filters)
 
 
 def test_a_request_due_later_on_the_cluster(redis_cluster, cluster, schedulers):

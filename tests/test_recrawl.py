@@ -13,7 +13,6 @@ from scrapy import Request
 from helpers import make_spider, record_dropped, results_of_processes
 from scrapy_redis.core.lifetime import META_KEY, SWEEP_MIN, Expiry, expiry_from_setting
 from scrapy_redis.dupefilter import (
-    BloomDupeFilter,
     LeanDupeFilter,
     RFPDupeFilter,
     request_fingerprint,
@@ -113,12 +112,6 @@ def test_expired_fingerprints_are_swept_a_bounded_number_per_write(settings_dict
     while server.zcard(KEY) > 1:
         df.request_seen(Request(URL))  # ...and runs with every write, duplicates too
     assert server.zrange(KEY, 0, -1) == [request_fingerprint(Request(URL)).encode()]
-
-
-def test_the_bloom_filter_refuses_the_setting(settings_dict, server):
-    spider = make_spider({**settings_dict, "DUPEFILTER_LIFETIME": 60})
-    with pytest.raises(ValueError, match=r"BloomDupeFilter cannot expire.*RFPDupeFilter"):
-        BloomDupeFilter.from_spider(spider)
 
 
 def test_the_lean_filter_needs_a_finite_lifetime(settings_dict, server):

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from scrapy_redis import defaults
 from scrapy_redis.connection import is_cluster
 from scrapy_redis.dupefilter import RFPDupeFilter
+from scrapy_redis.dupefilters.bloom_expiry import BloomExpiry, check_lifetime
 from scrapy_redis.dupefilters.bloom_layout import (
     BloomLayout,
     Layer,
@@ -65,7 +66,7 @@ class BloomForgetError(ScrapyRedisError, NotImplementedError):
     """A Bloom filter cannot forget one URL."""
 
 
-class BloomDupeFilter(BloomMeta, RedisBloomBackend, RFPDupeFilter):
+class BloomDupeFilter(BloomExpiry, BloomMeta, RedisBloomBackend, RFPDupeFilter):
     """Redis Bloom-filter request duplicates filter (see the module's docstring).
 
     Built like :class:`RFPDupeFilter` (``from_crawler``: a one-time key; ``from_spider``:
@@ -76,8 +77,8 @@ class BloomDupeFilter(BloomMeta, RedisBloomBackend, RFPDupeFilter):
     logger = logger
     #: The scheduler's push script checks and records the bits (see seen_bits()).
     checks_in_script: ClassVar[bool] = True
-    #: DUPEFILTER_LIFETIME is refused (not implemented for this filter yet).
-    supports_expiry: ClassVar[bool] = False
+    #: DUPEFILTER_LIFETIME: time generations (see :mod:`.bloom_expiry`).
+    supports_expiry: ClassVar[bool] = True
     #: Under the scheduler's push script, the fill is read (one HMGET) every this many
     #: batches, for the stats.
     fill_check_every: ClassVar[int] = 64
@@ -114,6 +115,7 @@ class BloomDupeFilter(BloomMeta, RedisBloomBackend, RFPDupeFilter):
         dupefilter = super()._build(crawler, key, temporary)
         dupefilter.layout = layout_from_settings(crawler.settings)
         dupefilter.backend_setting = backend_setting(crawler.settings)
+        check_lifetime(dupefilter.expiry)
         return dupefilter
 
     def for_lane(self, key: str, lanes: int) -> Self:
@@ -126,13 +128,16 @@ class BloomDupeFilter(BloomMeta, RedisBloomBackend, RFPDupeFilter):
         lane.backend, lane.layers, lane.generation, lane.module_info = None, [], "", {}
         lane._calls = 0
         lane._forget_layers()
+        lane._forget_generations()
         return lane
 
     def open(self) -> None:
         """Choose the backend and open (or make) the filter; done by the first use otherwise."""
         if self.backend is None:
             backend = choose_backend(self.server, self.backend_setting, self.key)
-            if backend == "lua":
+            if self.expiry is not None:
+                backend = self._expiry_backend(backend)
+            elif backend == "lua":
                 self._load_meta()
             else:
                 kind = self.server.type(self.key)
@@ -145,12 +150,17 @@ class BloomDupeFilter(BloomMeta, RedisBloomBackend, RFPDupeFilter):
     def request_seen(self, request: Request) -> bool:
         """Record the fingerprint of ``request``; True if the filter had it (or a false
         positive: at most BLOOMFILTER_ERROR_RATE of new requests)."""
-        return self.seen_many([self.request_fingerprint(request)])[0]
+        fingerprint = self.request_fingerprint(request)
+        if self.expiry is not None:
+            return self.seen_expiring([fingerprint], [self.expiry.lifetime_ms(request)])[0]
+        return self.seen_many([fingerprint])[0]
 
     def seen_many(self, fingerprints: Sequence[str]) -> list[bool]:
         """Record ``fingerprints`` (in order, a batch per script call); for each, True if it was
         seen already (earlier in the list included)."""
         self.open()
+        if self.expiry is not None:
+            return self.seen_expiring(fingerprints, [self.expiry.default_ms] * len(fingerprints))
         seen: list[bool] = []
         while len(seen) < len(fingerprints):
             batch = list(fingerprints[len(seen) : len(seen) + BATCH_SIZE])
@@ -291,21 +301,28 @@ class BloomDupeFilter(BloomMeta, RedisBloomBackend, RFPDupeFilter):
         self._update_stats(count)
 
     def capacity(self) -> int:
-        """URLs the known layers hold at their error rates."""
+        """URLs the known layers hold at their error rates (with DUPEFILTER_LIFETIME: URLs
+        each generation holds at its rate)."""
+        if self.expiry is not None:
+            return self.time_generations.layer.capacity
         if self.backend == "redisbloom":
             return self.module_info.get("capacity", self.layout.capacity)
         return sum(layer.capacity for layer in self.layers)
 
     def key_types(self) -> list[tuple[str, str]]:
         """The filter's key: the hash of its layout (its blocks are many: not checked), or
-        a RedisBloom filter."""
+        a RedisBloom filter (with DUPEFILTER_LIFETIME, always a hash: its generations')."""
         backend = self.backend or choose_backend(self.server, self.backend_setting, self.key)
-        return [(self.key, "MBbloom--" if backend == "redisbloom" else "hash")]
+        module = backend == "redisbloom" and self.expiry is None
+        return [(self.key, "MBbloom--" if module else "hash")]
 
     def count(self) -> int:
-        """About how many fingerprints were recorded (new ones; false positives not)."""
+        """About how many fingerprints were recorded (new ones; false positives not); with
+        DUPEFILTER_LIFETIME, in the live generations."""
         if self.backend is None:
             self.open()
+        if self.expiry is not None:
+            return sum(self.generation_counts().values())
         if self.backend == "redisbloom":
             self.module_info = self._read_module_info()
             return self.module_info.get("count", 0)
@@ -316,6 +333,9 @@ class BloomDupeFilter(BloomMeta, RedisBloomBackend, RFPDupeFilter):
             return
         layers = self.module_info.get("layers", 1) if self.backend == "redisbloom" else 0
         self.stats.set_value("dupefilter/capacity", self.capacity())
+        if self.expiry is not None:
+            self.generations_fill()
+            return
         self.stats.set_value("dupefilter/layers", max(1, len(self.layers), layers))
         self.stats.set_value("dupefilter/fill", self._fill(count))
 
@@ -325,11 +345,14 @@ class BloomDupeFilter(BloomMeta, RedisBloomBackend, RFPDupeFilter):
         return round(count / capacity, 4) if capacity else 0.0
 
     def clear(self) -> None:
-        """Delete the filter: its meta hash, every block of every layer, its RedisBloom key."""
+        """Delete the filter: its meta hash, every block of every layer, its RedisBloom key,
+        its live generations (DUPEFILTER_LIFETIME)."""
+        self.clear_generations()
         self.server.unlink(self.key)
         self._delete_blocks(keep=None)
         self.server.unlink(bloom_blocks_key(self.key, is_cluster(self.server)))
         self.backend, self.layers, self.module_info = None, [], {}
+        self._forget_generations()
 
     def forget(self, *args: Any, **kwargs: Any) -> None:
         """Impossible: a Bloom filter's bits are shared by many URLs."""

@@ -40,6 +40,12 @@ class BloomMeta:
         if made == b"wrongtype":
             raise self._wrong_type(raw.decode())
         meta = {raw[i].decode(): raw[i + 1].decode() for i in range(0, len(raw), 2)}
+        if "lifetime_ms" in meta:
+            raise ConfigurationError(
+                f"The Bloom filter {self.meta_key} was made with DUPEFILTER_LIFETIME (its "
+                "fingerprints expire): set DUPEFILTER_LIFETIME as when it was made, or clear "
+                "it (BloomDupeFilter.clear(), or delete its keys) to start one that does not."
+            )
         self.generation = meta.get("generation", "")
         if made:
             self._delete_blocks(keep=self.generation)  # of the filters deleted before

@@ -105,6 +105,11 @@ class FilterArgs:
 def filter_args(seen: Seen, candidates: Sequence[Candidate]) -> FilterArgs | None:
     """The filter's part of a push script call for ``candidates``; None if the filter is
     not checked in a script."""
+    if getattr(seen, "expiry", None) is not None:  # lua/_expiry.lua, _(lean|bloom)_expiry.lua
+        expiring = seen.expiring_members(candidates)  # type: ignore[union-attr]
+        given = iter(expiring.members)
+        tokens = [(0, "") if c.fingerprint is None else (1, next(given)) for c in candidates]
+        return FilterArgs(expiring.base, expiring.keys, expiring.args, tokens)
     if isinstance(seen, BitFilter):
         fingerprints = [c.fingerprint for c in candidates if c.fingerprint is not None]
         bits = seen.seen_bits(fingerprints)
@@ -115,11 +120,6 @@ def filter_args(seen: Seen, candidates: Sequence[Candidate]) -> FilterArgs | Non
             (0, "") if c.fingerprint is None else (1, next(given)) for c in candidates
         ]
         return FilterArgs(bits.base, bits.keys, [bits.mode, *bits.args], tokens, seen)
-    if getattr(seen, "expiry", None) is not None:  # lua/_expiry.lua, _lean_expiry.lua
-        expiring = seen.expiring_members(candidates)  # type: ignore[union-attr]
-        given = iter(expiring.members)
-        tokens = [(0, "") if c.fingerprint is None else (1, next(given)) for c in candidates]
-        return FilterArgs(expiring.base, expiring.keys, expiring.args, tokens)
     members, tokens = seen_tokens(seen, candidates)
     counters = counter_keys(members)
     return FilterArgs(members.base, [*members.keys, *counters], ["1" if counters else "0"], tokens)
@@ -163,10 +163,10 @@ def check_outside_script(
     several slots, a RedisBloom filter): whether each is new. A Bloom filter's own call,
     an expiring filter's (with ``lifetimes``, ms), or one pipeline of ``SADD`` (and the
     count the filter keeps)."""
-    if isinstance(seen, BitFilter):
-        return [not was_seen for was_seen in seen.seen_many(fingerprints)]
     if getattr(seen, "expiry", None) is not None:
         return [not was_seen for was_seen in seen.seen_expiring(fingerprints, lifetimes)]
+    if isinstance(seen, BitFilter):
+        return [not was_seen for was_seen in seen.seen_many(fingerprints)]
     members = (
         single_set(seen, fingerprints) if isinstance(seen, str) else seen.seen_members(fingerprints)
     )

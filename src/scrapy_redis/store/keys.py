@@ -292,3 +292,19 @@ def bloom_block_key(
     the layout. Today they follow the filter key's own tag, if any.
     """
     return derived(filter_key, f"bloom:{generation}:{layer}:{block}", cluster)
+
+
+def bloom_generation_key(filter_key: str, generation: int, cluster: bool = False) -> str:
+    """The count of one time generation of a Bloom filter whose fingerprints expire (see
+    bloom_expiry.py): ``<key>:bloom:t<generation>``, a string that expires with it."""
+    return derived(filter_key, f"bloom:t{generation}", cluster)
+
+
+def bloom_generation_block_keys(
+    filter_key: str, generation: int, blocks: Iterable[int], cluster: bool = False
+) -> list[str]:
+    """The blocks ``blocks`` of one time generation of a Bloom filter whose fingerprints
+    expire: ``<key>:bloom:t<generation>:<block>``, strings that expire with it (in the
+    filter key's slot: one script call reads every generation)."""
+    prefix = derived(filter_key, f"bloom:t{generation}:", cluster)
+    return [f"{prefix}{block}" for block in blocks]

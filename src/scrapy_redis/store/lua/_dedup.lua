@@ -4,6 +4,8 @@
 --#include _redisbloom.lua
 --#include _expiry.lua
 --#include _lean_expiry.lua
+--#include _bloom_expiry.lua
+--#include _redisbloom_expiry.lua
 
 -- Fail before writing anything unless each key is missing or of the type wanted for it:
 -- `wanted` is a list of {key, type}. A queue key left by another queue class (a persisted
@@ -227,11 +229,45 @@ local function open_lean_expiring(first, params, config)
   }
 end
 
+-- A Bloom filter whose fingerprints expire (see _bloom_expiry.lua) as a push script's
+-- filter: `params` is the msgpack array of the batch's lifetimes in ms (one per request,
+-- 0: the longest), `config` its config (see bloom_expiry_open()); the members of the batch
+-- are the fingerprints as 40 hex digits. Their bits are set by find_new(), as a Bloom
+-- filter's (the queue's keys were checked before: the push cannot fail on them).
+local function open_bloom_expiring(first, params, config)
+  local lifetimes = cmsgpack.unpack(params)
+  local now = server_ms()
+  local state = bloom_expiry_open(first, cmsgpack.unpack(config), now)
+  return {
+    types = {},
+    find_new = function(numbers, members)
+      return bloom_expiry_find_new(state, numbers, members, lifetimes, now)
+    end,
+    record = function() end,
+  }
+end
+
+-- The same on RedisBloom (see _redisbloom_expiry.lua): the members are the fingerprints.
+local function open_redisbloom_expiring(first, params, config)
+  local lifetimes = cmsgpack.unpack(params)
+  local now = server_ms()
+  local state = redisbloom_expiry_open(first, cmsgpack.unpack(config), now)
+  return {
+    types = {},
+    find_new = function(numbers, members)
+      return redisbloom_expiry_find_new(state, numbers, members, lifetimes, now)
+    end,
+    record = function() end,
+  }
+end
+
 -- The duplicate filter of a push script, whose keys are KEYS[first..]: `mode` is '0'
 -- (sets), '1' (sets, then the count hash), 'expire' (a sorted set of fingerprints that
 -- expire, with the batch's lifetimes as `params` and the sweep count as `blocks`: see
 -- open_expiring()), 'lean_expire' (a lean filter's fingerprints that expire: see
--- open_lean_expiring()), 'bloom' (a Bloom filter: see _bloom.lua,
+-- open_lean_expiring()), 'bloom_expire' (a Bloom filter's fingerprints that expire: see
+-- open_bloom_expiring()), 'redisbloom_expire' (the same on RedisBloom: see
+-- open_redisbloom_expiring()), 'bloom' (a Bloom filter: see _bloom.lua,
 -- with its `params` and the batch's `blocks`; the members are the fingerprints) or
 -- 'redisbloom' (a RedisBloom filter, with its `params`: see _redisbloom.lua). nil if
 -- the client's view of the Bloom filter, or of the lean filter's generations, is stale
@@ -252,6 +288,12 @@ local function open_filter(first, mode, params, blocks)
   end
   if mode == 'lean_expire' then
     return open_lean_expiring(first, params, blocks)
+  end
+  if mode == 'bloom_expire' then
+    return open_bloom_expiring(first, params, blocks)
+  end
+  if mode == 'redisbloom_expire' then
+    return open_redisbloom_expiring(first, params, blocks)
   end
   if mode ~= 'bloom' then
     local sets, counter = sets_and_counter(first, mode)

@@ -19,7 +19,8 @@
 --           _redisbloom.lua), and a set number in the batch is 1 for a fingerprint, whose
 --           member is the fingerprint (for "bloom", as 40 lowercase hex digits); with "expire"
 --           (fingerprints that expire: see _expiry.lua) ARGV[7] is the msgpack array of
---           the batch's lifetimes in ms (0: forever) and ARGV[8] the sweep count
+--           the batch's lifetimes in ms (0: forever) and ARGV[8] the sweep count; the
+--           other modes ("lean_expire", "bloom_expire", "redisbloom_expire"): see open_filter() in _dedup.lua
 -- returns one character per triple: "1" if the request is new (pushed when it has an
 --         entry), "0" if its fingerprint was already recorded (a duplicate: nothing pushed);
 --         the same reply to a copy of this call sent again (its reply lost), which does

@@ -24,7 +24,8 @@
 --             fingerprint, whose member is the fingerprint (for "bloom", as 40
 --             lowercase hex digits); with "expire" (fingerprints that expire:
 --             see _expiry.lua) ARGV[k+8] is the msgpack array of the batch's lifetimes
---             in ms (0: forever) and ARGV[k+9] the sweep count
+--             in ms (0: forever) and ARGV[k+9] the sweep count; the other modes
+--             ("lean_expire", "bloom_expire", "redisbloom_expire"): see open_filter() in _dedup.lua
 -- returns one character per quadruple: "1" if the request is new (appended to its
 --         priority list when it has an entry), "0" if its fingerprint was already
 --         recorded; the same reply to a copy of this call sent again (its reply lost),
