@@ -12,7 +12,9 @@ what a pop costs.
    DOWNLOAD_DELAY = 0.2: the crawl's length against the ideal polite schedule (300 x
    0.2 s), and when the small sites were done, off and on.
 4. **Scale** (``--skip-scale``): the per-slot queues filled with Q requests over S
-   slots (10^3 and 10^5 slots, 10^4 and 10^5 requests; ``--queued`` for more), then
+   slots (``--sizes SxQ,...``; by default 10^3 and 10^5 slots x 10^5 requests), through
+   the queue's push script 1,000 requests a call (one encoded request as the template of
+   all, their URLs of one length), then
    the cost of one pop script call taking 8 requests under a lease (and releasing the
    previous pop's), as a worker does, in microseconds on the server (``INFO
    commandstats``) and round trip; the same for today's PriorityQueue; and Redis
@@ -20,7 +22,8 @@ what a pop costs.
 
     python benchmarks/politeness.py --runs 2        # ~6 min on 2 cores
     python benchmarks/politeness.py --skip-sites --skip-speed --skip-scale --fairness
-    python benchmarks/politeness.py --queued 1000000 --skip-sites --skip-speed
+    nice -n 5 python benchmarks/politeness.py --skip-sites --skip-speed --runs 1 \
+        --sizes 1000x100000,100000x100000,1000x10000000,100000x10000000   # ~1 h
 
 Prints a Markdown report on stdout. Nothing is asserted.
 """
@@ -171,15 +174,30 @@ class _Urls:
 
 
 def fill(queue, slots: int, queued: int) -> None:
+    """Queue ``queued`` requests over ``slots`` slots through the queue's own push script
+    (push_slots.lua, or today's push), 1,000 a call. The requests differ only by their
+    URL, of one length, so one encoded request is the template of all (building 10^7
+    Request objects would take longer than the pushes)."""
     from scrapy import Request
 
+    from scrapy_redis.queues.base import Entry
+
+    def url(n: int) -> str:
+        return f"http://site{n % slots:06d}.example/page/{n:09d}.html"
+
+    template = queue.encode(Request(url(0)))
+    marker = url(0).encode()
+    head, tail = template.data.split(marker)
     batch = []
     for n in range(queued):
-        request = Request(f"http://site{n % slots}.example/page/{n}.html")
-        batch.append(queue.encode(request))
+        entry = Entry(head + url(n).encode() + tail, 0)
+        entry.slot = f"site{n % slots:06d}.example"
+        batch.append(entry)
         if len(batch) == 1000:
             queue.push_entries(batch)
             batch = []
+            if n % 1_000_000 == 999_999:
+                log(f"  {n + 1:,} queued")
     if batch:
         queue.push_entries(batch)
 
@@ -260,7 +278,11 @@ def main() -> None:
     )
     parser.add_argument("--speed-pages", type=int, default=300, help="pages per site (speed)")
     parser.add_argument("--pages", type=int, default=30, help="pages per site")
-    parser.add_argument("--queued", type=int, default=100_000)
+    parser.add_argument(
+        "--sizes",
+        default="1000x100000,100000x100000",
+        help="scale cases, SLOTSxQUEUED comma-separated (e.g. 1000x10000000)",
+    )
     parser.add_argument("--pops", type=int, default=2000)
     parser.add_argument("--runs", type=int, default=3, help="runs of each scale case (median)")
     args = parser.parse_args()
@@ -278,7 +300,7 @@ def main() -> None:
         print("\n".join(out))
         return
     out += ["## Cost of a pop of 8, memory (no delay, concurrency 1000 per slot)", ""]
-    sizes = [(1000, args.queued), (100_000, args.queued), (1000, args.queued // 10)]
+    sizes = [tuple(int(n) for n in size.split("x")) for size in args.sizes.split(",")]
     out += scale_report(sizes, args.pops, args.runs)
     out += [
         "",
