@@ -12,9 +12,8 @@ what a pop costs.
    DOWNLOAD_DELAY = 0.2: the crawl's length against the ideal polite schedule (300 x
    0.2 s), and when the small sites were done, off and on.
 4. **Scale** (``--skip-scale``): the per-slot queues filled with Q requests over S
-   slots (``--sizes SxQ,...``; by default 10^3 and 10^5 slots x 10^5 requests), through
-   the queue's push script 1,000 requests a call (one encoded request as the template of
-   all, their URLs of one length), then
+   slots (``--sizes SxQ,...``; by default 10^3 and 10^5 slots x 10^5 requests; see fill()
+   for how: a bulk loader, then one request per slot through the push script), then
    the cost of one pop script call taking 8 requests under a lease (and releasing the
    previous pop's), as a worker does, in microseconds on the server (``INFO
    commandstats``) and round trip; the same for today's PriorityQueue; and Redis
@@ -174,10 +173,12 @@ class _Urls:
 
 
 def fill(queue, slots: int, queued: int) -> None:
-    """Queue ``queued`` requests over ``slots`` slots through the queue's own push script
-    (push_slots.lua, or today's push), 1,000 a call. The requests differ only by their
-    URL, of one length, so one encoded request is the template of all (building 10^7
-    Request objects would take longer than the pushes)."""
+    """Queue ``queued`` requests over ``slots`` slots. The requests differ only by their
+    URL, of one length, so one encoded request is the template of all. All but the last
+    ``slots`` are written straight into the queue's layout by a pipelined bulk loader
+    (:func:`bulk_load`: the members the push script would write, 10,000 a command); the
+    last ``slots`` requests, one per slot, go through the queue's own push script, which
+    places every slot (and writes today's queue's priority index)."""
     from scrapy import Request
 
     from scrapy_redis.queues.base import Entry
@@ -185,21 +186,40 @@ def fill(queue, slots: int, queued: int) -> None:
     def url(n: int) -> str:
         return f"http://site{n % slots:06d}.example/page/{n:09d}.html"
 
-    template = queue.encode(Request(url(0)))
-    marker = url(0).encode()
-    head, tail = template.data.split(marker)
+    head, tail = queue.encode(Request(url(0))).data.split(url(0).encode())
+    bulk_load(queue, slots, queued - slots, lambda n: head + url(n).encode() + tail)
     batch = []
-    for n in range(queued):
+    for n in range(max(0, queued - slots), queued):
         entry = Entry(head + url(n).encode() + tail, 0)
         entry.slot = f"site{n % slots:06d}.example"
         batch.append(entry)
-        if len(batch) == 1000:
-            queue.push_entries(batch)
-            batch = []
-            if n % 1_000_000 == 999_999:
-                log(f"  {n + 1:,} queued")
-    if batch:
-        queue.push_entries(batch)
+    queue.push_entries(batch)
+
+
+def bulk_load(queue, slots: int, count: int, data) -> None:
+    """Requests 0 .. ``count`` - 1 (``data(n)``: the encoded request n, of slot n % slots,
+    priority 0) written in the layout of ``queue``'s push script, without it: ZADD of the
+    members of the per-slot queue (``<slot> NUL <2^47-1 - priority><sequence> <request>``,
+    sequence n + 1) and its sequence counter, or RPUSH onto today's list of priority 0."""
+    from scrapy_redis.politeness.queue import SlotQueue
+    from scrapy_redis.store.keys import priority_list_key
+
+    per_slot = isinstance(queue, SlotQueue)
+    server, chunk = queue.server, 10_000
+    for start in range(0, count, chunk):
+        numbers = range(start, min(count, start + chunk))
+        if per_slot:
+            pairs = {}
+            for n in numbers:
+                prefix = f"site{n % slots:06d}.example\0{(1 << 47) - 1:012x}{n + 1:012x}"
+                pairs[prefix.encode() + data(n)] = 0
+            server.zadd(queue.slot_keys[0], pairs)
+        else:
+            server.rpush(priority_list_key(queue.key, 0), *(data(n) for n in numbers))
+        if start % 1_000_000 == 0 and start:
+            log(f"  {start:,} loaded")
+    if per_slot:
+        server.set(queue.slot_keys[4], count)
 
 
 def pop_cost(server, queue, pops: int) -> tuple[float, float, float]:
