@@ -250,11 +250,12 @@ def scale_report(sizes: list[tuple[int, int]], pops: int, runs: int) -> list[str
     from redis_server import RedisServer
     from scrapy_redis.politeness.queue import SlotQueue
     from scrapy_redis.queue import PriorityQueue
+    from scrapy_redis.store.keys import priority_list_key
 
     lines = [
         "| queue | slots | queued | pop of 8, server (µs) | round trip (µs) | "
-        "taken per pop | memory per queued request (bytes) |",
-        "|---|---|---|---|---|---|---|",
+        "taken per pop | memory per queued request (bytes) | of which the requests' key |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     # no delay, a cap above what one worker holds: every pop takes 8 (the cost per
     # request taken; with delays, a pop of slots that all wait returns at once)
@@ -271,19 +272,24 @@ def scale_report(sizes: list[tuple[int, int]], pops: int, runs: int) -> list[str
                     log(f"run {run + 1}: {kind.__name__}, {queued} requests, {slots} slots")
                     fill(queue, slots, queued)
                     per_request = (server.info("memory")["used_memory"] - before) / queued
+                    main = (
+                        queue.slot_keys[0] if kind is SlotQueue else priority_list_key(queue.key, 0)
+                    )
+                    own = server.memory_usage(main) / queued  # sampled (5 elements)
                     server_us, trip_us, per_pop = pop_cost(server, queue, pops)
                     key = (kind.__name__, slots, queued)
-                    results.setdefault(key, []).append((server_us, trip_us, per_pop, per_request))
+                    measures = (server_us, trip_us, per_pop, per_request, own)
+                    results.setdefault(key, []).append(measures)
                 finally:
                     process.cleanup()
     for (name, slots, queued), measures in results.items():
-        server_us, trip_us, per_pop, per_request = (
-            statistics.median(m[i] for m in measures) for i in range(4)
+        server_us, trip_us, per_pop, per_request, own = (
+            statistics.median(m[i] for m in measures) for i in range(5)
         )
         label = "per slot" if name == "SlotQueue" else "PriorityQueue (today)"
         lines.append(
             f"| {label} | {slots} | {queued} | {server_us:.1f} | {trip_us:.1f} | "
-            f"{per_pop:.1f} | {per_request:.0f} |"
+            f"{per_pop:.1f} | {per_request:.0f} | {own:.0f} |"
         )
     return lines
 
