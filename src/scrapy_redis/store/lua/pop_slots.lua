@@ -87,7 +87,7 @@ for _ = 1, most + 64 do
   if #taken >= count and not unbound(st, now) then
     break -- the extra requests: only of slots that limit nothing now
   end
-  local head = slot_head(k, slot)
+  local head, after = slot_head(k, slot, 2)
   local suspect = head and deliveries and redis.call('HEXISTS', deliveries, redis.sha1hex(head)) == 1
   if head and suspect and busy then
     redis.call('ZREM', k.ready, top) -- this worker holds a suspect: not another one now
@@ -113,7 +113,7 @@ for _ = 1, most + 64 do
       delayed[slot] = true
       delayed_list[#delayed_list + 1] = slot
     end
-    place(k, slot, st, now)
+    place(k, slot, st, now, after or false)
     save_slot(k, slot, st)
   end
 end
