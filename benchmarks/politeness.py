@@ -12,7 +12,8 @@ what a pop costs.
    DOWNLOAD_DELAY = 0.2: the crawl's length against the ideal polite schedule (300 x
    0.2 s), and when the small sites were done, off and on.
 4. **Scale** (``--skip-scale``): the per-slot queues filled with Q requests over S
-   slots (10^3 and 10^5 slots, 10^4 and 10^5 requests; ``--queued`` for more), then
+   slots (``--sizes SxQ,...``; by default 10^3 and 10^5 slots x 10^5 requests; see fill()
+   for how: a bulk loader, then one request per slot through the push script), then
    the cost of one pop script call taking 8 requests under a lease (and releasing the
    previous pop's), as a worker does, in microseconds on the server (``INFO
    commandstats``) and round trip; the same for today's PriorityQueue; and Redis
@@ -20,7 +21,8 @@ what a pop costs.
 
     python benchmarks/politeness.py --runs 2        # ~6 min on 2 cores
     python benchmarks/politeness.py --skip-sites --skip-speed --skip-scale --fairness
-    python benchmarks/politeness.py --queued 1000000 --skip-sites --skip-speed
+    nice -n 5 python benchmarks/politeness.py --skip-sites --skip-speed --runs 1 \
+        --sizes 1000x100000,100000x100000,1000x10000000,100000x10000000   # ~1 h
 
 Prints a Markdown report on stdout. Nothing is asserted.
 """
@@ -171,17 +173,53 @@ class _Urls:
 
 
 def fill(queue, slots: int, queued: int) -> None:
+    """Queue ``queued`` requests over ``slots`` slots. The requests differ only by their
+    URL, of one length, so one encoded request is the template of all. All but the last
+    ``slots`` are written straight into the queue's layout by a pipelined bulk loader
+    (:func:`bulk_load`: the members the push script would write, 10,000 a command); the
+    last ``slots`` requests, one per slot, go through the queue's own push script, which
+    places every slot (and writes today's queue's priority index)."""
     from scrapy import Request
 
+    from scrapy_redis.queues.base import Entry
+
+    def url(n: int) -> str:
+        return f"http://site{n % slots:06d}.example/page/{n:09d}.html"
+
+    head, tail = queue.encode(Request(url(0))).data.split(url(0).encode())
+    bulk_load(queue, slots, queued - slots, lambda n: head + url(n).encode() + tail)
     batch = []
-    for n in range(queued):
-        request = Request(f"http://site{n % slots}.example/page/{n}.html")
-        batch.append(queue.encode(request))
-        if len(batch) == 1000:
-            queue.push_entries(batch)
-            batch = []
-    if batch:
-        queue.push_entries(batch)
+    for n in range(max(0, queued - slots), queued):
+        entry = Entry(head + url(n).encode() + tail, 0)
+        entry.slot = f"site{n % slots:06d}.example"
+        batch.append(entry)
+    queue.push_entries(batch)
+
+
+def bulk_load(queue, slots: int, count: int, data) -> None:
+    """Requests 0 .. ``count`` - 1 (``data(n)``: the encoded request n, of slot n % slots,
+    priority 0) written in the layout of ``queue``'s push script, without it: ZADD of the
+    members of the per-slot queue (``<slot> NUL <2^47-1 - priority><sequence> <request>``,
+    sequence n + 1) and its sequence counter, or RPUSH onto today's list of priority 0."""
+    from scrapy_redis.politeness.queue import SlotQueue
+    from scrapy_redis.store.keys import priority_list_key
+
+    per_slot = isinstance(queue, SlotQueue)
+    server, chunk = queue.server, 10_000
+    for start in range(0, count, chunk):
+        numbers = range(start, min(count, start + chunk))
+        if per_slot:
+            pairs = {}
+            for n in numbers:
+                prefix = f"site{n % slots:06d}.example\0{(1 << 47) - 1:012x}{n + 1:012x}"
+                pairs[prefix.encode() + data(n)] = 0
+            server.zadd(queue.slot_keys[0], pairs)
+        else:
+            server.rpush(priority_list_key(queue.key, 0), *(data(n) for n in numbers))
+        if start % 1_000_000 == 0 and start:
+            log(f"  {start:,} loaded")
+    if per_slot:
+        server.set(queue.slot_keys[4], count)
 
 
 def pop_cost(server, queue, pops: int) -> tuple[float, float, float]:
@@ -212,11 +250,12 @@ def scale_report(sizes: list[tuple[int, int]], pops: int, runs: int) -> list[str
     from redis_server import RedisServer
     from scrapy_redis.politeness.queue import SlotQueue
     from scrapy_redis.queue import PriorityQueue
+    from scrapy_redis.store.keys import priority_list_key
 
     lines = [
         "| queue | slots | queued | pop of 8, server (µs) | round trip (µs) | "
-        "taken per pop | memory per queued request (bytes) |",
-        "|---|---|---|---|---|---|---|",
+        "taken per pop | memory per queued request (bytes) | of which the requests' key |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     # no delay, a cap above what one worker holds: every pop takes 8 (the cost per
     # request taken; with delays, a pop of slots that all wait returns at once)
@@ -233,19 +272,24 @@ def scale_report(sizes: list[tuple[int, int]], pops: int, runs: int) -> list[str
                     log(f"run {run + 1}: {kind.__name__}, {queued} requests, {slots} slots")
                     fill(queue, slots, queued)
                     per_request = (server.info("memory")["used_memory"] - before) / queued
+                    main = (
+                        queue.slot_keys[0] if kind is SlotQueue else priority_list_key(queue.key, 0)
+                    )
+                    own = server.memory_usage(main) / queued  # sampled (5 elements)
                     server_us, trip_us, per_pop = pop_cost(server, queue, pops)
                     key = (kind.__name__, slots, queued)
-                    results.setdefault(key, []).append((server_us, trip_us, per_pop, per_request))
+                    measures = (server_us, trip_us, per_pop, per_request, own)
+                    results.setdefault(key, []).append(measures)
                 finally:
                     process.cleanup()
     for (name, slots, queued), measures in results.items():
-        server_us, trip_us, per_pop, per_request = (
-            statistics.median(m[i] for m in measures) for i in range(4)
+        server_us, trip_us, per_pop, per_request, own = (
+            statistics.median(m[i] for m in measures) for i in range(5)
         )
         label = "per slot" if name == "SlotQueue" else "PriorityQueue (today)"
         lines.append(
             f"| {label} | {slots} | {queued} | {server_us:.1f} | {trip_us:.1f} | "
-            f"{per_pop:.1f} | {per_request:.0f} |"
+            f"{per_pop:.1f} | {per_request:.0f} | {own:.0f} |"
         )
     return lines
 
@@ -260,7 +304,11 @@ def main() -> None:
     )
     parser.add_argument("--speed-pages", type=int, default=300, help="pages per site (speed)")
     parser.add_argument("--pages", type=int, default=30, help="pages per site")
-    parser.add_argument("--queued", type=int, default=100_000)
+    parser.add_argument(
+        "--sizes",
+        default="1000x100000,100000x100000",
+        help="scale cases, SLOTSxQUEUED comma-separated (e.g. 1000x10000000)",
+    )
     parser.add_argument("--pops", type=int, default=2000)
     parser.add_argument("--runs", type=int, default=3, help="runs of each scale case (median)")
     args = parser.parse_args()
@@ -278,7 +326,7 @@ def main() -> None:
         print("\n".join(out))
         return
     out += ["## Cost of a pop of 8, memory (no delay, concurrency 1000 per slot)", ""]
-    sizes = [(1000, args.queued), (100_000, args.queued), (1000, args.queued // 10)]
+    sizes = [tuple(int(n) for n in size.split("x")) for size in args.sizes.split(",")]
     out += scale_report(sizes, args.pops, args.runs)
     out += [
         "",

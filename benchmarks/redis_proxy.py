@@ -11,7 +11,8 @@ It counts, over all client connections:
   runs inside Redis.
 * ``commands``: RESP arrays (commands) sent by clients, and ``by_command``, the
   same per command name (EVALSHA counts once; the calls inside a script are not
-  seen by the proxy).
+  seen by the proxy); ``by_script``: EVALSHA calls per script, by the first 12 hex
+  digits of its SHA1 (``scrapy_redis.store.scripts`` names them: :func:`script_names`).
 * ``connections``: client connections accepted.
 
 ``--delay-ms D`` holds every chunk D milliseconds in each direction before passing it on
@@ -44,6 +45,7 @@ class Counts:
         self.commands = 0
         self.connections = 0
         self.by_command: Counter[str] = Counter()
+        self.by_script: Counter[str] = Counter()
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -51,6 +53,7 @@ class Counts:
             "commands": self.commands,
             "connections": self.connections,
             "by_command": dict(self.by_command.most_common()),
+            "by_script": dict(self.by_script.most_common()),
         }
 
 
@@ -69,22 +72,26 @@ class RespCounter:
             parsed = self._parse_command(buf, pos)
             if parsed is None:
                 break
-            pos, name = parsed
+            pos, name, sha = parsed
             self.counts.commands += 1
             self.counts.by_command[name] += 1
+            if name == "EVALSHA":
+                self.counts.by_script[sha] += 1
         del buf[:pos]
 
     @staticmethod
-    def _parse_command(buf: bytearray, pos: int) -> tuple[int, str] | None:
-        """(end position, command name) of the command at ``pos``, or None if incomplete."""
+    def _parse_command(buf: bytearray, pos: int) -> tuple[int, str, str] | None:
+        """(end position, command name, the first 12 characters of its first argument)
+        of the command at ``pos``, or None if incomplete."""
         end = buf.find(b"\r\n", pos)
         if end < 0:
             return None
         if buf[pos : pos + 1] != b"*":  # an inline command: one line
-            return end + 2, bytes(buf[pos:end]).split(b" ", 1)[0].decode(errors="replace").upper()
+            name = bytes(buf[pos:end]).split(b" ", 1)[0].decode(errors="replace").upper()
+            return end + 2, name, ""
         elements = int(buf[pos + 1 : end])
         pos = end + 2
-        name = ""
+        name = first = ""
         for index in range(elements):
             end = buf.find(b"\r\n", pos)
             if end < 0:
@@ -95,8 +102,10 @@ class RespCounter:
                 return None
             if index == 0:
                 name = bytes(buf[start : start + length]).decode(errors="replace").upper()
+            elif index == 1:
+                first = bytes(buf[start : start + min(length, 12)]).decode(errors="replace")
             pos = start + length + 2
-        return pos, name
+        return pos, name, first
 
 
 async def pipe(
@@ -207,3 +216,17 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def script_names() -> dict[str, str]:
+    """The first 12 hex digits of the SHA1 of each script of scrapy_redis.store.lua (as
+    ``by_script`` counts them) -> the script's name."""
+    import sys
+    from pathlib import Path
+
+    src = Path(__file__).resolve().parents[1] / "src"
+    sys.path.insert(0, str(src))
+    from scrapy_redis.store.scripts import script
+
+    lua = sorted((src / "scrapy_redis" / "store" / "lua").glob("[!_]*.lua"))
+    return {script(path.stem).sha[:12]: path.stem for path in lua}

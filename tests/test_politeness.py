@@ -596,3 +596,50 @@ def test_a_worker_leases_what_its_downloader_has_room_for():
     Downloader.active = set(range(12))
     assert pacing.batch_size() == 1
     assert PolitePacing(Pacer(prefetch=4), spider.crawler, spider).batch_size() == 4  # no engine
+
+
+def test_a_worker_leases_ahead_at_its_hand_out_rate_when_its_downloader_is_full():
+    from scrapy_redis.politeness.pacing import PolitePacing
+    from scrapy_redis.scheduling.pacing import Pacer
+
+    spider = make_spider({"CONCURRENT_REQUESTS": 16})
+
+    class Downloader:
+        active = set(range(15))  # room for 1: one pop a page, without leasing ahead
+        slots: dict = {}
+
+    clock = [100.0]
+    pacing = PolitePacing(Pacer(prefetch=128, clock=lambda: clock[0]), spider.crawler, spider)
+    pacing.downloader = Downloader()
+    assert pacing.batch_size() == 1 and pacing.room() == 1
+    pacing.popped(8)
+    clock[0] += 0.05  # 8 handed out in 50 ms: 40 in BATCH_HORIZON, at most twice the last
+    assert pacing.batch_size() == 16
+    assert pacing.room() == 1  # what the pop may take of slots that limit something
+
+
+def test_beyond_the_workers_room_a_pop_takes_only_slots_that_limit_nothing(server):
+    def queue_of(name: str, settings: dict, room: int) -> tuple[SlotQueue, LeaseBook]:
+        queue = SlotQueue(server, make_spider({"DOWNLOAD_DELAY": 0, **settings}), name)
+        queue.room = lambda: room
+        return queue, LeaseBook(server, name, "w1", 30)
+
+    free, book = queue_of("free", {"CONCURRENT_REQUESTS_PER_DOMAIN": 1000}, 2)
+    push(free, *(f"http://free/{n}" for n in range(20)))
+    entries, _ = take(free, book, 10)
+    assert len(entries) == 10  # 2 of its room, 8 ahead: the slot limits nothing
+    capped, book = queue_of("capped", {"CONCURRENT_REQUESTS_PER_DOMAIN": 4}, 2)
+    push(capped, *(f"http://capped/{n}" for n in range(20)))
+    entries, _ = take(capped, book, 10)
+    # its room, no more: a third would hold more than half its fleet-wide places
+    assert urls(capped, entries) == ["http://capped/0", "http://capped/1"]
+    settings = {"DOWNLOAD_DELAY": 5, "CONCURRENT_REQUESTS_PER_DOMAIN": 1000}
+    slow, book = queue_of("slow", settings, 1)
+    push(slow, "http://slow/1", priority=9)
+    push(slow, "http://slow2/1", priority=5)
+    slow.limits = SlotLimits(make_spider({"DOWNLOAD_DELAY": 0}).crawler.settings, slow.spider)
+    push(slow, *(f"http://more/{n}" for n in range(5)))
+    entries, _ = take(slow, book, 10)
+    # its room taken by the most urgent slot; the next has a delay: it is not taken
+    # ahead of need, nor anything behind it
+    assert urls(slow, entries) == ["http://slow/1"]

@@ -81,16 +81,22 @@ class PolitePacing(DownloaderPacing):
             if robots_parsed is not None and crawler.settings.getbool("ROBOTSTXT_OBEY"):
                 crawler.signals.connect(self.robots_parsed, signal=robots_parsed)
 
-    def batch_size(self) -> int:
+    def room(self) -> int:
+        """How many requests its downloader can start now (CONCURRENT_REQUESTS minus its
+        running downloads), at least 1, at most SCHEDULER_PREFETCH."""
         downloader = self.downloader or engine_downloader(self.crawler)
         self.downloader = downloader
         if downloader is None:
             return max(1, min(self.pacer.prefetch, 16))
-        room = self.concurrency - len(downloader.active)
-        return max(1, min(self.pacer.prefetch, room))
+        return max(1, min(self.pacer.prefetch, self.concurrency - len(downloader.active)))
+
+    def batch_size(self) -> int:
+        """The room, or what it hands out in BATCH_HORIZON if more: the pop takes the
+        requests beyond the room only of slots that limit nothing (SlotQueue.room)."""
+        return max(self.room(), self.pacer.size(paced=self.downloader is not None))
 
     def popped(self, leased: int) -> None:
-        return None
+        self.pacer.popped(leased)
 
     def skipped(self, handed: bool) -> None:
         return None
@@ -231,6 +237,7 @@ def polite_pacing(scheduler: Any, pacer: Pacer) -> PolitePacing | None:
     pacing.queues = queues
     for q in queues:
         q.on_wait = pacing.wake_in
+        q.room = pacing.room
         q.reports_starts = pacing.reports
     return pacing
 

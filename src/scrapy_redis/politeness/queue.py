@@ -105,6 +105,9 @@ class SlotQueue(Base):
         self.delayed_slots: set[str] = set()
         #: Pops take every request, whatever its slot's limits (moving a stopped crawl).
         self.drain = False
+        #: How many requests the worker can start now (its downloader's room; set by the
+        #: pacing): a pop of more takes the rest only of slots that limit nothing.
+        self.room: Callable[[], int] | None = None
         #: Moves requests queued in the layout of SCHEDULER_QUEUE_CLASS here (setup.py).
         self.carry_over: Any = None
 
@@ -208,11 +211,14 @@ class SlotQueue(Base):
         self, count: int, timeout: int = 0, ticket: Ticket | None = None
     ) -> list[Entry]:
         """Up to ``count`` requests of the slots allowed to start one now (``timeout`` is
-        ignored: a slot's wait is told to :attr:`on_wait` instead)."""
+        ignored: a slot's wait is told to :attr:`on_wait` instead); beyond :attr:`room`,
+        only of slots without a delay and far from their concurrency (see pop_slots.lua)."""
         if self.carry_over is not None and self.carry_over.due():
             self.carry_over.move()
         report = "drain" if self.drain else "1" if self.reports_starts else "0"
-        keys, args = list(self.slot_keys[:4]), [count, report]
+        room = count if self.room is None or self.drain else min(count, self.room())
+        size = str(count) if room >= count else f"{room}+{count - room}"
+        keys, args = list(self.slot_keys[:4]), [size, report]
         if ticket is not None:
             keys += [ticket.leases_key, ticket.deadlines_key, ticket.deliveries_key]
             args += [ticket.timeout_ms, ticket.id, *release_args(ticket.releases)]

@@ -69,10 +69,10 @@ local function ready_member(slot, head)
   return string.sub(head, #slot + 2, #slot + 25) .. slot
 end
 
--- The slot's most urgent queued request, or nil.
-local function slot_head(k, slot)
-  local found = redis.call('ZRANGEBYLEX', k.pq, '[' .. slot .. '\0', '(' .. slot .. '\1', 'LIMIT', 0, 1)
-  return found[1]
+-- The slot's `n` (default 1) most urgent queued requests: the first, or nil, and the next.
+local function slot_head(k, slot, n)
+  local found = redis.call('ZRANGEBYLEX', k.pq, '[' .. slot .. '\0', '(' .. slot .. '\1', 'LIMIT', 0, n or 1)
+  return found[1], found[2]
 end
 
 local function load_slot(k, slot)
@@ -102,10 +102,14 @@ local function unplace(k, slot, st)
 end
 
 -- Put the slot where it belongs now: no request (i), at its cap (f), must wait (w),
--- may start now (r).
-local function place(k, slot, st, now)
+-- may start now (r). `known`: its head if the caller just read it (false: none), so
+-- that a pop walks the big sorted set once less per request.
+local function place(k, slot, st, now, known)
   unplace(k, slot, st)
-  local head = slot_head(k, slot)
+  local head = known
+  if known == nil then
+    head = slot_head(k, slot)
+  end
   if not head then
     return
   end

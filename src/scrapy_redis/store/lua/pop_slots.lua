@@ -6,7 +6,12 @@
 -- KEYS[1..4] = the queued requests (<queue key>:polite:pq), ready, waiting, slots
 -- KEYS[5], KEYS[6], KEYS[7] = (to lease) the leases hash, the lease deadlines sorted set,
 --           the deliveries hash (a worker takes at most one suspect at a time)
--- ARGV[1] = how many requests to take at most
+-- ARGV[1] = how many requests to take at most: N, or "N+E": N of the most urgent ready
+--           slots, then up to E more while the most urgent ready slot has no delay (no
+--           configured or AutoThrottle delay, Crawl-delay or Retry-After hold) and no more
+--           than half its concurrency in flight after the take (a worker leases ahead
+--           what it will start within a fraction of a second, and a slot that limits
+--           anything is never taken ahead of need)
 -- ARGV[2] = "1" if the worker reports the starts of slots with a delay (slot_started.lua);
 --           "drain" to take requests whatever their slots' limits, in slot order (a move
 --           of a stopped crawl: no place is taken, the slots are placed again as used)
@@ -20,6 +25,14 @@
 --         starts the worker reports, see slot_started.lua)
 --#include _leases.lua
 
+-- Whether a slot limits nothing now: no delay of any kind, and at most half its
+-- concurrency in flight once one more is taken.
+local function unbound(st, now)
+  local cap = st[4]
+  return st[3] == 0 and (st[12] or 0) == 0 and (st[10] or 0) <= now
+    and (cap == 0 or 2 * (st[2] + 1) <= cap)
+end
+
 local leasing = #KEYS >= 6
 if leasing then
   release_leases(KEYS[5], KEYS[6], 5, KEYS[7])
@@ -31,19 +44,21 @@ if leasing then
 end
 
 local k = slot_keys(KEYS[1])
-local count = tonumber(ARGV[1])
+local room, extra = string.match(ARGV[1], '^(%d+)%+(%d+)$')
+local count = tonumber(room or ARGV[1])
+local most = count + tonumber(extra or 0)
 local report = ARGV[2]
 local now, micros = now_ms()
 
 -- Slots whose wait is over are ready (at most what this call may take, and some more).
-for _, slot in ipairs(redis.call('ZRANGEBYSCORE', k.waiting, '-inf', now, 'LIMIT', 0, count + 64)) do
+for _, slot in ipairs(redis.call('ZRANGEBYSCORE', k.waiting, '-inf', now, 'LIMIT', 0, most + 64)) do
   local st = load_slot(k, slot)
   place(k, slot, st, now)
   save_slot(k, slot, st)
 end
 
 if report == 'drain' then -- a move of a stopped crawl: every request, whatever its limits
-  local taken = redis.call('ZRANGE', k.pq, 0, count - 1)
+  local taken = redis.call('ZRANGE', k.pq, 0, most - 1)
   if #taken == 0 then
     return {'', -1, {}}
   end
@@ -59,8 +74,8 @@ local deliveries = leasing and suspects(KEYS[7]) or nil
 local busy = deliveries and holds_suspect(KEYS[5], deliveries, ARGV[4])
 local taken, skipped = {}, {}
 local delayed, delayed_list = {}, {} -- the slots taken from whose starts wait for a report
-for _ = 1, count + 64 do
-  if #taken >= count then
+for _ = 1, most + 64 do
+  if #taken >= most then
     break
   end
   local top = redis.call('ZRANGE', k.ready, 0, 0)[1]
@@ -69,7 +84,10 @@ for _ = 1, count + 64 do
   end
   local slot = string.sub(top, 25)
   local st = load_slot(k, slot)
-  local head = slot_head(k, slot)
+  if #taken >= count and not unbound(st, now) then
+    break -- the extra requests: only of slots that limit nothing now
+  end
+  local head, after = slot_head(k, slot, 2)
   local suspect = head and deliveries and redis.call('HEXISTS', deliveries, redis.sha1hex(head)) == 1
   if head and suspect and busy then
     redis.call('ZREM', k.ready, top) -- this worker holds a suspect: not another one now
@@ -96,7 +114,7 @@ for _ = 1, count + 64 do
       delayed[slot] = true
       delayed_list[#delayed_list + 1] = slot
     end
-    place(k, slot, st, now)
+    place(k, slot, st, now, after or false)
     save_slot(k, slot, st)
   end
 end
