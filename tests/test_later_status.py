@@ -243,3 +243,27 @@ def test_the_page_shows_the_requests_due_later_and_the_fingerprints_expiring(
     finally:
         browser.quit()
         dashboard.stop()
+
+
+def test_status_shows_the_bloom_filters_live_generations(redis_url, server, schedulers):
+    """A Bloom filter whose fingerprints expire (bloom_expiry.py): its count is the sum of
+    its live time generations, which status lists with when each expires whole."""
+    settings = {
+        "REDIS_URL": redis_url,
+        "SCHEDULER": "scrapy_redis.scheduler.Scheduler",
+        "DUPEFILTER_CLASS": "scrapy_redis.dupefilter.BloomDupeFilter",
+        "BLOOMFILTER_CAPACITY": 10_000,
+        "DUPEFILTER_LIFETIME": 7200,
+    }
+    requests = [Request(f"http://a.test/{n}") for n in range(200)]
+    leave(schedule(schedulers, settings, requests))
+    status = crawl_status(server, Settings(settings), DemoSpider)
+    assert status.fingerprints == 200
+    view = status.expiring
+    assert view["layout"] == "bloom" and view["lifetime"] == 7200 and view["alive"] == 200
+    [generation] = view["generations"]  # all recorded now: one generation
+    assert generation["fingerprints"] == 200 and 3600 <= generation["expires_in"] <= 3 * 3600
+    lines = later.render_expiring(view)
+    assert "(bloom generations, lifetime 2.0 h)" in lines[0]
+    samples = metrics.render([status.to_json()]).splitlines()
+    assert 'scrapy_redis_fingerprints_alive{spider="demo"} 200' in samples

@@ -14,9 +14,16 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from scrapy_redis.dupefilters.bloom_expiry import GENERATIONS as BLOOM_GENERATIONS
 from scrapy_redis.dupefilters.lean_expiry import GENERATIONS
 from scrapy_redis.dupefilters.lean_layout import layout_from_meta
-from scrapy_redis.store.keys import due_key, lean_generation_key, lean_meta_key, slot_base
+from scrapy_redis.store.keys import (
+    bloom_generation_key,
+    due_key,
+    lean_generation_key,
+    lean_meta_key,
+    slot_base,
+)
 from scrapy_redis.store.redis_values import Reader, UnreadableValueError, integer, text_of
 
 #: Buckets of a lean generation counted at most (the others estimated from them).
@@ -64,7 +71,7 @@ def expiring(reader: Reader, filter_keys: Sequence[str], cluster: bool, now: flo
     for name in ("alive", "forever", "expiring_soon", "expired"):
         total[name] = sum(view.get(name, 0) for view in found)
     total["soon_seconds"] = SOON
-    if total["layout"] == "lean":
+    if total["layout"] in ("lean", "bloom"):
         total["lifetime"] = found[0]["lifetime"]
         total["generations"] = _merged_generations(found)
     return total
@@ -74,6 +81,8 @@ def _expiring_one(reader: Reader, key: str, cluster: bool, now: float) -> dict |
     kind = reader.type(key)
     if kind == "zset":
         return _sorted_set(reader, key, now)
+    if kind == "hash":  # a Bloom filter's meta hash: its generations, if it has a lifetime
+        return bloom_generations(reader, key, cluster, now)
     if kind != "none":
         return None
     meta = lean_meta_key(key, cluster)
@@ -138,8 +147,47 @@ def _lean(reader: Reader, key: str, cluster: bool, now: float, lifetime_ms: int)
     return view
 
 
-def _no_lean(lifetime_ms: int) -> dict:
-    return {"layout": "lean", "lifetime": lifetime_ms / 1000, "generations": []}
+def _no_lean(lifetime_ms: int, layout: str = "lean") -> dict:
+    return {"layout": layout, "lifetime": lifetime_ms / 1000, "generations": []}
+
+
+def bloom_generations(reader: Reader, key: str, cluster: bool, now: float) -> dict | None:
+    """A Bloom filter's live time generations (dupefilters/bloom_expiry.py): the count
+    each holds (a string, or a RedisBloom filter's BF.CARD) and when it expires whole;
+    None for a Bloom filter whose fingerprints do not expire."""
+    lifetime = reader.hget(key, "lifetime_ms")
+    if lifetime is None:
+        return None
+    lifetime_ms = reader.parse(lambda: integer(lifetime, key, "lifetime_ms", low=0), 0)
+    if not lifetime_ms:
+        return None
+    span = -(-lifetime_ms // BLOOM_GENERATIONS)
+    live = int(now * 1000) // span + 1
+    generations, alive, soon = [], 0, 0
+    for k in range(live - 1, live + BLOOM_GENERATIONS + 2):
+        held = _bloom_count(reader, bloom_generation_key(key, k, cluster))
+        if held is None:
+            continue
+        ends_in = max(0.0, round(k * span / 1000 - now, 3))
+        generations.append(
+            {"generation": k, "expires_in": ends_in, "fingerprints": held, "estimated": False}
+        )
+        alive += held
+        soon += held if ends_in <= SOON else 0
+    view = _no_lean(lifetime_ms, "bloom")
+    view.update(alive=alive, expiring_soon=soon, generations=generations)
+    return view
+
+
+def _bloom_count(reader: Reader, key: str) -> int | None:
+    """The fingerprints one Bloom generation holds (None: it does not exist)."""
+    kind = reader.type(key)
+    if kind == "string":
+        raw = reader.server.get(key)
+        return None if raw is None else reader.parse(lambda: integer(raw, key, "count", low=0), 0)
+    if kind == "MBbloom--":
+        return int(reader.server.execute_command("BF.CARD", key))
+    return None
 
 
 def _merged_generations(views: list[dict]) -> list[dict]:
@@ -172,7 +220,7 @@ def render_expiring(view: dict) -> list[str]:
     if view["layout"] == "sorted set":
         line += f", {view['forever']:,} kept forever, {view['expired']:,} expired (not removed yet)"
         return [line]
-    lines = [f"{line} (lean generations, lifetime {duration(view['lifetime'])})"]
+    lines = [f"{line} ({view['layout']} generations, lifetime {duration(view['lifetime'])})"]
     for gen in view["generations"]:
         about = "about " if gen["estimated"] else ""
         lines.append(

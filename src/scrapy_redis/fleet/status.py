@@ -20,7 +20,7 @@ from scrapy_redis.connection import describe_server
 from scrapy_redis.core.logsafe import shorten
 from scrapy_redis.fleet.crawl_keys import CrawlKeys, crawl_keys
 from scrapy_redis.fleet.diagnosis import diagnose
-from scrapy_redis.fleet.later import due_later, expiring
+from scrapy_redis.fleet.later import bloom_generations, due_later, expiring
 from scrapy_redis.fleet.queue_lengths import queue_lengths
 from scrapy_redis.fleet.snapshot import CrawlStatus, WorkerStatus
 from scrapy_redis.metrics.values import decode_value
@@ -91,7 +91,7 @@ def crawl_status(
     _read_start_keys(reader, keys, status, now)
     _read_recurring(reader, keys, status)
     _read_worker_stats(reader, keys, status)
-    status.fingerprints = _fingerprints(reader, keys) if keys.queue_keys else None
+    status.fingerprints = _fingerprints(reader, keys, now) if keys.queue_keys else None
     _read_later(reader, keys, status, now)
     status.items = _items(reader, keys.items_key)
     status.stats = _decoded_hash(reader, keys.stats_key)
@@ -211,16 +211,17 @@ def _leases(reader: Reader, base_key: str, cluster: bool, now: float) -> tuple[d
     return counts, held_expired
 
 
-def _fingerprints(reader: Reader, keys: CrawlKeys) -> int | None:
-    counts = [_filter_size(reader, key, keys.cluster) for key in keys.filter_keys]
+def _fingerprints(reader: Reader, keys: CrawlKeys, now: float) -> int | None:
+    counts = [_filter_size(reader, key, keys.cluster, now) for key in keys.filter_keys]
     known = [count for count in counts if count is not None]
     return sum(known) if known else None
 
 
-def _filter_size(reader: Reader, key: str, cluster: bool) -> int | None:
+def _filter_size(reader: Reader, key: str, cluster: bool, now: float) -> int | None:
     """The size of the duplicate filter ``key``: a set (SADD filter), a RedisBloom
-    filter, or the hash of a Bloom or lean filter's count (0 if there is none of
-    these: an empty crawl); None if it cannot be counted."""
+    filter, or the hash of a Bloom or lean filter's count, or a Bloom filter's live time
+    generations (0 if there is none of these: an empty crawl); None if it cannot be
+    counted."""
     kind = reader.type(key)
     if kind == "set":
         return reader.scard(key)
@@ -228,6 +229,8 @@ def _filter_size(reader: Reader, key: str, cluster: bool) -> int | None:
         return reader.zcard(key)
     if kind == "MBbloom--":
         return int(reader.server.execute_command("BF.CARD", key))
+    if kind == "hash" and (generations := bloom_generations(reader, key, cluster, now)):
+        return generations["alive"]  # a Bloom filter's live time generations
     meta = key if kind == "hash" else lean_meta_key(key, cluster)
     count = reader.hget(meta, "count")
     if count is None:
