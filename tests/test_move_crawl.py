@@ -196,3 +196,36 @@ def test_a_kept_crawl_moves_into_slot_lanes_each_slot_in_one_lane_its_pages_know
     assert target.send_enqueued()
     assert target.stats.get_value("dupefilter/filtered") == len(crawled)  # known in any lane
     target.flush()
+
+
+def test_recurring_start_messages_move_under_the_targets_names(
+    redis_url, server, redis_cluster, cluster, capsys
+):
+    """A kept crawl's recurring start messages move too, named as the cluster names them
+    ({demo:start_urls}:recurring), each keeping its next run and interval."""
+    from scrapy_redis.fleet.recurring import push_recurring
+
+    a_kept_crawl(redis_url, server)
+    push_recurring(server, "demo:start_urls", ["http://example.com/feed"], 3600)
+    runs = server.zrange("demo:start_urls:recurring", 0, -1, withscores=True)
+    every = server.hgetall("demo:start_urls:recurring:every")
+    assert runs and every
+    assert main(args(redis_url, redis_cluster.url, "--delete-source")) == 0
+    out = capsys.readouterr().out
+    assert "{demo:start_urls}:recurring, {demo:start_urls}:recurring:every" in out
+    assert cluster.zrange("{demo:start_urls}:recurring", 0, -1, withscores=True) == runs
+    assert cluster.hgetall("{demo:start_urls}:recurring:every") == every
+    assert not server.exists("demo:start_urls:recurring", "demo:start_urls:recurring:every")
+
+
+def test_recurring_start_messages_on_the_target_are_refused_before_anything_moves(
+    redis_url, server, redis_cluster, cluster
+):
+    from scrapy_redis.fleet.recurring import push_recurring
+
+    a_kept_crawl(redis_url, server)
+    push_recurring(server, "demo:start_urls", ["http://example.com/feed"], 3600)
+    cluster.hset("{demo:start_urls}:recurring:every", "http://example.com/other", 1000)
+    with pytest.raises(SystemExit, match=r"\{demo:start_urls\}:recurring:every exists on the"):
+        main(args(redis_url, redis_cluster.url))
+    assert server.zcard("demo:start_urls:recurring") == 1

@@ -8,14 +8,13 @@ from scrapy_redis.fleet.move_crawl import (
     Moved,
     MoveRefusedError,
     check_movable,
-    check_named_keys,
-    copy_named_keys,
     main,
     move,
     move_fingerprints,
     move_requests,
     push_once,
 )
+from scrapy_redis.fleet.move_keys import check_named_keys, copy_named_keys
 
 __all__ = [
     "BATCH",

@@ -29,7 +29,10 @@ What moves:
   fingerprints: moving such a crawl is refused unless ``--without-fingerprints``
   (then pages already crawled may be crawled again);
 * the start key (REDIS_START_URLS_KEY), the items list (REDIS_ITEMS_KEY) and the
-  stats hash (STATS_KEY), which keep their names: copied with DUMP and RESTORE.
+  stats hash (STATS_KEY), which keep their names: copied with DUMP and RESTORE; so are
+  the recurring start messages (``<start key>:recurring`` and ``:recurring:every``,
+  named as the target names them: ``{<start key>}:recurring`` on a Redis Cluster), each
+  due at the same time of the target's clock.
 
 The source keys are deleted only with ``--delete-source``. The move is refused
 while workers use the source crawl, while requests are leased there by workers
@@ -46,25 +49,27 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from scrapy_redis import defaults
 from scrapy_redis.connection import is_cluster
 from scrapy_redis.dupefilters.migrate import project_settings, record_batch, source_batches
-from scrapy_redis.exceptions import ConfigurationError, ScrapyRedisError
+from scrapy_redis.exceptions import ConfigurationError
+from scrapy_redis.fleet.move_keys import (
+    MoveRefusedError,
+    check_renamed_keys,
+    copy_renamed_keys,
+    named_keys,
+    recurring_keys,
+)
 from scrapy_redis.queue import Candidate, Entry, FifoQueue, LifoQueue, PriorityQueue
 from scrapy_redis.queues.leases import LeaseBook
 from scrapy_redis.scheduling.due import DueRequests, due_requests
 from scrapy_redis.scheduling.lanes import LanedQueue, lane_of
-from scrapy_redis.store.keys import due_key, format_key, moving_key, priority_list_key, workers_key
+from scrapy_redis.store.keys import due_key, moving_key, priority_list_key, workers_key
 from scrapy_redis.store.scripts import script
 
 logger = logging.getLogger(__name__)
 
 #: Requests leased from the source and pushed into the target per step.
 BATCH = 500
-
-
-class MoveRefusedError(ScrapyRedisError):
-    """The crawl cannot be moved now (the message says why and what to do)."""
 
 
 @dataclass
@@ -266,27 +271,6 @@ def _fingerprint(scheduler: Any, entry: Entry) -> str | None:
     return None if request.dont_filter else str(scheduler.df.request_fingerprint(request))
 
 
-def check_named_keys(source: Any, target: Any, keys: Sequence[str], force: bool) -> None:
-    """:class:`MoveRefusedError` if one of ``keys`` the source has exists on the target
-    (unless ``force``): checked before anything is moved."""
-    for key in keys:
-        if not force and source.server.exists(key) and target.server.exists(key):
-            raise MoveRefusedError(f"{key} exists on the target: --force replaces it.")
-
-
-def copy_named_keys(source: Any, target: Any, keys: Sequence[str], force: bool) -> list[str]:
-    """DUMP and RESTORE ``keys`` that exist (they keep their names); the copied ones."""
-    copied = []
-    for key in keys:
-        dump = source.server.dump(key)
-        if dump is None:
-            continue
-        check_named_keys(source, target, [key], force)  # (one written meanwhile)
-        target.server.restore(key, 0, dump, replace=True)
-        copied.append(key)
-    return copied
-
-
 def _scheduler(spider_name: str, settings: Any) -> Any:
     """The project's scheduler for SPIDER on ``settings``, opened (it joins the crawl's
     registry; its timers never run: no reactor runs here)."""
@@ -340,16 +324,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception:
         source.close("finished")
         raise
-    named = _named_keys(args.spider, settings)
+    pairs = [(key, key) for key in named_keys(args.spider, settings)]
+    pairs += recurring_keys(source, target, pairs[0][0])
     try:
-        check_named_keys(source, target, named, args.force)  # every refusal before moving
+        check_renamed_keys(source, target, pairs, args.force)  # every refusal before moving
         moved = move(source, target, fingerprints=not args.without_fingerprints, force=args.force)
-        moved.keys = copy_named_keys(source, target, named, args.force)
+        copied = copy_renamed_keys(source, target, pairs, args.force)
     except (MoveRefusedError, ConfigurationError) as exc:
         raise SystemExit(str(exc)) from None
     finally:
         for scheduler in (source, target):
             scheduler.close("finished")
+    moved.keys = [new for _, new in copied]
     print(
         f"Moved {moved.requests} requests{f' ({moved.due} due later)' if moved.due else ''} "
         f"and {moved.fingerprints} fingerprints of "
@@ -357,20 +343,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     if args.delete_source:
         source.flush()  # the queue, its leases, the fingerprints
-        if moved.keys:
-            source.server.unlink(*moved.keys)
+        for old, _ in copied:  # (one at a time: a cluster's keys of several slots)
+            source.server.unlink(old)
         print("Deleted the source crawl.")
     return 0
-
-
-def _named_keys(spider_name: str, settings: Any) -> list[str]:
-    """The keys that keep their names: start key, items list, stats hash."""
-    templates = [
-        settings.get("REDIS_START_URLS_KEY") or defaults.START_URLS_KEY,
-        settings.get("REDIS_ITEMS_KEY") or defaults.PIPELINE_KEY,
-        settings.get("STATS_KEY") or defaults.STATS_KEY,
-    ]
-    return [format_key(template, spider_name) for template in templates]
 
 
 if __name__ == "__main__":
