@@ -386,13 +386,13 @@ def test_start_messages_are_leased_until_scheduled(spider, server):
 
 
 def test_dead_workers_start_messages_are_recovered(settings_dict, server):
-    settings = {**settings_dict, "SCHEDULER_WORKER_TIMEOUT": 0.2}
+    from helpers import expire_leases
+
+    settings = settings_dict
     dead, live = make(settings), make(settings)
     server.rpush("myspider:start_urls", "https://example.com/a", "https://example.com/b")
     assert urls(dead.next_requests()) == ["https://example.com/a", "https://example.com/b"]
-    import time
-
-    time.sleep(0.25)  # the dead worker never scheduled them, nor renewed its leases
+    assert expire_leases(server) == 2  # the dead worker never scheduled them, nor renewed
     live.redis_start_messages.beat()  # the live worker's heartbeat
     assert live.crawler.stats.get_value("redis/start_messages/recovered") == 2
     assert urls(live.next_requests()) == ["https://example.com/a", "https://example.com/b"]
