@@ -128,7 +128,9 @@ class RedisClusterNodes:
             nodes = [_pairs(node) for node in shard["nodes"] if _pairs(node).get("port") in running]
             if shard["slots"] and not any(_text(n.get("role")) == "master" for n in nodes):
                 return False
-            if any(_text(n.get("health")) != "online" for n in nodes):  # replicas synced too
+            # "loading": a replica whose offset the others have not heard of yet (0 until
+            # the master's first ping, up to 10 s); _agreed() asks the replicas themselves
+            if any(_text(n.get("health")) == "fail" for n in nodes):
                 return False
         return True
 
