@@ -218,6 +218,21 @@ def expire_leases(server: Any) -> int:
     return expired
 
 
+def expire_workers(server: Any) -> int:
+    """Put every worker registered in the (test) database past its deadline, as
+    SCHEDULER_WORKER_TIMEOUT seconds without a heartbeat would (see expire_leases()).
+    Returns how many."""
+    seconds, micros = server.time()
+    past = seconds * 1000 + micros // 1000 - 1
+    expired = 0
+    for key in server.scan_iter(match="*:workers", count=1000, _type="hash"):
+        workers = [w for w in server.hkeys(key) if w != b"~flushing"]
+        if workers:
+            server.hset(key, mapping=dict.fromkeys(workers, past))
+            expired += len(workers)
+    return expired
+
+
 def until_stored(returned: Any) -> Any:
     """What Scrapy does with RedisPipeline.process_item()'s answer: a Deferred of the item
     it gives back (at once, or once the item's batch is stored)."""
