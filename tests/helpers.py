@@ -192,8 +192,8 @@ def use_every_component(settings: dict[str, Any], server: Any) -> None:
 
 def dying_worker(schedulers: Any, settings: dict[str, Any], count: int = 3) -> Any:
     """A worker (``schedulers`` fixture) that enqueued ``count`` requests and leased them
-    all with one pop: then it dies (it is never closed; give it a short
-    SCHEDULER_WORKER_TIMEOUT in ``settings`` for its leases to expire)."""
+    all with one pop: then it dies (it is never closed: expire_leases() makes its leases
+    expire, or give it a short SCHEDULER_WORKER_TIMEOUT)."""
     from scrapy import Request
 
     dead = schedulers(settings)
@@ -201,6 +201,36 @@ def dying_worker(schedulers: Any, settings: dict[str, Any], count: int = 3) -> A
         dead.enqueue_request(Request(f"http://example.com/{n}"))
     assert dead.next_request() is not None
     return dead
+
+
+def expire_leases(server: Any) -> int:
+    """Put every lease in the (test) database past its deadline, as SCHEDULER_WORKER_TIMEOUT
+    seconds without a renewal would: the workers holding them are dead. Returns how many.
+
+    Rather than a short timeout and a sleep: under load a worker the test keeps alive
+    could miss its own deadline (a worker opened 0.3 s after another died, recovering
+    its leases too early), and a sleep costs its length in every run."""
+    expired = 0
+    for key in server.scan_iter(match="*lease_deadlines", count=1000):
+        ids = server.zrange(key, 0, -1)
+        if ids:
+            expired += server.zadd(key, dict.fromkeys(ids, 0), xx=True, ch=True)
+    return expired
+
+
+def expire_workers(server: Any) -> int:
+    """Put every worker registered in the (test) database past its deadline, as
+    SCHEDULER_WORKER_TIMEOUT seconds without a heartbeat would (see expire_leases()).
+    Returns how many."""
+    seconds, micros = server.time()
+    past = seconds * 1000 + micros // 1000 - 1
+    expired = 0
+    for key in server.scan_iter(match="*:workers", count=1000, _type="hash"):
+        workers = [w for w in server.hkeys(key) if w != b"~flushing"]
+        if workers:
+            server.hset(key, mapping=dict.fromkeys(workers, past))
+            expired += len(workers)
+    return expired
 
 
 def until_stored(returned: Any) -> Any:

@@ -45,6 +45,10 @@ class RedisClusterNodes:
                 # a replica that lost its master for a while may still take over
                 "--cluster-replica-validity-factor",
                 "0",
+                # a node back from kill -9 syncs with its new master at once (Redis waits
+                # 5 s by default for more replicas to share the transfer: 5 s a revive)
+                "--repl-diskless-sync-delay",
+                "0",
                 *_announce(port, announced[n] if announced else None),
                 *extra_args,
                 port=port,
@@ -74,15 +78,40 @@ class RedisClusterNodes:
         self.wait_ok(timeout)
         return self
 
-    def wait_ok(self, timeout: float = 30) -> None:
-        """Wait until every running node reports ``cluster_state:ok`` and every slot is
-        served by a running master (a new cluster, or one after a failover)."""
+    def wait_ok(self, timeout: float = 60) -> None:
+        """Wait until every running node reports ``cluster_state:ok``, every slot is
+        served by a running master, and the running nodes agree (a new cluster, or one
+        after a failover or a node's return): each sees the same master or replica of
+        the same master in each of them, and each replica has synced with its master.
+        (A node back from kill -9 claims its old slots until the others' newer epoch
+        reaches it, and replicates only after that: a test that asked it then, or WAITed
+        for its replica, saw what no longer held. The bound is for a stalled machine.)"""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if all(_state_ok(node.port) for node in self.running()) and self._served():
+            running = self.running()
+            if (
+                all(_state_ok(node.port) for node in running)
+                and self._served()
+                and self._agreed(running)
+            ):
                 return
             time.sleep(0.1)
         raise RuntimeError(f"the cluster did not reach cluster_state:ok in {timeout}s")
+
+    def _agreed(self, running: list[RedisServer]) -> bool:
+        """Whether every running node sees the same roles (see _roles()) for the running
+        nodes, and every running replica's link to that master is up and synced."""
+        ports = {node.port for node in running}
+        try:
+            views = [_roles(node.port, self.announced, ports) for node in running]
+            if any(view is None or view != views[0] for view in views):
+                return False
+            for port, (role, master) in views[0].items():  # type: ignore[union-attr]
+                if role == "slave" and _replica_link(port) != ("connected", self.announced[master]):
+                    return False
+        except redis.RedisError:
+            return False
+        return True
 
     def _served(self) -> bool:
         """Whether every shard's master, as the first running node sees it, is running."""
@@ -99,7 +128,9 @@ class RedisClusterNodes:
             nodes = [_pairs(node) for node in shard["nodes"] if _pairs(node).get("port") in running]
             if shard["slots"] and not any(_text(n.get("role")) == "master" for n in nodes):
                 return False
-            if any(_text(n.get("health")) != "online" for n in nodes):  # replicas synced too
+            # "loading": a replica whose offset the others have not heard of yet (0 until
+            # the master's first ping, up to 10 s); _agreed() asks the replicas themselves
+            if any(_text(n.get("health")) == "fail" for n in nodes):
                 return False
         return True
 
@@ -141,7 +172,7 @@ class RedisClusterNodes:
         node.process.wait()
         node.process = None
 
-    def fail_over(self, master: RedisServer, timeout: float = 30) -> RedisServer:
+    def fail_over(self, master: RedisServer, timeout: float = 60) -> RedisServer:
         """``CLUSTER FAILOVER`` on a replica of ``master`` (no data lost, no node down: the
         old master becomes its replica); returns the new master once the cluster is ok."""
         replica = next(node for node in self.shard_of(master) if node.port != master.port)
@@ -155,7 +186,7 @@ class RedisClusterNodes:
         self.wait_ok(timeout)
         return replica
 
-    def revive(self, node: RedisServer, timeout: float = 30) -> None:
+    def revive(self, node: RedisServer, timeout: float = 60) -> None:
         """Start a killed ``node`` again on its port and directory: it rejoins the cluster
         (as a replica of the master that took its slots)."""
         node.start()
@@ -207,6 +238,42 @@ def _state_ok(port: int) -> bool:
         info = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
     fields = {str(k): str(v).strip() for k, v in info.items()}
     return fields.get("cluster_state") == "ok" and fields.get("cluster_slots_ok") == "16384"
+
+
+def _roles(port: int, announced: dict[int, int], ports: set[int]) -> dict | None:
+    """The running nodes (``ports``) as the node at ``port`` sees them (CLUSTER NODES):
+    node port -> ("master", None) or ("slave", its master's node port); None if it sees
+    any of them failing, unknown or without a master."""
+    node_port = {seen: own for own, seen in announced.items()}
+    with redis.Redis(port=port, socket_timeout=1) as client:
+        nodes = client.execute_command("CLUSTER NODES")
+    by_id = {}
+    for address, node in nodes.items():
+        seen_port = int(address.split("@")[0].rsplit(":", 1)[1])
+        by_id[node["node_id"]] = node_port.get(seen_port, seen_port)
+    view: dict[int, tuple[str, int | None]] = {}
+    for node in nodes.values():
+        own = by_id[node["node_id"]]
+        if own not in ports:
+            continue
+        flags = set(node["flags"].split(","))
+        if flags & {"fail", "fail?", "handshake", "noaddr"} or not node["connected"]:
+            return None
+        if "master" in flags:
+            view[own] = ("master", None)
+        elif node["master_id"] in by_id:
+            view[own] = ("slave", by_id[node["master_id"]])
+        else:
+            return None
+    return view if set(view) == ports else None
+
+
+def _replica_link(port: int) -> tuple[str, int]:
+    """A replica's link (ROLE): its state (``connected`` once synced) and its master's
+    port (as announced)."""
+    with redis.Redis(port=port, socket_timeout=1) as client:
+        role = client.execute_command("ROLE")
+    return _text(role[3]), int(role[2])
 
 
 def _role(port: int) -> str:

@@ -99,10 +99,12 @@ class SentinelDeployment:
         self.sentinels: list[SentinelProcess] = []
 
     def _server(self) -> RedisServer:
+        # A replica syncs at once (Redis waits 5 s by default for more replicas to share
+        # the transfer): the deployment is ready, and a replica back after a failover, sooner.
         if self.certs is None:
-            return RedisServer()
+            return RedisServer("--repl-diskless-sync-delay", "0")
         server = TLSRedisServer(self.certs)
-        server.extra_args += ["--tls-replication", "yes"]
+        server.extra_args += ["--tls-replication", "yes", "--repl-diskless-sync-delay", "0"]
         return server
 
     @property

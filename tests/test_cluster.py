@@ -331,8 +331,7 @@ def test_the_scheduler_rides_out_a_failover(redis_cluster, cluster, schedulers, 
     assert scheduler.send_enqueued()
     popped = [scheduler.next_request().url for _ in range(10)]
     master = redis_cluster.master_of("demo:requests")
-    with redis.Redis(port=master.port) as direct:
-        assert direct.wait(1, 2000) == 1  # the replica has it all
+    wait_replicated(master)  # the replica has it all
     redis_cluster.kill(master)
     try:
         for url in urls[50:]:  # accepted during the outage, kept in memory
@@ -484,10 +483,7 @@ def test_a_failover_changes_the_clients_server_identity(redis_cluster, cluster, 
     master = redis_cluster.master_of("demo:x")
     # the write on the replica before the master dies (else the promoted replica may
     # lack it: asynchronous replication, what this test is not about)
-    with redis.Redis(port=master.port) as direct:
-        deadline = time.monotonic() + 60  # a bound for a stalled machine, not a wait
-        while direct.wait(1, 1000) < 1:
-            assert time.monotonic() < deadline, "the replica never acknowledged the write"
+    wait_replicated(master)
     redis_cluster.kill(master)
     try:
         redis_cluster.wait_ok(60)
@@ -503,6 +499,15 @@ def test_a_failover_changes_the_clients_server_identity(redis_cluster, cluster, 
         assert identity.changes > before
     finally:
         redis_cluster.revive(master)
+
+
+def wait_replicated(master) -> None:
+    """Wait until a replica of ``master`` acknowledged every write made to it so far
+    (``WAIT``; one call of 2 s was not always enough on a loaded machine)."""
+    with redis.Redis(port=master.port) as direct:
+        deadline = time.monotonic() + 60  # a bound for a stalled machine, not a wait
+        while direct.wait(1, 1000) < 1:
+            assert time.monotonic() < deadline, "the replica never acknowledged the writes"
 
 
 def test_a_worker_joining_while_the_lanes_are_deleted_waits(redis_cluster, cluster, schedulers):

@@ -12,7 +12,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +19,7 @@ import pytest
 import redis
 from scrapy import Request
 
+from helpers import expire_leases
 from scrapy_redis.serializers import msgpack_serializer
 from test_cluster import all_keys, masters_holding
 
@@ -277,11 +277,11 @@ def test_requeue_invalid_from_a_long_list_keeps_what_stays_in_order(
 
 
 def test_requeue_expired_recovers_a_dead_workers_leases(project, schedulers, settings_dict, server):
-    settings = {**settings_dict, "SCHEDULER_WORKER_TIMEOUT": 1}
-    scheduler = schedule(schedulers, settings, [Request(f"http://a.test/{n}") for n in range(4)])
+    requests = [Request(f"http://a.test/{n}") for n in range(4)]
+    scheduler = schedule(schedulers, settings_dict, requests)
     assert scheduler.next_request() is not None  # the worker leases the batch, then dies
     assert server.llen("demo:requests:prio:0") == 0
-    time.sleep(1.2)
+    assert expire_leases(server) == 1
     report = project.json("requeue", "demo", "--expired")
     assert report["expired"] == {"requeued": 4, "dead_lettered": 0}
     assert "invalid" not in report

@@ -7,7 +7,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 
 import pytest
 import redis
@@ -15,7 +14,7 @@ from scrapy import Request
 from scrapy.settings import Settings
 
 from dashboard_process import EXAMPLE, MODULE, DashboardProcess, cookie_name, csrf_token, http
-from helpers import DemoSpider, dying_worker, leased_entries
+from helpers import DemoSpider, dying_worker, expire_leases, leased_entries
 from redis_server import free_port
 from scrapy_redis.dashboard import metrics
 from scrapy_redis.dashboard.actions import push_start_messages, requeue_expired
@@ -67,9 +66,9 @@ def test_push_refuses_nothing_to_push(server):
 def test_requeue_puts_back_what_a_dead_worker_held_once_its_lease_expired(
     settings_dict, server, schedulers
 ):
-    dead = dying_worker(schedulers, {**settings_dict, "SCHEDULER_WORKER_TIMEOUT": 0.3})
+    dead = dying_worker(schedulers, settings_dict)
     assert requeue_expired(server, ["demo:requests"], 3) == Recovery(0, 0)  # not expired yet
-    time.sleep(0.35)
+    assert expire_leases(server) == 1
     assert requeue_expired(server, ["demo:requests"], 3) == Recovery(3, 0)
     assert leased_entries(server) == 0
     assert len(dead.queue) == 3
@@ -225,12 +224,12 @@ def test_requeue_over_http_puts_back_what_a_dead_worker_held(
     local_dashboard, server, settings_dict, schedulers
 ):
     """A worker of myspider_redis's queue leases three requests, then dies."""
-    queue = {"SCHEDULER_QUEUE_KEY": "myspider_redis:requests", "SCHEDULER_WORKER_TIMEOUT": 0.3}
+    queue = {"SCHEDULER_QUEUE_KEY": "myspider_redis:requests"}
     dead = schedulers({**settings_dict, **queue})
     for n in range(3):
         dead.enqueue_request(Request(f"http://example.com/{n}"))
     assert dead.next_request() is not None
-    time.sleep(0.35)  # its lease expired
+    assert expire_leases(server) == 1  # its lease expired
     headers = {"X-CSRF-Token": csrf_token(http(local_dashboard.url).text)}
     url = local_dashboard.url + "api/actions/requeue"
     reply = http(url, "POST", {"spider": "myspider_redis"}, headers)

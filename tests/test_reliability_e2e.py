@@ -32,7 +32,8 @@ from test_e2e import (  # test_e2e puts example-project (demo_site) on sys.path
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(400)]
 
-PAGES = 1000
+#: Half the e2e site (1,000 pages there): three kills and a restart still fall mid-crawl.
+PAGES = 500
 SPIDER = "mycrawler_redis"
 LEASES = "mycrawler_redis:requests:leases"
 #: Slow the workers down (the local site answers in microseconds) so that the crawl
@@ -83,7 +84,7 @@ def test_sigkill_three_times(site, server, redis_url, tmp_path):
     ]
     in_flight = 0
     killed: list[int] = []
-    for kill, threshold in enumerate(sorted(rng.sample(range(150, 1200), 3)), start=1):
+    for kill, threshold in enumerate(sorted(rng.sample(range(75, 600), 3)), start=1):
         victim = rng.randrange(2)
         wait_for_requests(site, threshold, workers[victim], timeout=120)
         pid = workers[victim].process.pid
@@ -137,7 +138,7 @@ def test_sigterm_then_restart_returns_work_at_once(site, server, redis_url, tmp_
     server.lpush("mycrawler:start_urls", site.url)
     first = start_worker(SPIDER, redis_url, tmp_path / "first.log", settings, DOMAIN)
     second = start_worker(SPIDER, redis_url, tmp_path / "second.log", settings, DOMAIN)
-    wait_for_requests(site, 400, first, timeout=120)
+    wait_for_requests(site, 200, first, timeout=120)
     pid = first.process.pid
     first.process.send_signal(signal.SIGTERM)
     wait_all([first], finish_reason="shutdown")
@@ -168,7 +169,7 @@ def test_redis_restarted_mid_crawl(site, tmp_path):
             start_worker(SPIDER, redis.url, tmp_path / f"w{n}.log", SETTINGS, DOMAIN)
             for n in (1, 2)
         ]
-        wait_for_requests(site, 500, workers[0], timeout=120)
+        wait_for_requests(site, 250, workers[0], timeout=120)
         redis.stop()
         wait_in_logs(workers, "Redis is unreachable")  # the outage noticed, then ended
         redis.start()

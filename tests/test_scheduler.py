@@ -13,7 +13,7 @@ from scrapy.dupefilters import RFPDupeFilter as ScrapyRFPDupeFilter
 from scrapy.utils.misc import load_object
 from twisted.internet.task import Clock
 
-from helpers import leased_entries, open_scheduler, record_dropped, stand_in_engine
+from helpers import expire_leases, leased_entries, open_scheduler, record_dropped, stand_in_engine
 from scrapy_redis.dupefilter import RFPDupeFilter
 from scrapy_redis.queue import Base, FifoQueue, PriorityQueue
 from scrapy_redis.scheduler import Scheduler
@@ -308,7 +308,7 @@ def test_queue_watcher_backs_off_and_wakes_the_engine():
 
 
 def test_dead_workers_leases_are_recovered_in_their_priority(settings_dict, server, schedulers):
-    settings = {**settings_dict, "SCHEDULER_WORKER_TIMEOUT": 0.3}
+    settings = settings_dict
     dead = schedulers(settings, reactor=Clock())  # SIGKILL: no heartbeat, no close
     dead.enqueue_request(Request("http://example.com/a", priority=5))
     dead.enqueue_request(Request("http://example.com/b"))
@@ -316,8 +316,8 @@ def test_dead_workers_leases_are_recovered_in_their_priority(settings_dict, serv
     clock = Clock()
     live = schedulers(settings, reactor=clock)
     assert live.next_request().url == "http://example.com/b"
-    time.sleep(0.35)
-    clock.advance(0.1)  # its heartbeat: renews its own lease, recovers the dead worker's
+    assert expire_leases(server) == 2  # the live worker's own too: it renews it
+    clock.advance(live.worker_timeout / 3)  # its heartbeat: renews its own, recovers the dead's
     assert live.stats.get_value("scheduler/leases/recovered") == 1
     recovered = live.next_request()
     assert (recovered.url, recovered.priority) == ("http://example.com/a", 5)

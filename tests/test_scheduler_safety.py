@@ -17,7 +17,7 @@ from scrapy.utils.misc import build_from_crawler
 from scrapy.utils.test import get_crawler
 from twisted.internet.task import Clock
 
-from helpers import DemoSpider, dying_worker, leased_entries, open_scheduler
+from helpers import DemoSpider, dying_worker, expire_leases, leased_entries, open_scheduler
 from redis_server import RedisServer
 from scrapy_redis.deadletters import dead_letters, requeue_dead_letters
 from scrapy_redis.exceptions import ConfigurationError, WrongKeyTypeError
@@ -28,12 +28,12 @@ from scrapy_redis.store.outage import outage_guard
 def test_flush_deletes_leases_so_a_dead_workers_requests_never_come_back(
     settings_dict, server, schedulers
 ):
-    settings = {**settings_dict, "SCHEDULER_WORKER_TIMEOUT": 0.3}
+    settings = settings_dict
     dying_worker(schedulers, settings)
     assert leased_entries(server) == 3
     schedulers(settings).flush()
     assert server.keys("demo:requests*") == [b"demo:requests:workers"]  # they still run
-    time.sleep(0.35)  # the dead worker's lease would have expired by now
+    assert expire_leases(server) == 0  # no lease left to expire (the dead worker's are gone)
     late = schedulers(settings)  # opening recovers expired leases
     assert late.next_request() is None
     assert len(late.queue) == 0
@@ -237,7 +237,6 @@ def test_a_request_every_worker_dies_with_goes_to_the_dead_letters(
 ):
     settings = {
         **settings_dict,
-        "SCHEDULER_WORKER_TIMEOUT": 0.3,
         "SCHEDULER_QUEUE_CLASS": queue_cls,
         "SCHEDULER_PERSIST": True,
     }
@@ -248,11 +247,11 @@ def test_a_request_every_worker_dies_with_goes_to_the_dead_letters(
     assert first.send_enqueued()
     assert first.next_request().url == urls[0]  # leases all five, then dies with the poison
     for _ in range(2):  # two more workers take it (alone now), and die with it
-        time.sleep(0.35)
+        assert expire_leases(server) == 1
         worker = schedulers(settings)  # opening recovers the dead worker's leases
         assert worker.next_request().url == urls[0]
         assert leased_entries(server) == 1  # the others were not leased with it
-    time.sleep(0.35)
+    assert expire_leases(server) == 1
     with caplog.at_level(logging.ERROR, logger="scrapy_redis.scheduler"):
         last = schedulers(settings)
     assert "Moved 1 requests to demo:requests:dead" in caplog.text
@@ -277,7 +276,6 @@ def test_a_request_every_worker_dies_with_goes_to_the_dead_letters(
 def test_max_deliveries_zero_never_gives_up(settings_dict, server, schedulers):
     settings = {
         **settings_dict,
-        "SCHEDULER_WORKER_TIMEOUT": 0.2,
         "SCHEDULER_MAX_DELIVERIES": 0,
         "SCHEDULER_PERSIST": True,
     }
@@ -285,7 +283,7 @@ def test_max_deliveries_zero_never_gives_up(settings_dict, server, schedulers):
     worker.enqueue_request(Request("http://example.com/poison"))
     for _ in range(4):
         assert worker.next_request().url == "http://example.com/poison"
-        time.sleep(0.25)
+        assert expire_leases(server) == 1
         worker = schedulers(settings)
     assert dead_letters(server, "demo:requests") == []
 
@@ -360,7 +358,6 @@ def test_a_worker_holding_a_suspect_takes_the_requests_behind_the_others(
 ):
     settings = {
         **settings_dict,
-        "SCHEDULER_WORKER_TIMEOUT": 0.3,
         "SCHEDULER_QUEUE_CLASS": "scrapy_redis.queue.FifoQueue",
         "SCHEDULER_PREFETCH": 1,
         "SCHEDULER_ENQUEUE_DELAY": 0,
@@ -370,7 +367,7 @@ def test_a_worker_holding_a_suspect_takes_the_requests_behind_the_others(
         dead.enqueue_request(Request(f"http://example.com/{n}"))
     for _ in range(3):
         assert dead.next_request() is not None  # then it dies holding all three
-    time.sleep(0.35)
+    assert expire_leases(server) == 3
     worker = schedulers(settings)  # recovers them: suspects, at the head of the queue
     worker.enqueue_request(Request("http://example.com/new"))
     assert worker.next_request().url == "http://example.com/0"  # its one suspect

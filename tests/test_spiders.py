@@ -348,19 +348,24 @@ def test_idle_without_max_idle_time_never_closes(spider, server):
 
 
 def test_max_idle_time_counts_from_idle_start(settings_dict, server):
+    from scrapy_redis.start.idle import IdleTimer
+
     spider = make({**settings_dict, "MAX_IDLE_TIME_BEFORE_CLOSE": 0.2})
     with_engine(spider)
-    import time
-
-    time.sleep(0.3)  # time before the first idle event does not count
+    # The idle timer's clock, moved by the test: with sleeps and the real clock, two calls
+    # meant to be close together may be 0.2 s apart on a loaded machine.
+    now = [1000.0]
+    spider._idle = IdleTimer(lambda: now[0])
+    now[0] += 0.3  # time before the first idle event does not count
     with pytest.raises(DontCloseSpider):
         spider.spider_idle()
     assert spider.spider_idle_start_time is not None
-    time.sleep(0.25)
+    now[0] += 0.25
     spider.spider_idle()  # closes: no DontCloseSpider
     server.rpush("myspider:start_urls", "https://example.com/a")
     with pytest.raises(DontCloseSpider):
         spider.spider_idle()  # work resets the idle clock
+    now[0] += 0.1
     with pytest.raises(DontCloseSpider):
         spider.spider_idle()
 
@@ -386,13 +391,13 @@ def test_start_messages_are_leased_until_scheduled(spider, server):
 
 
 def test_dead_workers_start_messages_are_recovered(settings_dict, server):
-    settings = {**settings_dict, "SCHEDULER_WORKER_TIMEOUT": 0.2}
+    from helpers import expire_leases
+
+    settings = settings_dict
     dead, live = make(settings), make(settings)
     server.rpush("myspider:start_urls", "https://example.com/a", "https://example.com/b")
     assert urls(dead.next_requests()) == ["https://example.com/a", "https://example.com/b"]
-    import time
-
-    time.sleep(0.25)  # the dead worker never scheduled them, nor renewed its leases
+    assert expire_leases(server) == 2  # the dead worker never scheduled them, nor renewed
     live.redis_start_messages.beat()  # the live worker's heartbeat
     assert live.crawler.stats.get_value("redis/start_messages/recovered") == 2
     assert urls(live.next_requests()) == ["https://example.com/a", "https://example.com/b"]
