@@ -526,6 +526,29 @@ def test_metrics_and_the_dashboards_status_show_the_slots(redis_url, server, sch
     waits = [s for s in samples if s.startswith("scrapy_redis_slot_next_start_seconds{")]
     assert len(waits) == 2 and all(float(s.rsplit(" ", 1)[1]) > 0 for s in waits)
     assert 'scrapy_redis_slot_starts_total{spider="demo",slot="h0.example"} 1' in samples
+    rates = [s for s in samples if s.startswith("scrapy_redis_slot_rate{")]
+    assert len(rates) == 2 and all(float(s.rsplit(" ", 1)[1]) > 0 for s in rates)
+
+
+def test_a_slots_fleet_rate_counts_the_starts_of_the_last_minute(server):
+    """The fleet's rate of a slot: its starts a second over the sliding last minute, from
+    the starts the pop script counts per minute of the server's clock."""
+    from scrapy_redis.politeness.report import fleet_rate, slot_views
+
+    queue = make_queue(server, {"CONCURRENT_REQUESTS_PER_DOMAIN": 100})  # all at once
+    seconds, _ = server.time()
+    push(queue, *(f"http://a/{n}" for n in range(30)))
+    assert len(take(queue, LeaseBook(server, KEY, "w1", 30), 30)[0]) == 30
+    state = slot_state(server, "a")
+    assert state[14] in (seconds // 60, seconds // 60 + 1) and state[15] == 30  # its minute
+    minute = 60000 * state[14]
+    [view] = slot_views(server, [KEY], False, (minute + 59999) / 1000)
+    assert view["rate"] == 0.5  # 30 in the last minute
+    assert fleet_rate(state, minute + 60000 + 15000) == round(30 * 0.75 / 60, 3)  # 45 s left
+    assert fleet_rate(state, minute + 120000) == 0.0  # two minutes on: none
+    now = minute + 30000  # half of the minute before is within the last 60 s
+    assert fleet_rate([*state[:14], state[14], 6, 60], now) == 0.6  # (6 + 60 / 2) / 60
+    assert fleet_rate([*state[:14], state[14] - 1, 6, 60], now) == 0.05  # 6 / 2 / 60
 
 
 def test_a_crawl_queued_per_slot_moves_into_the_clusters_lanes_whatever_its_limits(

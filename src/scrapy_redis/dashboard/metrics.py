@@ -97,6 +97,7 @@ def _alive(status: Status) -> int:
 _SLOT_GAUGES = [
     ("scrapy_redis_slot_queued", "queued", "Requests queued for the download slot."),
     ("scrapy_redis_slot_in_flight", "in_flight", "Downloads of the slot in flight, fleet-wide."),
+    ("scrapy_redis_slot_rate", "rate", "The slot's starts a second, fleet-wide, last minute."),
     ("scrapy_redis_slot_delay_seconds", "delay", "The slot's delay for the fleet."),
     ("scrapy_redis_slot_next_start_seconds", "next_start_in", "Seconds until its next start."),
     ("scrapy_redis_slot_retry_after_seconds", "retry_after_for", "Seconds a Retry-After holds it."),

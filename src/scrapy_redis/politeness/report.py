@@ -1,8 +1,8 @@
 """The download slots of a crawl queued per slot (SCHEDULER_FLEET_LIMITS), as ``scrapy
 redis status`` shows them: the busiest by queued requests, with their downloads in
-flight, starts so far, next allowed start, delay, and whether a Retry-After or
-AutoThrottle slowed them. Read-only; a crawl of very many slots is sampled
-(:data:`SCAN_LIMIT` slots per lane)."""
+flight, starts so far, the fleet's rate (starts a second over the last minute), next
+allowed start, delay, and whether a Retry-After or AutoThrottle slowed them. Read-only;
+a crawl of very many slots is sampled (:data:`SCAN_LIMIT` slots per lane)."""
 
 from __future__ import annotations
 
@@ -64,6 +64,7 @@ def _view(slot: bytes, state: list[Any], queued: int, now: float) -> dict[str, A
         "queued": queued,
         "in_flight": int(_field(state, 1)),
         "starts": int(_field(state, 12)),
+        "rate": fleet_rate(state, now_ms),
         "next_start_in": max(0.0, (_field(state, 0) - now_ms) / 1000),
         "delay": max(_field(state, 2), _field(state, 11)) / 1000,
         "concurrency": int(_field(state, 3)),
@@ -72,12 +73,26 @@ def _view(slot: bytes, state: list[Any], queued: int, now: float) -> dict[str, A
     }
 
 
+def fleet_rate(state: list[Any], now_ms: float) -> float:
+    """The slot's starts a second over the last minute, fleet-wide: the starts counted in
+    this minute and the one before (fields 15-17), the latter weighted by the part of it
+    still within the last 60 s."""
+    minute, count, before = _field(state, 14), _field(state, 15), _field(state, 16)
+    now_minute = now_ms // 60000
+    if minute == now_minute - 1:
+        count, before = 0.0, count
+    elif minute != now_minute:
+        return 0.0
+    elapsed = (now_ms % 60000) / 60000
+    return round((count + before * (1 - elapsed)) / 60, 3)
+
+
 def render_slot(view: dict[str, Any]) -> str:
     """One slot as a line of ``scrapy redis status``."""
     cap = view["concurrency"] or "no cap"
     line = (
         f"{view['slot']}: {view['queued']:,} queued, {view['in_flight']} in flight (of {cap}), "
-        f"{view['starts']:,} started, delay {view['delay']:g} s, "
+        f"{view['starts']:,} started, {view.get('rate', 0):.2f}/s, delay {view['delay']:g} s, "
         f"next start in {view['next_start_in']:.1f} s"
     )
     if view["retry_after_for"]:

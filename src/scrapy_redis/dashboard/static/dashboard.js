@@ -85,7 +85,7 @@ function fillSlots(section, slots) {
     const slowed = [slot.retry_after_for > 0 ? `Retry-After (${slot.retry_after_for.toFixed(0)} s)` : "",
       slot.autothrottle ? "AutoThrottle" : ""].filter(Boolean).join(", ") || "–";
     const cells = [slot.slot, slot.queued, slot.in_flight, slot.concurrency || "–", slot.starts,
-      `${slot.delay} s`, age(slot.next_start_in), slowed];
+      `${(slot.rate || 0).toFixed(2)}/s`, `${slot.delay} s`, age(slot.next_start_in), slowed];
     for (const text of cells) {
       const cell = document.createElement("td");
       cell.textContent = String(text);

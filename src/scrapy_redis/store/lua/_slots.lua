@@ -17,7 +17,9 @@
 --           Retry-After slowed it (ms), 1 if AutoThrottle sets its delay (pushes keep it),
 --           the robots.txt Crawl-delay of its site (ms: the least delay), starts so far,
 --           the id (24 hex: priority, sequence) of the request whose start is unreported
---           ('' none; missing in states written before it: any request's end clears it)}
+--           ('' none; missing in states written before it: any request's end clears it),
+--           the fleet's starts per minute: the minute (server clock, ms / 60000) of the
+--           count, the starts in that minute, the starts in the minute before it}
 -- A start of a slot with a delay is reported by its worker when the request reaches its
 -- downloader (slot_started.lua): the next start is allowed the drawn delay after that,
 -- not after the pop (a busy worker may start what it popped some time later). Until it
@@ -78,7 +80,7 @@ end
 local function load_slot(k, slot)
   local raw = redis.call('HGET', k.slots, slot)
   if not raw then
-    return {0, 0, 0, 0, 0, 'i', '', 0, 0, 0, 0, 0, 0, ''}
+    return {0, 0, 0, 0, 0, 'i', '', 0, 0, 0, 0, 0, 0, '', 0, 0, 0}
   end
   return cmsgpack.unpack(raw)
 end
@@ -88,7 +90,22 @@ local function save_slot(k, slot, st)
     st[i] = st[i] or 0
   end
   st[14] = st[14] or ''
+  for i = 15, 17 do
+    st[i] = st[i] or 0
+  end
   redis.call('HSET', k.slots, slot, cmsgpack.pack(st))
+end
+
+-- Count a start of the slot in its minute (the fleet's rate: status reads the starts of
+-- this minute and the one before, weighted as a sliding minute).
+local function count_start(st, now)
+  local minute = math.floor(now / 60000)
+  local counted = st[15] or 0
+  if counted ~= minute then
+    st[17] = (counted == minute - 1) and (st[16] or 0) or 0
+    st[15], st[16] = minute, 0
+  end
+  st[16] = (st[16] or 0) + 1
 end
 
 -- Take the slot out of ready or waiting (st[6] = "i" after).

@@ -106,6 +106,7 @@ for _ = 1, most + 64 do
       st[2] = st[2] + 1
     end
     st[13] = (st[13] or 0) + 1
+    count_start(st, now)
     st[8] = next_delay(st, slot, micros)
     st[1] = now + st[8]
     st[9] = (leasing and st[8] > 0 and report == '1') and now or 0
