@@ -41,6 +41,14 @@ def wait_served(sites: PoliteSites, count: int, timeout: float = 60) -> None:
         time.sleep(0.02)
 
 
+def wait_noticed(workers, timeout: float = 60) -> None:
+    """Until a worker said Redis is unreachable (while it is down)."""
+    deadline = time.monotonic() + timeout
+    while not any("Redis is unreachable" in w.log_path.read_text() for w in workers):
+        assert time.monotonic() < deadline, "no worker saw Redis go away"
+        time.sleep(0.05)
+
+
 def assert_every_page_and_the_delay(sites: PoliteSites, around: float) -> None:
     """Every page fetched (some perhaps twice: a lease recovered), no two requests to one
     site closer than 0.9 x DELAY; and some requests came after ``around`` (monotonic)."""
@@ -57,6 +65,7 @@ def test_a_redis_restart_loses_nothing_and_the_delays_hold(own_server, tmp_path)
         workers = fleet(client, own_server.url, tmp_path, SETTINGS, sites)
         wait_served(sites, len(ADDRESSES) * PAGES // 3)
         own_server.stop()  # SIGTERM: redis-server writes its AOF and exits
+        wait_noticed(workers)  # (a quick restart could pass unseen, inside a retry)
         own_server.start()  # same port, same data
         restarted = time.monotonic()
         wait_all(workers)
