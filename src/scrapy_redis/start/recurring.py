@@ -39,6 +39,9 @@ from scrapy_redis.store.scripts import script
 EVERY_KEY = "every"
 #: The shortest interval, in seconds.
 MIN_EVERY = 1.0
+#: The longest interval, in seconds (about 31 years: the pop script drops a member whose
+#: interval is not below 1e15 ms, as written by hand).
+MAX_EVERY = 1e9
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$", re.IGNORECASE)
 
@@ -46,12 +49,12 @@ _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$", re.IGNORECASE)
 def parse_every(value: Any) -> float:
     """An interval in seconds: a number, or a string such as ``"90"``, ``"90s"``,
     ``"30m"``, ``"1h"``, ``"2d"``; InvalidStartMessageError unless it is at least
-    :data:`MIN_EVERY` seconds."""
+    :data:`MIN_EVERY` and at most :data:`MAX_EVERY` seconds."""
     seconds = _seconds(value)
-    if seconds is None or not math.isfinite(seconds) or seconds < MIN_EVERY:
+    if seconds is None or not math.isfinite(seconds) or not MIN_EVERY <= seconds <= MAX_EVERY:
         raise InvalidStartMessageError(
-            f"'{EVERY_KEY}' must be seconds >= {MIN_EVERY:g} or a duration such as '30m', "
-            f"'1h', '2d', not {value!r:.60}"
+            f"'{EVERY_KEY}' must be seconds from {MIN_EVERY:g} to {MAX_EVERY:g} or a duration "
+            f"such as '30m', '1h', '2d', not {value!r:.60}"
         )
     return seconds
 

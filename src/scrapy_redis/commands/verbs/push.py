@@ -77,9 +77,11 @@ def run(args: argparse.Namespace, context: Context) -> int:
     if refused and not args.skip_invalid:
         _report(context, args, key, 0, refused)
         return 1
-    good = [m for m in messages if m not in {message for message, _ in refused}]
+    bad = {message for message, _ in refused}  # (sets made once: a push may hold millions)
+    good = [m for m in messages if m not in bad]
     recurring = good if every is not None else [m for m in good if has_every(m)]
-    once = [m for m in good if m not in set(recurring)]
+    repeated = set(recurring)
+    once = [m for m in good if m not in repeated]
     pushed = push(crawl, key, once, args.score, check) if once else 0
     if recurring:  # the recurring messages of a spider: under its first start key
         added = push_recurring(crawl.server, crawl.start_keys[0], recurring, every, check)

@@ -62,7 +62,7 @@ local function claim_recurring()
   for i = 1, #flat, 2 do
     local member, run = flat[i], tonumber(flat[i + 1])
     local interval = tonumber(redis.call('HGET', every, member))
-    if interval and interval >= 1 and interval < 1e15 and run then
+    if interval and interval >= 1000 and interval < 1e15 and run then -- (>= 1 s, as push)
       if run ~= run or run < now - 1e15 then -- written by hand (-inf): due now
         run = now
       end
