@@ -229,3 +229,33 @@ def test_recurring_start_messages_on_the_target_are_refused_before_anything_move
     with pytest.raises(SystemExit, match=r"\{demo:start_urls\}:recurring:every exists on the"):
         main(args(redis_url, redis_cluster.url))
     assert server.zcard("demo:start_urls:recurring") == 1
+
+
+def test_a_spider_with_its_own_redis_key_moves_its_start_keys_and_recurring_messages(
+    tmp_path, redis_url, server, redis_cluster, cluster
+):
+    """As a user runs it, from the project: the move copies the start keys the project's
+    spider reads (its own redis_key), and their recurring messages."""
+    import os
+    import subprocess
+    import sys
+
+    from scrapy_redis.fleet.recurring import push_recurring
+    from test_commands import write_project
+
+    project = write_project(tmp_path, redis_url)
+    spiders = project.path / "proj" / "spiders" / "__init__.py"
+    spiders.write_text(spiders.read_text().replace(
+        'name = "demo"\n', 'name = "demo"\n    redis_key = "feeds:%(name)s"\n'
+    ))  # fmt: skip
+    server.rpush("feeds:demo", "http://example.com/a")
+    push_recurring(server, "feeds:demo", ["http://example.com/feed"], 3600)
+    env = {**os.environ, "REDIS_URL": redis_url}
+    env.pop("SCRAPY_SETTINGS_MODULE", None)
+    command = [sys.executable, "-m", "scrapy_redis.move_crawl", "demo", "--from", redis_url]
+    command += ["--to", redis_cluster.url]
+    moved = subprocess.run(command, cwd=project.path, env=env, capture_output=True, text=True)
+    assert moved.returncode == 0, moved.stderr
+    assert "feeds:demo, " in moved.stdout and "{feeds:demo}:recurring" in moved.stdout
+    assert cluster.lrange("feeds:demo", 0, -1) == [b"http://example.com/a"]
+    assert cluster.zcard("{feeds:demo}:recurring") == 1

@@ -112,7 +112,7 @@ def crawl_keys(
         filter_keys=filters,
         stats_key=format_key(settings.get("STATS_KEY") or defaults.STATS_KEY, name),
         items_key=format_key(settings.get("REDIS_ITEMS_KEY") or defaults.PIPELINE_KEY, name),
-        start_keys=_start_keys(settings, spidercls),
+        start_keys=start_keys_of(settings, spidercls),
         start_mode=start_mode(settings),
         worker_timeout=settings.getfloat(
             "SCHEDULER_WORKER_TIMEOUT", defaults.SCHEDULER_WORKER_TIMEOUT
@@ -166,7 +166,7 @@ def _lanes(
     return (queue_key,), (filter_key,)
 
 
-def _start_keys(settings: BaseSettings, spidercls: type) -> tuple[str, ...]:
+def start_keys_of(settings: BaseSettings, spidercls: type) -> tuple[str, ...]:
     """The start keys of a RedisSpider (its ``redis_key``, else REDIS_START_URLS_KEY)."""
     if not issubclass(spidercls, RedisMixin):
         return ()

@@ -10,6 +10,8 @@ from typing import Any
 from scrapy_redis import defaults
 from scrapy_redis.connection import is_cluster
 from scrapy_redis.exceptions import ScrapyRedisError
+from scrapy_redis.fleet.crawl_keys import start_keys_of
+from scrapy_redis.fleet.status import spider_loader
 from scrapy_redis.store.keys import format_key, recurring_every_key, recurring_key
 
 
@@ -18,13 +20,26 @@ class MoveRefusedError(ScrapyRedisError):
 
 
 def named_keys(spider_name: str, settings: Any) -> list[str]:
-    """The keys that keep their names: start key, items list, stats hash."""
+    """The keys that keep their names: the start keys (first), items list, stats hash."""
     templates = [
-        settings.get("REDIS_START_URLS_KEY") or defaults.START_URLS_KEY,
         settings.get("REDIS_ITEMS_KEY") or defaults.PIPELINE_KEY,
         settings.get("STATS_KEY") or defaults.STATS_KEY,
     ]
-    return [format_key(template, spider_name) for template in templates]
+    others = [format_key(template, spider_name) for template in templates]
+    return [*start_keys(spider_name, settings), *others]
+
+
+def start_keys(spider_name: str, settings: Any) -> list[str]:
+    """The start keys of the project's spider ``spider_name`` (its own ``redis_key``, as
+    the workers, ``push`` and ``status`` read them); REDIS_START_URLS_KEY's if the project
+    has no such spider."""
+    try:
+        spidercls = spider_loader(settings).load(spider_name)
+    except KeyError:
+        spidercls = None
+    found = start_keys_of(settings, spidercls) if spidercls is not None else ()
+    template = settings.get("REDIS_START_URLS_KEY") or defaults.START_URLS_KEY
+    return list(found) or [format_key(template, spider_name)]
 
 
 def check_named_keys(source: Any, target: Any, keys: Sequence[str], force: bool) -> None:
