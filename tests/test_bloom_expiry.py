@@ -18,6 +18,7 @@ from scrapy_redis.dupefilters.bloom_expiry import GENERATIONS, generation_layer
 from scrapy_redis.dupefilters.bloom_layout import BloomLayout
 from scrapy_redis.exceptions import ConfigurationError
 from scrapy_redis.queues.base import Base
+from scrapy_redis.store.keys import bloom_generation_key
 from test_bloom_dupefilter import reference_bits, set_bits
 
 KEY = "demo:dupefilter"
@@ -321,3 +322,78 @@ def test_a_filter_keeps_its_backend(redisbloom_server, bloom_server):
     assert module.request_seen(Request(URL)) is False and module.backend == "redisbloom"
     module.clear()
     assert _generation_keys(bloom_server) == [] and not bloom_server.exists(KEY)
+
+
+# -- a stale clock estimate, values planted by hand ----------------------------------------
+
+
+def _off_by(df, spans: int) -> None:
+    """Make ``df``'s estimate of the server's clock ``spans`` windows off."""
+    clock = df._clock
+    assert clock is not None
+    clock._offset_ms += spans * df.time_generations.span_ms
+
+
+def _clock_is_right(df, server) -> bool:
+    seconds, micros = server.time()
+    return abs(df._clock.now_ms() - (seconds * 1000 + micros // 1000)) < 500
+
+
+@pytest.mark.parametrize("off_by_spans", [-3, 2])
+def test_a_clock_estimate_off_by_windows_reads_the_clock_again(settings_dict, server, off_by_spans):
+    """The script refuses generations that are not the live ones ("stale", nothing
+    written): the client reads the server's clock and sends again."""
+    df = _bloom(settings_dict, 60)
+    assert df.request_seen(Request(URL)) is False
+    _off_by(df, off_by_spans)
+    assert df.request_seen(Request(URL)) is True
+    assert df.request_seen(Request("http://example.com/b")) is False
+    assert _clock_is_right(df, server)
+
+
+@pytest.mark.parametrize("off_by_spans", [-3, 2])
+def test_a_push_with_a_clock_estimate_off_reads_the_clock_again(
+    settings_dict, server, schedulers, off_by_spans
+):
+    scheduler = schedulers(_settings(settings_dict, 60))
+    dropped = record_dropped(scheduler)
+    scheduler.enqueue_request(Request(URL))
+    assert scheduler.send_enqueued()
+    _off_by(scheduler.df, off_by_spans)
+    scheduler.enqueue_request(Request(URL))
+    scheduler.enqueue_request(Request("http://example.com/b"))
+    scheduler.send_enqueued()
+    assert len(dropped) == 1 and len(scheduler) == 2
+    assert _clock_is_right(scheduler.df, server)
+
+
+def test_on_redisbloom_a_clock_estimate_off_reads_the_clock_again(redisbloom_server, bloom_server):
+    df = BloomDupeFilter.from_spider(make_spider(_module_settings(redisbloom_server, 60)))
+    assert df.request_seen(Request(URL)) is False and df.backend == "redisbloom"
+    _off_by(df, 2)
+    assert df.request_seen(Request(URL)) is True
+    assert _clock_is_right(df, bloom_server)
+
+
+def test_counts_planted_by_hand_are_no_crash(settings_dict, server, caplog):
+    df = _bloom(settings_dict, 60)
+    df.fill_check_every = 1  # the fill (the counts) read at every batch
+    assert df.request_seen(Request(URL)) is False
+    for k in df._live_generations():
+        server.set(bloom_generation_key(KEY, k, False), "not a count")
+    assert df.request_seen(Request("http://example.com/b")) is False
+    assert df.request_seen(Request(URL)) is True
+    assert df.generations_fill() >= 0
+    assert sum("not an integer" in r.getMessage() for r in caplog.records) == 1  # once
+
+
+@pytest.mark.parametrize(
+    "planted",
+    [{"lifetime_ms": "soon"}, {"generation_layer": "a,b"}, {"generation_layer": "1,2,3,x"}],
+)
+def test_clear_with_a_meta_hash_planted_by_hand_is_no_crash(settings_dict, server, planted):
+    df = _bloom(settings_dict, 60)
+    df.seen_many(_digests(10, "in"))
+    server.hset(KEY, mapping=planted)
+    _bloom(settings_dict, 0).clear()
+    assert not server.exists(KEY)

@@ -129,3 +129,59 @@ def test_an_entry_that_is_no_request_due_later_is_set_aside_not_a_crash(
     assert _next_when_due(scheduler).url == "http://example.com/due"
     assert sorted(server.lrange("demo:requests:invalid", 0, -1)) == sorted(junk)
     assert not server.exists(DUE)
+
+
+@pytest.mark.parametrize(
+    "queue, fleet",
+    [("FifoQueue", False), ("PriorityQueue", False), ("PriorityQueue", True)],
+    ids=["FifoQueue", "PriorityQueue", "per slot"],
+)
+def test_a_member_redis_cannot_read_loses_no_request_due(
+    settings_dict, server, schedulers, queue, fleet
+):
+    settings = {**settings_dict, "SCHEDULER_QUEUE_CLASS": f"scrapy_redis.queue.{queue}"}
+    settings["SCHEDULER_FLEET_LIMITS"] = fleet
+    scheduler = schedulers(settings)
+    scheduler.stop_timers()
+    for n in range(5):
+        scheduler.enqueue_request(Request(f"http://example.com/{n}", meta={META_KEY: 0}))
+    assert scheduler.send_enqueued()
+    # msgpack Python reads but Redis' cmsgpack does not (an ExtType), due after the five
+    bad = msgpack.packb([0, msgpack.ExtType(1, b"x"), b"request"])
+    server.zadd(DUE, {bad: max(score for _, score in server.zrange(DUE, 0, -1, withscores=True))})
+    due = scheduler._parts.buffer.due
+    assert due.promote(now=True) == 5
+    assert server.lrange("demo:requests:invalid", 0, -1) == [bad]
+    assert not server.exists(DUE)
+    urls = [r.url for r in iter(scheduler.next_request, None)]
+    assert sorted(urls) == [f"http://example.com/{n}" for n in range(5)]
+    scheduler.enqueue_request(Request("http://example.com/again", meta={META_KEY: 0}))
+    assert scheduler.send_enqueued()
+    assert due.promote(now=True) == 1  # the next promote works too
+    assert _next_when_due(scheduler).url == "http://example.com/again"
+
+
+@pytest.mark.parametrize(
+    "queue, fleet",
+    [("FifoQueue", False), ("PriorityQueue", False), ("PriorityQueue", True)],
+    ids=["FifoQueue", "PriorityQueue", "per slot"],
+)
+def test_the_promote_scripts_set_aside_what_cmsgpack_cannot_read(
+    settings_dict, server, schedulers, queue, fleet
+):
+    # as a worker that does not check the members first (an older version) would call them
+    settings = {**settings_dict, "SCHEDULER_QUEUE_CLASS": f"scrapy_redis.queue.{queue}"}
+    settings["SCHEDULER_FLEET_LIMITS"] = fleet
+    scheduler = schedulers(settings)
+    scheduler.stop_timers()
+    for n in range(5):
+        scheduler.enqueue_request(Request(f"http://example.com/{n}", meta={META_KEY: 0}))
+    assert scheduler.send_enqueued()
+    bad = [msgpack.packb([0, msgpack.ExtType(1, b"x"), b"request"]), msgpack.packb([0, 1, 2])]
+    server.zadd(DUE, {member: 0 for member in bad})
+    members = server.zrange(DUE, 0, -1)
+    assert scheduler._parts.buffer.due._move(0, members) == 5
+    assert sorted(server.lrange("demo:requests:invalid", 0, -1)) == sorted(bad)
+    assert not server.exists(DUE)
+    urls = [r.url for r in iter(scheduler.next_request, None)]
+    assert sorted(urls) == [f"http://example.com/{n}" for n in range(5)]

@@ -62,6 +62,7 @@ from scrapy_redis.exceptions import ConfigurationError
 from scrapy_redis.queues.base import batch_arg
 from scrapy_redis.queues.seen_sets import SeenExpiring
 from scrapy_redis.store.keys import bloom_generation_block_keys, bloom_generation_key
+from scrapy_redis.store.redis_values import UnreadableValueError, integer
 from scrapy_redis.store.scripts import script
 
 if TYPE_CHECKING:
@@ -78,6 +79,8 @@ GENERATIONS = 2
 MARGIN = 0.9
 #: Fingerprints per script call of :meth:`BloomExpiry.seen_expiring`.
 BATCH_SIZE = 500
+#: How often a batch is sent again while the script finds the clock estimate off.
+_STALE_TRIES = 8
 _MAX_BLOCKS = 1 << 24
 _MADE_WITHOUT = (
     "The Bloom filter {key} was made without DUPEFILTER_LIFETIME (its fingerprints never "
@@ -148,6 +151,7 @@ class BloomExpiry:
     _time_generations: BloomGenerations | None = None
     _clock: ServerClock | None = None
     _warned_generation = -1
+    _warned_unreadable = False
 
     @property
     def time_generations(self) -> BloomGenerations:
@@ -224,19 +228,34 @@ class BloomExpiry:
         seen: list[bool] = []
         for start in range(0, len(fingerprints), BATCH_SIZE):
             batch = list(fingerprints[start : start + BATCH_SIZE])
-            members, keys, config = self._generation_keys(batch)
-            writes = self.writes
-            ages = list(lifetimes[start : start + BATCH_SIZE])
-            number = writes.take_for((*batch, *ages))
-            args = [writes.ttl_ms, number, batch_arg(members), batch_arg(ages), config]
-            name = "bloom_module_expire_add" if self.time_generations.module else "bloom_expire_add"
-            flags = script(name)(self.server, [writes.key(self.key), *keys], args)
-            writes.confirmed()
+            flags = self._expire_add(batch, list(lifetimes[start : start + BATCH_SIZE]))
             seen.extend(flag == ord("0") for flag in flags)
         self._expiry_calls += 1
         if self._expiry_calls % self.fill_check_every == 0:
             self.generations_fill()
         return seen
+
+    def _expire_add(self, batch: list[str], ages: list[int]) -> Any:
+        """One script call for ``batch``, applied once (sent again, the server's clock read
+        again, while the script finds the clock estimate off): its flags."""
+        writes = self.writes
+        number = writes.take_for((*batch, *ages))
+        name = "bloom_module_expire_add" if self.time_generations.module else "bloom_expire_add"
+        for _ in range(_STALE_TRIES):
+            members, keys, config = self._generation_keys(batch)
+            args = [writes.ttl_ms, number, batch_arg(members), batch_arg(ages), config]
+            flags = script(name)(self.server, [writes.key(self.key), *keys], args)
+            if flags != b"stale":
+                writes.confirmed()
+                return flags
+            self.expiry_stale()
+        raise RuntimeError(f"The Bloom filter {self.key} keeps finding its clock off.")
+
+    def expiry_stale(self) -> None:
+        """A script found the batch's generations stale (this worker's estimate of the
+        server's clock is off): read the server's clock for the next batch."""
+        if self._clock is not None:
+            self._clock.read_again()
 
     def _generation_keys(self, fingerprints: Sequence[str]) -> tuple[list[str], list[str], bytes]:
         """``fingerprints`` as the scripts take them, the keys of generations k0 .. k0 +
@@ -276,8 +295,9 @@ class BloomExpiry:
         live = list(self._live_generations())
         keys = [bloom_generation_key(self.key, k, cluster) for k in live]
         if not self.time_generations.module:
-            counts = self.server.mget(keys)
-            return {k: int(c) for k, c in zip(live, counts, strict=True) if c is not None}
+            counts = zip(live, keys, self.server.mget(keys), strict=True)
+            read = {k: self._stored_integer(c, key) for k, key, c in counts if c is not None}
+            return {k: count for k, count in read.items() if count is not None}
         found = {}
         for k, key in zip(live, keys, strict=True):
             if self.server.exists(key):
@@ -311,14 +331,37 @@ class BloomExpiry:
         if self.server.type(self.key) not in (b"hash", "hash"):
             return
         lifetime, layer = self.server.hmget(self.key, "lifetime_ms", "generation_layer")
-        if not lifetime:
-            return  # not a filter whose fingerprints expire
-        span = -(-int(lifetime) // GENERATIONS)
-        text = layer.decode() if isinstance(layer, bytes) else str(layer or "")
-        blocks = min(int(text.split(",")[3]), _MAX_BLOCKS) if text else 0  # 0: RedisBloom
+        lifetime_ms = self._stored_integer(lifetime, self.key, "lifetime_ms", 1)
+        if lifetime_ms is None:
+            return  # not a filter whose fingerprints expire (or not one a worker wrote)
+        span = -(-lifetime_ms // GENERATIONS)
+        blocks = self._stored_blocks(layer)
         cluster, live = is_cluster(self.server), self._server_ms() // span + 1
         for k in range(live - 1, live + GENERATIONS + 2):
             keys = [bloom_generation_key(self.key, k, cluster)]
             keys += bloom_generation_block_keys(self.key, k, range(blocks), cluster)
             for i in range(0, len(keys), 1000):
                 self.server.unlink(*keys[i : i + 1000])
+
+    def _stored_blocks(self, layer: Any) -> int:
+        """The blocks per generation the meta hash's ``generation_layer`` gives (0: none,
+        RedisBloom's, or unreadable: the blocks then expire with their window)."""
+        if not layer:
+            return 0
+        parts = layer.split(b",") if isinstance(layer, bytes) else str(layer).split(",")
+        raw = parts[3] if len(parts) > 3 else layer
+        blocks = self._stored_integer(raw, self.key, "generation_layer", 0)
+        return min(blocks or 0, _MAX_BLOCKS)
+
+    def _stored_integer(
+        self, raw: Any, key: str, field: str | None = None, low: int | None = None
+    ) -> int | None:
+        """The integer ``raw`` (read from Redis) holds; else None, logged once per filter
+        (a value planted by hand must not stop a worker's push or ``clear()``)."""
+        try:
+            return integer(raw, key, field, low)
+        except UnreadableValueError as exc:
+            if not self._warned_unreadable:
+                self._warned_unreadable = True
+                logger.warning("Bloom filter %s: %s, ignored.", self.key, exc.detail)
+            return None

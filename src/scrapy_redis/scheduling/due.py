@@ -149,28 +149,32 @@ class DueRequests:
 
     def _move(self, lane: int, members: list[bytes]) -> Any:
         queue, key, news = self.queues[lane], self.keys[lane], self.news[lane]
+        invalid = invalid_entries_key(queue.key, queue.on_cluster)
         if self.per_slot:
-            return self._move_to_slots(queue, key, news, members)
+            return self._move_to_slots(queue, [key, *queue.slot_keys, invalid], news, members)
         if not isinstance(queue, PriorityQueue):
             args = [part for member in members for part in (member, 0)]
-            return script("due_promote")(self.server, [key, queue.key], ["list", *news, *args])
+            keys = [key, queue.key, invalid]
+            return script("due_promote")(self.server, keys, ["list", *news, *args])
         lists: dict[int, int] = {}
         args = []
         for member in members:
             priority = int(msgpack.unpackb(member, raw=True)[0])
             args += [member, lists.setdefault(priority, len(lists) + 1)]
-        keys = [key, queue.key]
+        keys = [key, queue.key, invalid]
         keys += [priority_list_key(queue.key, p, queue.on_cluster) for p in lists]
         return script("due_promote")(self.server, keys, ["priority", *news, *args])
 
     @staticmethod
-    def _move_to_slots(queue: Any, key: str, news: tuple[str, ...], members: list[bytes]) -> Any:
-        """Due members into their slots' queues (``due_promote_slots.lua``)."""
+    def _move_to_slots(
+        queue: Any, keys: list[str], news: tuple[str, ...], members: list[bytes]
+    ) -> Any:
+        """Due members into their slots' queues (``due_promote_slots.lua``, ``keys``: the
+        due key, the slots' queues', the entries set aside)."""
         args: list[Any] = []
         for member in members:
             args += [member, _slot_of(queue, member)]
         conf = queue._conf({args[i] for i in range(1, len(args), 2)})
-        keys = [key, *queue.slot_keys]
         return script("due_promote_slots")(queue.server, keys, [*news, conf, *args])
 
     def lane_of_member(self, member: bytes) -> int:
@@ -194,17 +198,25 @@ class DueRequests:
 
 def _readable(member: bytes) -> bool:
     """Whether ``member`` is what due_add.lua stores: msgpack {priority, a random
-    number, the serialized request[, its slot]}."""
+    number, the serialized request[, its slot]}, and nothing Redis' cmsgpack cannot read
+    (an ExtType, anywhere: due_promote*.lua would set it aside too, see _due.lua)."""
     try:
-        fields = msgpack.unpackb(member, raw=True)
+        fields = msgpack.unpackb(member, raw=True, ext_hook=_no_ext, timestamp=0)
     except Exception:  # untrusted data: any error of the parser
         return False
     if not isinstance(fields, list) or len(fields) not in (3, 4):
         return False
-    priority = fields[0]
-    if not isinstance(priority, int) or isinstance(priority, bool) or abs(priority) >= 2**47:
+    if not all(_is_integer(field) for field in fields[:2]) or abs(fields[0]) >= 2**47:
         return False  # (beyond 2^47, Lua's numbers would not name its list exactly)
     return all(isinstance(field, bytes) for field in fields[2:])
+
+
+def _no_ext(code: int, data: bytes) -> Any:
+    raise ValueError(f"msgpack ExtType {code}: Redis' cmsgpack cannot read it")
+
+
+def _is_integer(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _slot_of(queue: Any, member: bytes) -> str:

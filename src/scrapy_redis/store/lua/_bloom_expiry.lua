@@ -14,14 +14,14 @@
 -- The filter's keys from KEYS[first]: `config` (msgpack) is {k0, span in ms, the longest
 -- lifetime in ms, generations G, k, blocks per generation, bits per block, the block
 -- numbers of the batch}; the keys are, for each generation k0 .. k0 + G + 2, its count,
--- then its blocks in the order of the block numbers. Fails (nothing written) unless the
--- live generations are among them (the client's clock is off) and the keys are as many.
+-- then its blocks in the order of the block numbers. nil (nothing written: the caller
+-- answers "stale") unless the live generations are among them (the client's clock is
+-- off); fails unless the keys are as many.
 local function bloom_expiry_open(first, config, now)
   local k0, span = tonumber(config[1]), tonumber(config[2])
   local live = math.floor(now / span) + 1
   if live < k0 or live > k0 + 2 then
-    error({err = 'ERR the Bloom filter was sent generations from ' .. k0 .. ' at ' .. now ..
-      ' ms (server clock), not the live ones: its clock estimate is off; send again'})
+    return nil  -- the client's clock estimate is off: it reads the clock, sends again
   end
   local gens, numbers = tonumber(config[4]), config[8]
   local width = #numbers + 1
@@ -110,7 +110,10 @@ local function set_in_targets(state, numbers, members, targets, found, new)
     end
     for _, call in ipairs(plan.calls) do redis.call('PEXPIREAT', call.key, at) end
     local count = generation_count_key(state, k)
-    redis.call('INCRBY', count, added)
+    local counted = redis.pcall('INCRBY', count, added)
+    if type(counted) == 'table' and counted.err then  -- not a count (planted by hand)
+      redis.call('SET', count, added)
+    end
     redis.call('PEXPIREAT', count, at)
   end
 end

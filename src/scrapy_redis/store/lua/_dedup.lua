@@ -233,11 +233,15 @@ end
 -- filter: `params` is the msgpack array of the batch's lifetimes in ms (one per request,
 -- 0: the longest), `config` its config (see bloom_expiry_open()); the members of the batch
 -- are the fingerprints as 40 hex digits. Their bits are set by find_new(), as a Bloom
--- filter's (the queue's keys were checked before: the push cannot fail on them).
+-- filter's (the queue's keys were checked before: the push cannot fail on them). nil
+-- (the push answers "stale") if the client's clock estimate is off.
 local function open_bloom_expiring(first, params, config)
   local lifetimes = cmsgpack.unpack(params)
   local now = server_ms()
   local state = bloom_expiry_open(first, cmsgpack.unpack(config), now)
+  if not state then
+    return nil
+  end
   return {
     types = {},
     find_new = function(numbers, members)
@@ -252,6 +256,9 @@ local function open_redisbloom_expiring(first, params, config)
   local lifetimes = cmsgpack.unpack(params)
   local now = server_ms()
   local state = redisbloom_expiry_open(first, cmsgpack.unpack(config), now)
+  if not state then
+    return nil
+  end
   return {
     types = {},
     find_new = function(numbers, members)

@@ -9,14 +9,14 @@
 
 -- The filter's keys from KEYS[first]: `config` (msgpack) is {k0, span in ms, the longest
 -- lifetime in ms, generations G, capacity, error rate, expansion}; the keys are the
--- generations k0 .. k0 + G + 2. Fails (nothing written) unless the live generations are
--- among them (the client's clock is off) and the keys are as many.
+-- generations k0 .. k0 + G + 2. nil (nothing written: the caller answers "stale") unless
+-- the live generations are among them (the client's clock is off); fails unless the keys
+-- are as many.
 local function redisbloom_expiry_open(first, config, now)
   local k0, span = tonumber(config[1]), tonumber(config[2])
   local live = math.floor(now / span) + 1
   if live < k0 or live > k0 + 2 then
-    error({err = 'ERR the Bloom filter was sent generations from ' .. k0 .. ' at ' .. now ..
-      ' ms (server clock), not the live ones: its clock estimate is off; send again'})
+    return nil  -- the client's clock estimate is off: it reads the clock, sends again
   end
   local gens = tonumber(config[4])
   if #KEYS - first + 1 ~= gens + 3 then

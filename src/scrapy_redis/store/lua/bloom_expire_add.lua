@@ -7,7 +7,8 @@
 -- ARGV[3] = the fingerprints, 40 lowercase hex digits each (msgpack array)
 -- ARGV[4] = their lifetimes in ms (msgpack array, 0: the longest)
 -- ARGV[5] = the filter's config (msgpack, see bloom_expiry_open())
--- returns one character per fingerprint: "1" if it was new (recorded), "0" if alive already
+-- returns one character per fingerprint: "1" if it was new (recorded), "0" if alive already;
+--   or "stale" (nothing done: the client's clock estimate is off; it reads the clock again)
 --#include _bloom_expiry.lua
 --#include _once.lua
 
@@ -17,6 +18,9 @@ if before then
 end
 local now = server_ms()
 local state = bloom_expiry_open(2, cmsgpack.unpack(ARGV[5]), now)
+if not state then
+  return 'stale'
+end
 local members, lifetimes = cmsgpack.unpack(ARGV[3]), cmsgpack.unpack(ARGV[4])
 local numbers = {}
 for i = 1, #members do
