@@ -7,6 +7,17 @@
 -- there}: a generation's buckets are cut like the filter's own (the same bits).
 --#include _expiry.lua
 
+-- Raise WRONGTYPE unless each of KEYS[first .. last] is a set or missing.
+local function lean_check_sets(first, last)
+  for i = first, last do
+    local found = redis.call('TYPE', KEYS[i])['ok']
+    if found ~= 'none' and found ~= 'set' then
+      error({err = 'WRONGTYPE ' .. KEYS[i] .. ' holds a ' .. found .. ', not a set (a key ' ..
+        'of the lean filter written by hand? delete it)'})
+    end
+  end
+end
+
 -- The filter's keys from KEYS[first]: `config` (msgpack) is {k, span in ms, the longest
 -- lifetime in ms, how many buckets B, generations G, whether the own buckets are sent};
 -- the keys are the filter's meta hash, the B own buckets (if sent), then for each bucket
@@ -15,7 +26,9 @@
 -- (`forever`, see lean_lifetime_open.lua); they are asked then only. nil (the client is to
 -- look again and send again, nothing written) unless k is the live generation by this
 -- server's clock (the client's estimate is off: near the end of a window) and the own
--- buckets are sent if they may hold members.
+-- buckets are sent if they may hold members. Fails (WRONGTYPE, nothing written) if one of
+-- the buckets sent is not a set: the one request of its bucket is recorded at once (see
+-- lean_one()), so a bucket that fails later must fail before it.
 local function lean_expiry_open(first, config, now)
   local k, span = tonumber(config[1]), tonumber(config[2])
   local meta = redis.call('HMGET', KEYS[first], 'count', 'forever')
@@ -25,6 +38,8 @@ local function lean_expiry_open(first, config, now)
   if math.floor(now / span) + 1 ~= k or (state.ask_own and not state.own) then
     return nil
   end
+  local own = state.own and state.buckets or 0
+  lean_check_sets(state.first, state.first + own + state.buckets * (state.gens + 1) - 1)
   return state
 end
 
