@@ -17,6 +17,7 @@ from scrapy_redis.dupefilter import BloomDupeFilter, request_fingerprint
 from scrapy_redis.dupefilters.bloom_expiry import GENERATIONS, generation_layer
 from scrapy_redis.dupefilters.bloom_layout import BloomLayout
 from scrapy_redis.exceptions import ConfigurationError
+from scrapy_redis.store.keys import bloom_generation_key
 from scrapy_redis.queues.base import Base
 from test_bloom_dupefilter import reference_bits, set_bits
 
@@ -321,3 +322,23 @@ def test_a_filter_keeps_its_backend(redisbloom_server, bloom_server):
     assert module.request_seen(Request(URL)) is False and module.backend == "redisbloom"
     module.clear()
     assert _generation_keys(bloom_server) == [] and not bloom_server.exists(KEY)
+
+
+@pytest.mark.parametrize("planted", ["list", "not a number"])
+def test_a_batch_that_fails_on_a_later_generation_records_nothing(settings_dict, server, planted):
+    """The count key of a later generation of the batch planted by hand (another type, or
+    no number): the call fails before any bit is set, so the fingerprint whose generation
+    comes first is still new."""
+    df = _bloom(settings_dict, 3600)
+    assert df.time_generations.lifetime_ms == 3_600_000  # opened before the keys are planted
+    first, later = (request_fingerprint(Request(u)) for u in (URL, "http://example.com/b"))
+    live = _server_ms(server) // (3_600_000 // GENERATIONS) + 1
+    for k in range(live + 1, live + GENERATIONS + 2):  # the later one goes to live + G
+        key = bloom_generation_key(KEY, k, False)
+        if planted == "list":
+            server.rpush(key, "planted")
+        else:
+            server.set(key, planted)
+    with pytest.raises(redis.ResponseError):
+        df.seen_expiring([first, later], [1, 0])
+    assert df.seen_expiring([first], [1]) == [False]
