@@ -17,8 +17,8 @@ from scrapy_redis.dupefilter import BloomDupeFilter, request_fingerprint
 from scrapy_redis.dupefilters.bloom_expiry import GENERATIONS, generation_layer
 from scrapy_redis.dupefilters.bloom_layout import BloomLayout
 from scrapy_redis.exceptions import ConfigurationError
-from scrapy_redis.store.keys import bloom_generation_key
 from scrapy_redis.queues.base import Base
+from scrapy_redis.store.keys import bloom_generation_key
 from test_bloom_dupefilter import reference_bits, set_bits
 
 KEY = "demo:dupefilter"
