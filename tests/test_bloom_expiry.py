@@ -18,7 +18,6 @@ from scrapy_redis.dupefilters.bloom_expiry import GENERATIONS, generation_layer
 from scrapy_redis.dupefilters.bloom_layout import BloomLayout
 from scrapy_redis.exceptions import ConfigurationError
 from scrapy_redis.queues.base import Base
-from scrapy_redis.store.keys import bloom_generation_key
 from test_bloom_dupefilter import reference_bits, set_bits
 
 KEY = "demo:dupefilter"
@@ -216,6 +215,22 @@ def _enqueue_until_new(scheduler, url: str) -> None:
         time.sleep(0.05)
 
 
+def test_a_batch_that_fails_on_a_later_generation_records_nothing(settings_dict, server):
+    """The blocks of the later generations of the batch planted by hand (another type):
+    the call fails before any bit is set, so the fingerprint whose generation comes first
+    (the live one) is still new."""
+    df = _bloom(settings_dict, 3600)
+    first, later = (request_fingerprint(Request(u)) for u in (URL, "http://example.com/b"))
+    _, keys, _ = df._generation_keys([first, later])  # k0 = live - 1 .. live + G + 1
+    width = len(keys) // (GENERATIONS + 3)  # a count, then the batch's blocks
+    for index in range(2 * width, len(keys)):  # live + 1 .. (the later one: live + G)
+        if index % width:
+            server.rpush(keys[index], "planted")
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+        df.seen_expiring([first, later], [1, 0])
+    assert df.seen_expiring([first], [1]) == [False]
+
+
 @pytest.mark.parametrize("queue", ["PriorityQueue", "FifoQueue"])
 def test_push_scripts_honour_expiry(settings_dict, server, schedulers, queue):
     queue_class = f"scrapy_redis.queue.{queue}"
@@ -322,23 +337,3 @@ def test_a_filter_keeps_its_backend(redisbloom_server, bloom_server):
     assert module.request_seen(Request(URL)) is False and module.backend == "redisbloom"
     module.clear()
     assert _generation_keys(bloom_server) == [] and not bloom_server.exists(KEY)
-
-
-@pytest.mark.parametrize("planted", ["list", "not a number"])
-def test_a_batch_that_fails_on_a_later_generation_records_nothing(settings_dict, server, planted):
-    """The count key of a later generation of the batch planted by hand (another type, or
-    no number): the call fails before any bit is set, so the fingerprint whose generation
-    comes first is still new."""
-    df = _bloom(settings_dict, 3600)
-    assert df.time_generations.lifetime_ms == 3_600_000  # opened before the keys are planted
-    first, later = (request_fingerprint(Request(u)) for u in (URL, "http://example.com/b"))
-    live = _server_ms(server) // (3_600_000 // GENERATIONS) + 1
-    for k in range(live + 1, live + GENERATIONS + 2):  # the later one goes to live + G
-        key = bloom_generation_key(KEY, k, False)
-        if planted == "list":
-            server.rpush(key, "planted")
-        else:
-            server.set(key, planted)
-    with pytest.raises(redis.ResponseError):
-        df.seen_expiring([first, later], [1, 0])
-    assert df.seen_expiring([first], [1]) == [False]

@@ -84,25 +84,20 @@ local function found_elsewhere(state, numbers, members, targets)
   return found
 end
 
--- Raise an error unless `key` is missing or a string (and, if `count`, holds an integer).
-local function check_generation_key(key, count)
+-- Raise WRONGTYPE unless `key` (a generation's block) is missing or a string.
+local function check_generation_block(key)
   local found = redis.call('TYPE', key)['ok']
-  if found == 'none' then return end
-  if found ~= 'string' then
+  if found ~= 'none' and found ~= 'string' then
     error({err = 'WRONGTYPE ' .. key .. ' holds a ' .. found .. ', not a string (a key of ' ..
       'the Bloom filter written by hand? delete it)'})
-  end
-  if count and not string.match(redis.call('GET', key), '^%-?%d+$') then
-    error({err = 'ERR ' .. key .. ' does not hold a count (a key of the Bloom filter ' ..
-      'written by hand? delete it)'})
   end
 end
 
 -- Set the bits of the requests not found elsewhere in their target generations (BITFIELD
 -- SET answers the old bits: new if one was 0; each call starts with INCRBY 0 on the
 -- block's last bit, which makes the block its full size when first written), count the
--- new ones and let every key written expire at the end of its window. Every key to write
--- is checked first: a generation that fails must fail before another is written.
+-- new ones and let every key written expire at the end of its window. Every block to
+-- write is checked first: a generation that fails must fail before another is written.
 local function set_in_targets(state, numbers, members, targets, found, new)
   local plans, order = {}, {}
   for i in ipairs(numbers) do
@@ -117,8 +112,7 @@ local function set_in_targets(state, numbers, members, targets, found, new)
     end
   end
   for _, k in ipairs(order) do
-    check_generation_key(generation_count_key(state, k), true)
-    for _, call in ipairs(plans[k].calls) do check_generation_key(call.key, false) end
+    for _, call in ipairs(plans[k].calls) do check_generation_block(call.key) end
   end
   for _, k in ipairs(order) do
     local plan, at, added = plans[k], k * state.span, 0
