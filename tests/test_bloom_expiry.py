@@ -216,6 +216,22 @@ def _enqueue_until_new(scheduler, url: str) -> None:
         time.sleep(0.05)
 
 
+def test_a_batch_that_fails_on_a_later_generation_records_nothing(settings_dict, server):
+    """The blocks of the later generations of the batch planted by hand (another type):
+    the call fails before any bit is set, so the fingerprint whose generation comes first
+    (the live one) is still new."""
+    df = _bloom(settings_dict, 3600)
+    first, later = (request_fingerprint(Request(u)) for u in (URL, "http://example.com/b"))
+    _, keys, _ = df._generation_keys([first, later])  # k0 = live - 1 .. live + G + 1
+    width = len(keys) // (GENERATIONS + 3)  # a count, then the batch's blocks
+    for index in range(2 * width, len(keys)):  # live + 1 .. (the later one: live + G)
+        if index % width:
+            server.rpush(keys[index], "planted")
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+        df.seen_expiring([first, later], [1, 0])
+    assert df.seen_expiring([first], [1]) == [False]
+
+
 @pytest.mark.parametrize("queue", ["PriorityQueue", "FifoQueue"])
 def test_push_scripts_honour_expiry(settings_dict, server, schedulers, queue):
     queue_class = f"scrapy_redis.queue.{queue}"

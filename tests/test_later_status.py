@@ -12,10 +12,14 @@ from scrapy.settings import Settings
 
 from dashboard_process import DashboardProcess, http
 from helpers import DemoSpider
+from scrapy_redis.core.lifetime import META_KEY as LIFETIME
 from scrapy_redis.dashboard import metrics
+from scrapy_redis.dupefilter import request_fingerprint
+from scrapy_redis.dupefilters.lean_layout import layout_from_meta
 from scrapy_redis.fleet import later
 from scrapy_redis.fleet.status import crawl_status
 from scrapy_redis.scheduling.due import META_KEY
+from scrapy_redis.store.keys import lean_meta_key
 from test_commands import leave, schedule, write_project
 
 LEAN = "scrapy_redis.dupefilter.LeanDupeFilter"
@@ -149,16 +153,52 @@ def test_status_shows_the_lean_filters_live_generations(
     assert len(generations) == 3  # the live ones: GENERATIONS + 1
     assert all(0 <= gen["expires_in"] <= 3 * 3600 for gen in generations)
     assert [gen["estimated"] for gen in generations] == [estimated] * 3
+    held = [g["fingerprints"] for g in generations]
+    assert held.count(0) == 2  # one lifetime: every fingerprint in one generation
     if not estimated:
-        assert view["alive"] == 200 and sum(g["fingerprints"] for g in generations) == 200
-    else:  # 64 of 4,096 buckets counted: an estimate
-        assert sum(g["fingerprints"] for g in generations) == view["alive"]
+        assert view["alive"] == 200 and sum(held) == 200
+    else:  # 64 of 4,096 buckets counted, evenly spread: the 200 URLs' fingerprints are
+        # known, so is how many fall in the counted buckets (too few for a tolerance)
+        assert view["alive"] == sum(held) == _estimate(server, "demo:dupefilter", requests)
+    assert status.fingerprints == view["alive"]  # nothing kept forever: no count
     lines = later.render_expiring(view)
     assert "(lean generations, lifetime 2.0 h)" in lines[0]
     assert lines[1].startswith(f"generation {generations[0]['generation']}: ")
     samples = metrics.render([status.to_json()]).splitlines()
     sizes = [s for s in samples if s.startswith("scrapy_redis_fingerprint_generation_size{")]
     assert len(sizes) == 3 and all('spider="demo",generation="' in s for s in sizes)
+    assert f'scrapy_redis_fingerprints{{spider="demo"}} {view["alive"]}' in samples
+
+
+def _estimate(server, key: str, requests: list[Request]) -> int:
+    """What counting :data:`later.SAMPLE` evenly spread buckets of the lean filter ``key``
+    estimates it holds, ``requests`` recorded (distinct fingerprints)."""
+    meta = lean_meta_key(key)
+    layout = layout_from_meta({k.decode(): v for k, v in server.hgetall(meta).items()}, meta)
+    step = layout.buckets // later.SAMPLE
+    buckets = [layout.locate(request_fingerprint(r))[0] for r in requests]
+    counted = sum(1 for bucket in buckets if bucket % step == 0)
+    return round(counted * layout.buckets / later.SAMPLE)
+
+
+def test_status_counts_a_lean_filters_fingerprints_with_a_lifetime(redis_url, server, schedulers):
+    """Its own buckets (kept forever: the count does not follow them once a lifetime is
+    set) and its live generations; /metrics follows."""
+    settings = {
+        "REDIS_URL": redis_url,
+        "SCHEDULER": "scrapy_redis.scheduler.Scheduler",
+        "DUPEFILTER_CLASS": LEAN,
+        "DUPEFILTER_LEAN_CAPACITY": 10_000,  # 64 buckets or fewer: every one counted
+        "DUPEFILTER_LIFETIME": 7200,
+    }
+    requests = [Request(f"http://a.test/{n}") for n in range(30)]
+    requests += [Request(f"http://a.test/kept/{n}", meta={LIFETIME: None}) for n in range(5)]
+    leave(schedule(schedulers, settings, requests))
+    status = crawl_status(server, Settings(settings), DemoSpider)
+    assert status.expiring["alive"] == 30
+    assert status.fingerprints == 35
+    samples = metrics.render([status.to_json()]).splitlines()
+    assert 'scrapy_redis_fingerprints{spider="demo"} 35' in samples
 
 
 def test_metrics_show_the_requests_due_later_and_the_fingerprints_expiring(

@@ -8,6 +8,7 @@ from __future__ import annotations
 import random
 
 import pytest
+import redis
 from scrapy import Request
 
 from helpers import record_dropped
@@ -119,3 +120,27 @@ def test_a_clock_estimate_off_by_a_window_reads_the_clock_again(server, off_by_s
     assert df.request_seen(Request("http://example.com/b")) is False
     seconds, micros = server.time()
     assert abs(clock.now_ms() - (seconds * 1000 + micros // 1000)) < 500
+
+
+@pytest.mark.parametrize("planted", ["every generation", "its own generation"])
+def test_a_batch_that_fails_on_a_wrong_type_key_records_nothing(server, planted):
+    """Generation keys of another type (planted by hand) for a later bucket of the batch,
+    asked (every generation) or only written (the one its request goes to): the call
+    fails before any write, so the first request, alone in its bucket (recorded at once
+    otherwise), is still new."""
+    df = _lean(server, capacity=16)
+    assert df.generations.lifetime_ms == HOUR_MS  # stores the lifetime with the filter
+    first = df.request_fingerprint(Request(URL))
+    bucket = df.layout.locate(first)[0]
+    later = next(
+        fp
+        for fp in (df.request_fingerprint(Request(f"{URL}/{i}")) for i in range(100))
+        if df.layout.locate(fp)[0] != bucket
+    )
+    keys = df.generation_keys_of(df.layout.locate(later)[0])  # live - 1 .. live + G + 1
+    assert len(keys) == 5
+    for key in keys if planted == "every generation" else keys[3:4]:  # its own: live + G
+        server.set(key, "planted")
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+        df.seen_expiring([first, later], [HOUR_MS, HOUR_MS])
+    assert df.seen_expiring([first], [HOUR_MS]) == [False]

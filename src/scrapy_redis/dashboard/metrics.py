@@ -136,7 +136,7 @@ def _later(part: str, field: str) -> Callable[[Status], Any]:
 
 
 def _per_generation(statuses: Sequence[Status], field: str) -> list[Any]:
-    """A lean filter's live generations of fingerprints that expire."""
+    """A lean or Bloom filter's live generations of fingerprints that expire."""
     return [
         ({"spider": status["spider"], "generation": str(gen["generation"])}, gen.get(field))
         for status in statuses
@@ -149,11 +149,14 @@ def _later_lines(statuses: Sequence[Status]) -> list[str]:
     for name, part, field, help_text in _LATER_GAUGES:
         lines += _family(name, "gauge", help_text, _per_crawl(statuses, _later(part, field)))
     held = _per_generation(statuses, "fingerprints")
-    help_text = "Fingerprints in a live generation of a lean filter (estimated from a sample)."
+    help_text = (
+        "Fingerprints in a live generation of a lean filter (estimated from a sample) "
+        "or of a Bloom filter (its count)."
+    )
     lines += _family("scrapy_redis_fingerprint_generation_size", "gauge", help_text, held)
     ends = _per_generation(statuses, "expires_in")
     name = "scrapy_redis_fingerprint_generation_expires_seconds"
-    help_text = "Seconds until a lean filter's generation expires whole."
+    help_text = "Seconds until a live generation of a lean or Bloom filter expires whole."
     lines += _family(name, "gauge", help_text, ends)
     return lines
 

@@ -83,8 +83,13 @@ def _expiring_one(reader: Reader, key: str, cluster: bool, now: float) -> dict |
         return _sorted_set(reader, key, now)
     if kind == "hash":  # a Bloom filter's meta hash: its generations, if it has a lifetime
         return bloom_generations(reader, key, cluster, now)
-    if kind != "none":
-        return None
+    return lean_generations(reader, key, cluster, now) if kind == "none" else None
+
+
+def lean_generations(reader: Reader, key: str, cluster: bool, now: float) -> dict | None:
+    """A lean filter's live generations (``key`` is the filter's key, which holds nothing:
+    its meta hash and buckets are named from it); None if ``key`` is not a lean filter
+    with fingerprints that expire."""
     meta = lean_meta_key(key, cluster)
     if reader.type(meta) != "hash":
         return None
@@ -93,6 +98,44 @@ def _expiring_one(reader: Reader, key: str, cluster: bool, now: float) -> dict |
         return None
     lifetime_ms = reader.parse(lambda: integer(lifetime, meta, "lifetime_ms", low=0), 0)
     return _lean(reader, key, cluster, now, lifetime_ms) if lifetime_ms else None
+
+
+def lean_size(reader: Reader, key: str, cluster: bool, now: float) -> int | None:
+    """The fingerprints a lean filter with a lifetime holds: its own buckets' (its count;
+    estimated from a sample of them once one was kept forever with a lifetime set, which
+    the count does not follow) and its live generations' (estimated the same way). None
+    if ``key`` is not such a filter."""
+    view = lean_generations(reader, key, cluster, now)
+    if view is None:
+        return None
+    meta = lean_meta_key(key, cluster)
+    fields = {text_of(k): v for k, v in reader.hgetall(meta).items()}
+    raw = fields.get("count")
+    own = 0 if raw is None else reader.parse(lambda: integer(raw, meta, "count", low=0), 0)
+    if fields.get("forever") == b"1":
+        try:
+            layout = layout_from_meta(fields, meta)
+        except (UnreadableValueError, ValueError):  # said by lean_generations() already
+            return own + view["alive"]
+        base = slot_base(key, cluster)
+        keys = [layout.bucket_key(base, b) for b in _sampled(layout.buckets)]
+        own = max(own, _estimate(reader, keys, layout.buckets))
+    return own + view["alive"]
+
+
+def _sampled(buckets: int) -> list[int]:
+    """The buckets counted of ``buckets``: at most :data:`SAMPLE`, evenly spread."""
+    return list(range(0, buckets, max(1, buckets // SAMPLE)))
+
+
+def _estimate(reader: Reader, keys: list[str], buckets: int) -> int:
+    """The members of ``buckets`` sets, from SCARD of ``keys`` (a sample of them; a key
+    of another type counts 0)."""
+    pipe = reader.server.pipeline(transaction=False)
+    for bucket_key in keys:
+        pipe.scard(bucket_key)
+    counts = [c if isinstance(c, int) else 0 for c in pipe.execute(raise_on_error=False)]
+    return round(sum(counts) * buckets / len(keys))
 
 
 def _sorted_set(reader: Reader, key: str, now: float) -> dict:
@@ -121,16 +164,11 @@ def _lean(reader: Reader, key: str, cluster: bool, now: float, lifetime_ms: int)
     span = -(-lifetime_ms // GENERATIONS)
     live = int(now * 1000) // span + 1
     base = slot_base(key, cluster)
-    step = max(1, layout.buckets // SAMPLE)
-    sampled = list(range(0, layout.buckets, step))
+    sampled = _sampled(layout.buckets)
     generations, alive, soon = [], 0, 0
     for k in range(live, live + GENERATIONS + 1):
         keys = [lean_generation_key(base, k, b, layout.bucket_bits) for b in sampled]
-        pipe = reader.server.pipeline(transaction=False)
-        for bucket_key in keys:
-            pipe.scard(bucket_key)
-        counts = [c if isinstance(c, int) else 0 for c in pipe.execute(raise_on_error=False)]
-        held = round(sum(counts) * layout.buckets / len(sampled))
+        held = _estimate(reader, keys, layout.buckets)
         ends_in = max(0.0, round(k * span / 1000 - now, 3))
         generations.append(
             {

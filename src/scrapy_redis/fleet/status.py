@@ -20,7 +20,7 @@ from scrapy_redis.connection import describe_server
 from scrapy_redis.core.logsafe import shorten
 from scrapy_redis.fleet.crawl_keys import CrawlKeys, crawl_keys
 from scrapy_redis.fleet.diagnosis import diagnose
-from scrapy_redis.fleet.later import bloom_generations, due_later, expiring
+from scrapy_redis.fleet.later import bloom_generations, due_later, expiring, lean_size
 from scrapy_redis.fleet.queue_lengths import queue_lengths
 from scrapy_redis.fleet.snapshot import CrawlStatus, WorkerStatus
 from scrapy_redis.metrics.values import decode_value
@@ -220,7 +220,8 @@ def _fingerprints(reader: Reader, keys: CrawlKeys, now: float) -> int | None:
 def _filter_size(reader: Reader, key: str, cluster: bool, now: float) -> int | None:
     """The size of the duplicate filter ``key``: a set (SADD filter), a RedisBloom
     filter, or the hash of a Bloom or lean filter's count, or a Bloom filter's live time
-    generations (0 if there is none of these: an empty crawl); None if it cannot be
+    generations, or a lean filter's count and live time generations (see
+    later.lean_size()); 0 if there is none of these (an empty crawl); None if it cannot be
     counted."""
     kind = reader.type(key)
     if kind == "set":
@@ -231,6 +232,8 @@ def _filter_size(reader: Reader, key: str, cluster: bool, now: float) -> int | N
         return int(reader.server.execute_command("BF.CARD", key))
     if kind == "hash" and (generations := bloom_generations(reader, key, cluster, now)):
         return generations["alive"]  # a Bloom filter's live time generations
+    if kind == "none" and (size := lean_size(reader, key, cluster, now)) is not None:
+        return size  # a lean filter's own buckets and live time generations
     meta = key if kind == "hash" else lean_meta_key(key, cluster)
     count = reader.hget(meta, "count")
     if count is None:

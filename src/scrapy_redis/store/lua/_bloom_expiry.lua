@@ -84,10 +84,20 @@ local function found_elsewhere(state, numbers, members, targets)
   return found
 end
 
+-- Raise WRONGTYPE unless `key` (a generation's block) is missing or a string.
+local function check_generation_block(key)
+  local found = redis.call('TYPE', key)['ok']
+  if found ~= 'none' and found ~= 'string' then
+    error({err = 'WRONGTYPE ' .. key .. ' holds a ' .. found .. ', not a string (a key of ' ..
+      'the Bloom filter written by hand? delete it)'})
+  end
+end
+
 -- Set the bits of the requests not found elsewhere in their target generations (BITFIELD
 -- SET answers the old bits: new if one was 0; each call starts with INCRBY 0 on the
 -- block's last bit, which makes the block its full size when first written), count the
--- new ones and let every key written expire at the end of its window.
+-- new ones and let every key written expire at the end of its window. Every block to
+-- write is checked first: a generation that fails must fail before another is written.
 local function set_in_targets(state, numbers, members, targets, found, new)
   local plans, order = {}, {}
   for i in ipairs(numbers) do
@@ -100,6 +110,9 @@ local function set_in_targets(state, numbers, members, targets, found, new)
       end
       bits_add(plans[k], i, members[i])
     end
+  end
+  for _, k in ipairs(order) do
+    for _, call in ipairs(plans[k].calls) do check_generation_block(call.key) end
   end
   for _, k in ipairs(order) do
     local plan, at, added = plans[k], k * state.span, 0

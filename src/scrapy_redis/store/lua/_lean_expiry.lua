@@ -81,27 +81,41 @@ local function lean_groups(numbers, members)
   return groups
 end
 
--- Whether the one request `i` of its bucket is new, asking each place it may be alive
--- (the own bucket, the live generations) but the one it goes to, then recording it there
--- with SADD, which answers for that one (the queue's keys were checked before: the
--- push cannot fail), and letting that bucket expire with its window at once.
-local function lean_one(state, bucket, member, target)
+-- Raise WRONGTYPE unless each of `keys` is a set or missing.
+local function lean_check_sets(keys)
+  for _, key in ipairs(keys) do
+    local found = redis.call('TYPE', key)['ok']
+    if found ~= 'none' and found ~= 'set' then
+      error({err = 'WRONGTYPE ' .. key .. ' holds a ' .. found .. ', not a set (a key of ' ..
+        'the lean filter written by hand? delete it)'})
+    end
+  end
+end
+
+-- Whether the one request of its bucket is alive in a place it may be (the own bucket,
+-- the live generations) but the one it goes to (`target`: SADD there answers for that
+-- one, see lean_write_one()).
+local function lean_one_alive(state, bucket, member, target)
   if target and state.ask_own and redis.call('SISMEMBER', own_key(state, bucket), member) == 1 then
-    return false
+    return true
   end
   for k = state.live + state.gens, state.live, -1 do
     if k ~= target and redis.call('SISMEMBER', generation_key(state, bucket, k), member) == 1 then
-      return false
+      return true
     end
   end
-  if not target then
-    return redis.call('SADD', own_key(state, bucket), member) == 1
-  end
-  local key = generation_key(state, bucket, target)
+  return false
+end
+
+-- Record the one request of its bucket in `key`, its place (checked before: this cannot
+-- fail): whether it is new there; a generation's bucket expires with its window.
+local function lean_write_one(state, key, member, target)
   if redis.call('SADD', key, member) == 0 then
     return false
   end
-  redis.call('PEXPIREAT', key, target * state.span)
+  if target then
+    redis.call('PEXPIREAT', key, target * state.span)
+  end
   return true
 end
 
@@ -128,20 +142,46 @@ local function lean_alive_of(state, bucket, group, members)
   return alive
 end
 
+-- The one requests of their buckets not alive elsewhere, each {i, its place, its
+-- generation}; and the keys to write that were not read (their places; the own buckets
+-- if sent but not asked: lean_expiry_record() may keep a request forever there).
+local function lean_ones(state, groups, members, lifetimes, now)
+  local ones, unread = {}, {}
+  for bucket, group in pairs(groups) do
+    local i = group[1]
+    local target = #group == 1 and lean_generation(state, lifetimes[i], now)
+    if #group == 1 and not lean_one_alive(state, bucket, members[i][2], target) then
+      local key = target and generation_key(state, bucket, target) or own_key(state, bucket)
+      ones[#ones + 1], unread[#unread + 1] = {i, key, target}, key
+    end
+    if state.own and not state.ask_own then
+      unread[#unread + 1] = own_key(state, bucket)
+    end
+  end
+  return ones, unread
+end
+
 -- Whether each request is new (see find_new() in _dedup.lua), and the new ones to record
--- (lean_expiry_record()); the one request of its bucket is recorded at once (lean_one()).
+-- (lean_expiry_record()). Every place is read, and every key to write that was not read
+-- is checked, before the one request of its bucket is recorded (at once, with SADD, which
+-- answers for it): a key of another type fails the call before anything is written.
 local function lean_expiry_find_new(state, numbers, members, lifetimes, now)
   local new, added, known = {}, {}, {}
   state.ends, state.kept = {}, false
-  for bucket, group in pairs(lean_groups(numbers, members)) do
-    if #group == 1 then
-      local i = group[1]
-      local target = lean_generation(state, lifetimes[i], now)
-      new[i] = lean_one(state, bucket, members[i][2], target)
-      state.kept = state.kept or (new[i] and not target)
-    else
+  local groups = lean_groups(numbers, members)
+  for bucket, group in pairs(groups) do
+    if #group > 1 then
       known[bucket] = lean_alive_of(state, bucket, group, members)
+    else
+      new[group[1]] = false  -- unless lean_ones() finds it not alive elsewhere
     end
+  end
+  local ones, unread = lean_ones(state, groups, members, lifetimes, now)
+  lean_check_sets(unread)
+  for _, one in ipairs(ones) do
+    local i = one[1]
+    new[i] = lean_write_one(state, one[2], members[i][2], one[3])
+    state.kept = state.kept or (new[i] and not one[3])
   end
   for i, n in ipairs(numbers) do
     if n == 0 then
