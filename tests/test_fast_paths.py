@@ -37,7 +37,7 @@ from scrapy_redis.dupefilter import RFPDupeFilter
 from scrapy_redis.queue import Base, Candidate, PriorityQueue
 from scrapy_redis.queues.leases import LeaseBook
 from scrapy_redis.scheduler import Scheduler
-from scrapy_redis.scheduling.enqueue import SeenCache
+from scrapy_redis.scheduling.enqueue import FORGETS_EVERY, SeenCache
 from scrapy_redis.scheduling.wakeup import NewsListener, QueueWatcher
 from scrapy_redis.store.outage import OutageGuard
 
@@ -220,6 +220,34 @@ def test_the_seen_cache_evicts_the_oldest_in_one_step_however_long_it_ran(monkey
     assert cache.evicted == cache._order.popped == 49_000  # one pop per eviction, no scan
     assert len(cache) == 1000
     assert "fp48999" not in cache and "fp49000" in cache and "fp49999" in cache
+
+
+def test_a_forget_after_the_first_record_and_before_the_first_hit_is_seen():
+    """The seen cache compares the filters' forget counters with those it read before its
+    first record (it read them at its first hit, and took a forget in between for the
+    baseline: a forgotten URL stayed "seen" in that worker; test_recrawl_e2e's forget
+    test failed so under load)."""
+    counters, now = [0], [100.0]
+    cache = SeenCache(100)
+    cache.forgets = lambda: counters[0]
+    cache.clock = lambda: now[0]
+    cache.add(["fp-a"], cache.epoch())
+    counters[0] = 1  # `scrapy redis forget` ran
+    now[0] += FORGETS_EVERY
+    assert "fp-a" not in cache  # asked of Redis again
+    cache.add(["fp-a"], cache.epoch())
+    now[0] += FORGETS_EVERY
+    assert "fp-a" in cache  # no forget since
+
+
+def test_without_a_baseline_of_the_forget_counters_the_seen_cache_remembers_nothing():
+    def unreachable():
+        raise ConnectionError("Redis is down")
+
+    cache = SeenCache(100)
+    cache.forgets = unreachable
+    cache.add(["fp-a"], cache.epoch())
+    assert "fp-a" not in cache and len(cache) == 0
 
 
 def test_seen_cache_can_be_disabled(settings_dict, server, schedulers):

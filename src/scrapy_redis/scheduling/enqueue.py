@@ -86,6 +86,8 @@ class SeenCache:
 
     #: Reads the filters' forget counters (see fleet/forget.py), or None.
     forgets: Callable[[], Any] | None = None
+    #: The clock of the looks at the forget counters (a seam for tests).
+    clock: Callable[[], float] = staticmethod(time.monotonic)
     _forgets_seen: Any = None
     _forgets_read = -FORGETS_EVERY
 
@@ -97,10 +99,15 @@ class SeenCache:
     def _forgotten(self) -> bool:
         """Whether URLs were forgotten since the last look (at most every FORGETS_EVERY s,
         on a hit only): then the memory is dropped, and the hit asked of Redis."""
-        now = time.monotonic()
-        if self.forgets is None or now - self._forgets_read < FORGETS_EVERY:
+        if self.forgets is None or self.clock() - self._forgets_read < FORGETS_EVERY:
             return False
-        self._forgets_read = now
+        return self._look_at_forgets()
+
+    def _look_at_forgets(self) -> bool:
+        """Read the forget counters: whether they changed since the last look (then the
+        memory is dropped). The first look only sets what later looks compare with."""
+        assert self.forgets is not None
+        self._forgets_read = self.clock()
         try:
             counters = self.forgets()
         except Exception:  # Redis unreachable: the push will say so
@@ -112,7 +119,11 @@ class SeenCache:
         return changed
 
     def epoch(self) -> int:
-        """Take before a call that records fingerprints; give it to :meth:`add`."""
+        """Take before a call that records fingerprints; give it to :meth:`add`. The first
+        one reads the forget counters: a forget after it is seen (read at the first hit
+        instead, a forget between the record and that hit was taken for the baseline)."""
+        if self.forgets is not None and self._forgets_seen is None:
+            self._look_at_forgets()
         return self._identity.changes
 
     def add(self, fingerprints: Iterable[str], epoch: int) -> None:
@@ -122,6 +133,8 @@ class SeenCache:
             self.clear()
         if self.size <= 0 or epoch != self._epoch:
             return
+        if self.forgets is not None and self._forgets_seen is None:
+            return  # no baseline of the forget counters (unread): remember nothing yet
         known, order = self._fingerprints, self._order
         for fingerprint in fingerprints:
             if fingerprint not in known:
