@@ -52,6 +52,30 @@ def kernel_arrival(connection: socket.socket) -> float | None:
     raise RuntimeError("no SCM_TIMESTAMPNS on a socket with SO_TIMESTAMPNS set")
 
 
+def wait_for_kernel_stamps(timeout: float = 30) -> None:
+    """Until the kernel stamps what reaches a socket with SO_TIMESTAMPNS. Linux turns its
+    stamping on for the whole system when the first socket asks for it, but later, from a
+    deferred work item (a loaded machine: tens of ms, more): until then a request comes
+    with no stamp, which :func:`kernel_arrival` cannot read. Called while the sites'
+    sockets (which keep the stamping on) are open."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with socket.socket() as listener:
+            listener.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+            listener.bind(("127.0.0.1", 0))
+            listener.listen(1)
+            with socket.create_connection(listener.getsockname(), timeout=timeout) as client:
+                accepted, _ = listener.accept()
+                with accepted:
+                    client.sendall(b"?")
+                    _, ancillary, _, _ = accepted.recvmsg(1, socket.CMSG_SPACE(TIMESPEC.size))
+        if any(kind == SO_TIMESTAMPNS for _, kind, _ in ancillary):
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError("the kernel never stamped a packet (SO_TIMESTAMPNS)")
+        time.sleep(0.01)
+
+
 def free_port(addresses: Sequence[str]) -> int:
     """A port free on every address."""
     for _ in range(50):
@@ -196,6 +220,7 @@ class PoliteSites:
         return (len(times) - 1) / (times[-1] - times[0]) if len(times) > 1 else 0.0
 
     def __enter__(self) -> PoliteSites:
+        wait_for_kernel_stamps()  # (the listening sockets asked for them: they stay on)
         for thread in self.threads:
             thread.start()
         return self
