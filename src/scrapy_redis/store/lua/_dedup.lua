@@ -230,43 +230,33 @@ local function open_lean_expiring(first, params, config)
 end
 
 -- A Bloom filter whose fingerprints expire (see _bloom_expiry.lua) as a push script's
--- filter: `params` is the msgpack array of the batch's lifetimes in ms (one per request,
--- 0: the longest), `config` its config (see bloom_expiry_open()); the members of the batch
--- are the fingerprints as 40 hex digits. Their bits are set by find_new(), as a Bloom
--- filter's (the queue's keys were checked before: the push cannot fail on them). nil
--- (the push answers "stale") if the client's clock estimate is off.
-local function open_bloom_expiring(first, params, config)
-  local lifetimes = cmsgpack.unpack(params)
-  local now = server_ms()
-  local state = bloom_expiry_open(first, cmsgpack.unpack(config), now)
-  if not state then
-    return nil
+-- filter, made by the function this returns for its `open` and `find_new` (the Bloom
+-- bits' or RedisBloom's, see _redisbloom_expiry.lua): `params` is the msgpack array of the
+-- batch's lifetimes in ms (one per request, 0: the longest), `config` its config (see
+-- bloom_expiry_open()); the members of the batch are the fingerprints (40 hex digits).
+-- Their bits are set by find_new(), as a Bloom filter's (the queue's keys were checked
+-- before: the push cannot fail on them). nil (the push answers "stale") if the client's
+-- clock estimate is off.
+local function bloom_expiring(open, find_new)
+  return function(first, params, config)
+    local lifetimes = cmsgpack.unpack(params)
+    local now = server_ms()
+    local state = open(first, cmsgpack.unpack(config), now)
+    if not state then
+      return nil
+    end
+    return {
+      types = {},
+      find_new = function(numbers, members)
+        return find_new(state, numbers, members, lifetimes, now)
+      end,
+      record = function() end,
+    }
   end
-  return {
-    types = {},
-    find_new = function(numbers, members)
-      return bloom_expiry_find_new(state, numbers, members, lifetimes, now)
-    end,
-    record = function() end,
-  }
 end
 
--- The same on RedisBloom (see _redisbloom_expiry.lua): the members are the fingerprints.
-local function open_redisbloom_expiring(first, params, config)
-  local lifetimes = cmsgpack.unpack(params)
-  local now = server_ms()
-  local state = redisbloom_expiry_open(first, cmsgpack.unpack(config), now)
-  if not state then
-    return nil
-  end
-  return {
-    types = {},
-    find_new = function(numbers, members)
-      return redisbloom_expiry_find_new(state, numbers, members, lifetimes, now)
-    end,
-    record = function() end,
-  }
-end
+local open_bloom_expiring = bloom_expiring(bloom_expiry_open, bloom_expiry_find_new)
+local open_redisbloom_expiring = bloom_expiring(redisbloom_expiry_open, redisbloom_expiry_find_new)
 
 -- The duplicate filter of a push script, whose keys are KEYS[first..]: `mode` is '0'
 -- (sets), '1' (sets, then the count hash), 'expire' (a sorted set of fingerprints that
