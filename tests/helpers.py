@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import sys
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from scrapy import Spider
@@ -62,6 +64,29 @@ class Calls:
         delta = {name: now[name] - self.since[name] for name in self.names}
         self.since = self._now()  # INFO itself is not among the names
         return delta
+
+
+@contextlib.contextmanager
+def round_trips() -> Iterator[list[bytes]]:
+    """The sends to Redis this thread makes in the block (a command, or a pipeline's
+    commands to one server: a round trip each), each as the bytes sent, appended to the
+    list yielded. Counts what redis-py's connections send (a real server answers)."""
+    from redis.connection import AbstractConnection
+
+    sent: list[bytes] = []
+    send, thread = AbstractConnection.send_packed_command, threading.get_ident()
+
+    def counted(connection: Any, command: Any, check_health: bool = True) -> None:
+        if threading.get_ident() == thread:
+            parts = [command] if isinstance(command, (bytes, str)) else command
+            sent.append(b"".join(p.encode() if isinstance(p, str) else bytes(p) for p in parts))
+        send(connection, command, check_health)
+
+    AbstractConnection.send_packed_command = counted  # type: ignore[method-assign]
+    try:
+        yield sent
+    finally:
+        AbstractConnection.send_packed_command = send  # type: ignore[method-assign]
 
 
 def open_scheduler(settings: dict[str, Any], cls: Any = None, reactor: Any = None) -> Any:
