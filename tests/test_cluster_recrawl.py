@@ -13,6 +13,7 @@ from scrapy.settings import Settings
 from helpers import DemoSpider
 from scrapy_redis.fleet.status import crawl_status
 from scrapy_redis.scheduling.due import META_KEY
+from scrapy_redis.store.keys import bloom_generation_key
 from test_cluster import scheduler_settings
 from test_commands import write_project
 
@@ -145,3 +146,17 @@ def test_a_poll_of_the_lanes_is_one_round_trip_per_master(redis_cluster, cluster
     assert len(sent) <= 2 * masters
     assert sorted(r.url for r in _fetched(scheduler, len(urls))) == sorted(urls)
     scheduler.flush()
+
+
+def test_the_redisbloom_fill_check_asks_the_filters_master_once(cluster):
+    """The generations' counts (a RedisBloom filter's fill check): one round trip to the
+    master of the filter's hash slot, whatever the generations (none here: the cluster
+    has no RedisBloom, and a generation that does not exist is no error)."""
+    from helpers import round_trips
+    from scrapy_redis.dupefilters.redisbloom import module_counts
+
+    keys = [bloom_generation_key("demo:dupefilter", k, True) for k in range(5)]
+    assert module_counts(cluster, keys) == [None] * 5  # (a first call connects)
+    with round_trips() as sent:
+        assert module_counts(cluster, keys) == [None] * 5
+    assert len(sent) == 1
