@@ -166,7 +166,9 @@ def test_status_shows_the_lean_filters_live_generations(
     assert lines[1].startswith(f"generation {generations[0]['generation']}: ")
     samples = metrics.render([status.to_json()]).splitlines()
     sizes = [s for s in samples if s.startswith("scrapy_redis_fingerprint_generation_size{")]
-    assert len(sizes) == 3 and all('spider="demo",generation="' in s for s in sizes)
+    assert [s.split(" ")[0] for s in sizes] == [
+        f'scrapy_redis_fingerprint_generation_size{{spider="demo",age="{age}"}}' for age in range(3)
+    ]
     assert f'scrapy_redis_fingerprints{{spider="demo"}} {view["alive"]}' in samples
 
 
@@ -307,3 +309,46 @@ def test_status_shows_the_bloom_filters_live_generations(redis_url, server, sche
     assert "(bloom generations, lifetime 2.0 h)" in lines[0]
     samples = metrics.render([status.to_json()]).splitlines()
     assert 'scrapy_redis_fingerprints_alive{spider="demo"} 200' in samples
+
+
+def _generation_series(server, settings: dict) -> tuple[set[str], list[int], list[str]]:
+    """The /metrics series of the filter's live generations, their numbers, the samples."""
+    status = crawl_status(server, Settings(settings), DemoSpider)
+    samples = metrics.render([status.to_json()]).splitlines()
+    series = {s.split(" ")[0] for s in samples if s.startswith("scrapy_redis_fingerprint_gen")}
+    return series, [gen["generation"] for gen in status.expiring["generations"]], samples
+
+
+@pytest.mark.parametrize("dupefilter", ["LeanDupeFilter", "BloomDupeFilter"])
+def test_metrics_keep_their_series_as_the_generations_turn_over(
+    redis_url, server, schedulers, dupefilter
+):
+    """A generation's number is no label (a new series every half lifetime, without end in
+    a crawl of months): its age rank is, "0" the newest; the number is a value."""
+    settings = {
+        "REDIS_URL": redis_url,
+        "SCHEDULER": "scrapy_redis.scheduler.Scheduler",
+        "DUPEFILTER_CLASS": f"scrapy_redis.dupefilter.{dupefilter}",
+        "DUPEFILTER_LEAN_CAPACITY": 10_000,
+        "BLOOMFILTER_CAPACITY": 10_000,
+        "DUPEFILTER_LIFETIME": 2,  # a generation a second
+    }
+    worker = schedule(schedulers, settings, [Request("http://a.test/first")])
+    first, numbers, samples = _generation_series(server, settings)
+    newest = f'scrapy_redis_fingerprint_generation_number{{spider="demo",age="0"}} {max(numbers)}'
+    assert newest in samples
+    first_number = max(numbers)
+    seen, deadline = set(first), time.monotonic() + 30
+    while max(numbers) < first_number + 3:  # three turnovers (Bloom: a new one written)
+        worker.enqueue_request(Request(f"http://a.test/{time.monotonic()}"))
+        assert worker.send_enqueued()
+        series, numbers, _ = _generation_series(server, settings)
+        seen |= series
+        assert time.monotonic() < deadline, numbers
+        time.sleep(0.05)
+    assert len(seen) <= 3 * 5, sorted(seen)  # 3 families, 5 ages at most
+    ages = {line.split('age="')[1].split('"')[0] for line in seen}
+    assert ages <= {"0", "1", "2", "3", "4"}  # the live ones: at most GENERATIONS + 3
+    if dupefilter == "LeanDupeFilter":  # always GENERATIONS + 1 live: the same series
+        assert seen == first
+    leave(worker)
