@@ -107,7 +107,7 @@ def test_the_spider_helper(settings_dict):
 
 
 def test_purge_queue_deletes_the_requests_due_later(server, redis_url):
-    from test_recrawl_e2e import scrapy_redis
+    from helpers import scrapy_redis
 
     server.zadd("myspider_redis:requests:due", {b"x": 1})
     result = scrapy_redis(redis_url, "purge", "myspider_redis", "--queue", "--yes")
@@ -132,6 +132,18 @@ def test_an_entry_that_is_no_request_due_later_is_set_aside_not_a_crash(
     assert not server.exists(DUE)
 
 
+def _five_due_now(schedulers, settings_dict: dict, queue: str, fleet: bool):
+    """A scheduler (its timers stopped: nothing moves on its own) of ``queue`` (with
+    fleet-wide limits: ``fleet``) that scheduled 5 requests due now, example.com/0 to /4."""
+    settings = {**settings_dict, "SCHEDULER_QUEUE_CLASS": f"scrapy_redis.queue.{queue}"}
+    scheduler = schedulers({**settings, "SCHEDULER_FLEET_LIMITS": fleet})
+    scheduler.stop_timers()
+    for n in range(5):
+        scheduler.enqueue_request(Request(f"http://example.com/{n}", meta={META_KEY: 0}))
+    assert scheduler.send_enqueued()
+    return scheduler
+
+
 @pytest.mark.parametrize(
     "queue, fleet",
     [("FifoQueue", False), ("PriorityQueue", False), ("PriorityQueue", True)],
@@ -140,13 +152,7 @@ def test_an_entry_that_is_no_request_due_later_is_set_aside_not_a_crash(
 def test_a_member_redis_cannot_read_loses_no_request_due(
     settings_dict, server, schedulers, queue, fleet
 ):
-    settings = {**settings_dict, "SCHEDULER_QUEUE_CLASS": f"scrapy_redis.queue.{queue}"}
-    settings["SCHEDULER_FLEET_LIMITS"] = fleet
-    scheduler = schedulers(settings)
-    scheduler.stop_timers()
-    for n in range(5):
-        scheduler.enqueue_request(Request(f"http://example.com/{n}", meta={META_KEY: 0}))
-    assert scheduler.send_enqueued()
+    scheduler = _five_due_now(schedulers, settings_dict, queue, fleet)
     # msgpack Python reads but Redis' cmsgpack does not (an ExtType), due after the five
     bad = msgpack.packb([0, msgpack.ExtType(1, b"x"), b"request"])
     server.zadd(DUE, {bad: max(score for _, score in server.zrange(DUE, 0, -1, withscores=True))})
@@ -171,13 +177,7 @@ def test_the_promote_scripts_set_aside_what_cmsgpack_cannot_read(
     settings_dict, server, schedulers, queue, fleet
 ):
     # as a worker that does not check the members first (an older version) would call them
-    settings = {**settings_dict, "SCHEDULER_QUEUE_CLASS": f"scrapy_redis.queue.{queue}"}
-    settings["SCHEDULER_FLEET_LIMITS"] = fleet
-    scheduler = schedulers(settings)
-    scheduler.stop_timers()
-    for n in range(5):
-        scheduler.enqueue_request(Request(f"http://example.com/{n}", meta={META_KEY: 0}))
-    assert scheduler.send_enqueued()
+    scheduler = _five_due_now(schedulers, settings_dict, queue, fleet)
     bad = [msgpack.packb([0, msgpack.ExtType(1, b"x"), b"request"]), msgpack.packb([0, 1, 2])]
     server.zadd(DUE, {member: 0 for member in bad})
     members = server.zrange(DUE, 0, -1)
