@@ -132,6 +132,14 @@ def test_an_entry_that_is_no_request_due_later_is_set_aside_not_a_crash(
     assert not server.exists(DUE)
 
 
+#: The queues keeping requests due later: the list and priority queues, and per slot.
+EVERY_QUEUE = pytest.mark.parametrize(
+    "queue, fleet",
+    [("FifoQueue", False), ("PriorityQueue", False), ("PriorityQueue", True)],
+    ids=["FifoQueue", "PriorityQueue", "per slot"],
+)
+
+
 def _five_due_now(schedulers, settings_dict: dict, queue: str, fleet: bool):
     """A scheduler (its timers stopped: nothing moves on its own) of ``queue`` (with
     fleet-wide limits: ``fleet``) that scheduled 5 requests due now, example.com/0 to /4."""
@@ -144,11 +152,7 @@ def _five_due_now(schedulers, settings_dict: dict, queue: str, fleet: bool):
     return scheduler
 
 
-@pytest.mark.parametrize(
-    "queue, fleet",
-    [("FifoQueue", False), ("PriorityQueue", False), ("PriorityQueue", True)],
-    ids=["FifoQueue", "PriorityQueue", "per slot"],
-)
+@EVERY_QUEUE
 def test_a_member_redis_cannot_read_loses_no_request_due(
     settings_dict, server, schedulers, queue, fleet
 ):
@@ -168,11 +172,7 @@ def test_a_member_redis_cannot_read_loses_no_request_due(
     assert _next_when_due(scheduler).url == "http://example.com/again"
 
 
-@pytest.mark.parametrize(
-    "queue, fleet",
-    [("FifoQueue", False), ("PriorityQueue", False), ("PriorityQueue", True)],
-    ids=["FifoQueue", "PriorityQueue", "per slot"],
-)
+@EVERY_QUEUE
 def test_the_promote_scripts_set_aside_what_cmsgpack_cannot_read(
     settings_dict, server, schedulers, queue, fleet
 ):
