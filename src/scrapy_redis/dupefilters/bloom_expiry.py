@@ -298,8 +298,8 @@ class BloomExpiry:
             counts = zip(live, keys, self.server.mget(keys), strict=True)
             read = {k: self._stored_integer(c, key) for k, key, c in counts if c is not None}
             return {k: count for k, count in read.items() if count is not None}
-        counts = zip(live, module_counts(self.server, keys), strict=True)
-        return {k: count for k, count in counts if count is not None}
+        held = zip(live, module_counts(self.server, keys), strict=True)
+        return {k: count for k, count in held if count is not None}
 
     def generations_fill(self) -> float:
         """The fullest live generation's count as a fraction of its capacity (the stat
