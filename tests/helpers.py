@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
+import os
+import subprocess
 import sys
-from collections.abc import Callable
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 from scrapy import Spider
@@ -62,6 +68,29 @@ class Calls:
         delta = {name: now[name] - self.since[name] for name in self.names}
         self.since = self._now()  # INFO itself is not among the names
         return delta
+
+
+@contextlib.contextmanager
+def round_trips() -> Iterator[list[bytes]]:
+    """The sends to Redis this thread makes in the block (a command, or a pipeline's
+    commands to one server: a round trip each), each as the bytes sent, appended to the
+    list yielded. Counts what redis-py's connections send (a real server answers)."""
+    from redis.connection import AbstractConnection
+
+    sent: list[bytes] = []
+    send, thread = AbstractConnection.send_packed_command, threading.get_ident()
+
+    def counted(connection: Any, command: Any, check_health: bool = True) -> None:
+        if threading.get_ident() == thread:
+            parts = [command] if isinstance(command, (bytes, str)) else command
+            sent.append(b"".join(p.encode() if isinstance(p, str) else bytes(p) for p in parts))
+        send(connection, command, check_health)
+
+    AbstractConnection.send_packed_command = counted  # type: ignore[method-assign]
+    try:
+        yield sent
+    finally:
+        AbstractConnection.send_packed_command = send  # type: ignore[method-assign]
 
 
 def open_scheduler(settings: dict[str, Any], cls: Any = None, reactor: Any = None) -> Any:
@@ -243,3 +272,69 @@ def until_stored(returned: Any) -> Any:
     if isinstance(returned, Coroutine):
         return Deferred.fromCoroutine(returned)
     return succeed(returned)
+
+
+#: The example project the end-to-end tests run workers and commands in.
+EXAMPLE = Path(__file__).resolve().parents[1] / "example-project"
+
+
+def scrapy_redis(redis_url: str, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    """``scrapy redis ARGS`` in example-project, as a user runs it."""
+    return subprocess.run(
+        [sys.executable, "-m", "scrapy", "redis", *args],
+        cwd=EXAMPLE,
+        env={**os.environ, "REDIS_URL": redis_url},
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def wait_until(condition: Callable[[], Any], what: str, workers: Any, timeout: float = 60) -> None:
+    """Poll ``condition()`` until true: fails if a worker of ``workers`` (test_e2e's
+    ``start_worker()``) exited meanwhile, or after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert all(w.process.poll() is None for w in workers), f"a worker exited while {what}"
+        assert time.monotonic() < deadline, f"timed out: {what}"
+        time.sleep(0.02)
+
+
+class LocalSite:
+    """A site on 127.0.0.1 (a thread): every GET is counted by :meth:`hit` (with the
+    lock held), then answered 200 with :meth:`page` (HTML). ``url``: its address."""
+
+    def __init__(self) -> None:
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self._lock = threading.Lock()
+        site = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                with site._lock:
+                    site.hit(self.path)
+                body = site.page(self.path).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/html; charset=utf-8")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def hit(self, path: str) -> None:
+        """Count a fetch of ``path`` (the lock held)."""
+
+    def page(self, path: str) -> str:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()

@@ -317,6 +317,21 @@ def test_on_redisbloom_push_scripts_honour_expiry(redisbloom_server, bloom_serve
     assert scheduler.next_request().url == URL
 
 
+def test_on_redisbloom_the_fill_check_is_one_round_trip(redisbloom_server, bloom_server):
+    """The fill (the stats, the warning past capacity) reads every live generation's
+    BF.INFO in one pipeline, not an EXISTS and a BF.INFO each."""
+    from helpers import round_trips
+
+    df = BloomDupeFilter.from_spider(make_spider(_module_settings(redisbloom_server, 60)))
+    assert df.seen_many(_digests(30, "fill")) == [False] * 30
+    assert df.backend == "redisbloom"
+    with round_trips() as sent:
+        fill = df.generations_fill()
+    assert len(sent) == 1
+    assert fill == round(30 / df.time_generations.layer.capacity, 4)
+    assert sum(df.generation_counts().values()) == 30
+
+
 def test_a_filter_keeps_its_backend(redisbloom_server, bloom_server):
     lua = BloomDupeFilter.from_spider(
         make_spider(_module_settings(redisbloom_server, 60, BLOOMFILTER_BACKEND="lua"))

@@ -6,20 +6,15 @@ more (exactly twice in all, across both workers) and the items show the new cont
 
 from __future__ import annotations
 
-import json
-from collections import Counter
-
 import pytest
 
-from test_e2e import DOMAIN, start_worker, wait_all
 from test_recrawl_e2e import (
     LIFETIME,
-    PAGES,
     SPIDER,
-    START_KEY,
     ChangingSite,
-    round_done,
-    wait_until,
+    assert_every_page_crawled_twice,
+    crawl_three_rounds,
+    two_workers,
 )
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
@@ -46,36 +41,13 @@ def test_bloom_pages_are_crawled_again_after_their_lifetime_only(server, redis_u
         "DUPEFILTER_LIFETIME": LIFETIME,
         "MAX_IDLE_TIME_BEFORE_CLOSE": 8,
     }
-    workers = [
-        start_worker(SPIDER, redis_url, tmp_path / f"w{n}.log", settings, arguments=DOMAIN)
-        for n in (1, 2)
-    ]
-    try:
-        server.lpush(START_KEY, f"{site.url}/?round=1")
-        wait_until(lambda: round_done(server, site, 1), "crawling round 1", workers)
-        assert set(site.pages().values()) == {1} and len(site.pages()) == PAGES
-        first_expiry = first_expiry_ms(server)
-        assert server.type(FILTER) == b"hash"
-
-        # Before the lifetime: the start page is fetched (dont_filter), no page again.
-        server.lpush(START_KEY, f"{site.url}/?round=2")
-        wait_until(lambda: round_done(server, site, 2), "crawling round 2", workers)
-        seconds, micros = server.time()
-        assert seconds * 1000 + micros / 1000 < first_expiry, "round 2 too slow to test it"
-        assert set(site.pages().values()) == {1}, site.pages()
-
-        # After the lifetime: Redis dropped every generation whole.
-        site.version = 2
-        wait_until(lambda: not generations(server), "expiring", workers)
-        server.lpush(START_KEY, f"{site.url}/?round=3")
-        wait_until(lambda: round_done(server, site, 3), "crawling round 3", workers)
-    finally:
-        wait_all(workers)
-        site.close()
-
-    assert site.pages() == {f"/p/{i}.html": 2 for i in range(PAGES)}
-    items = [json.loads(raw) for raw in server.lrange(f"{SPIDER}:items", 0, -1)]
-    names = Counter(item["name"].split()[-1] for item in items if "/p/" in item["url"])
-    assert names == {"v1": PAGES, "v2": PAGES}
-    fetched = [w.stats.get("response_received_count", 0) for w in workers]
-    assert sum(fetched) == 3 + 2 * PAGES + 3  # 3 start pages, each page twice, 3 ends
+    workers = two_workers(redis_url, tmp_path, settings)
+    crawl_three_rounds(
+        server,
+        site,
+        workers,
+        first_expiry=lambda: first_expiry_ms(server),
+        expired=lambda: not generations(server),  # Redis dropped every generation whole
+    )
+    assert server.type(FILTER) == b"hash"
+    assert_every_page_crawled_twice(server, site, workers)

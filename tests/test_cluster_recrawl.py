@@ -13,6 +13,7 @@ from scrapy.settings import Settings
 from helpers import DemoSpider
 from scrapy_redis.fleet.status import crawl_status
 from scrapy_redis.scheduling.due import META_KEY
+from scrapy_redis.store.keys import bloom_generation_key
 from test_cluster import scheduler_settings
 from test_commands import write_project
 
@@ -117,3 +118,45 @@ def test_status_counts_due_and_expiring_across_the_lanes(redis_cluster, cluster,
     assert status.due_later["count"] == 9 and 500 < status.due_later["next_due_in"] <= 600
     assert status.expiring["alive"] == 18 and status.expiring["expiring_soon"] == 18
     worker.flush()
+
+
+def test_a_poll_of_the_lanes_is_one_round_trip_per_master(redis_cluster, cluster, schedulers):
+    """On the cluster the lanes' due keys sit on several masters: a poll looks at every
+    lane with one pipeline (redis-py sends each master its part before reading any
+    reply), and moves what is due with one more, each lane's move one script call."""
+    from helpers import round_trips
+    from test_due import _load_scripts
+
+    settings = {**scheduler_settings(redis_cluster.url, "PriorityQueue"), **FLEET}
+    scheduler = schedulers({**settings, "SCHEDULER_SHARDS": 6})
+    scheduler.stop_timers()
+    due = scheduler._parts.buffer.due
+    masters = len(cluster.get_primaries())
+    assert len(due.keys) > masters
+    _load_scripts(cluster, "due_ready", "due_promote_slots")  # (a first call sends them)
+    with round_trips() as sent:
+        assert due.promote(now=True) == 0
+    assert len(sent) <= masters  # before: one a lane
+    urls = [f"http://h{n}.test/" for n in range(12)]
+    for url in urls:
+        scheduler.enqueue_request(Request(url, meta={META_KEY: 0}))
+    assert scheduler.send_enqueued()
+    with round_trips() as sent:
+        assert due.promote(now=True) == len(urls)
+    assert len(sent) <= 2 * masters
+    assert sorted(r.url for r in _fetched(scheduler, len(urls))) == sorted(urls)
+    scheduler.flush()
+
+
+def test_the_redisbloom_fill_check_asks_the_filters_master_once(cluster):
+    """The generations' counts (a RedisBloom filter's fill check): one round trip to the
+    master of the filter's hash slot, whatever the generations (none here: the cluster
+    has no RedisBloom, and a generation that does not exist is no error)."""
+    from helpers import round_trips
+    from scrapy_redis.dupefilters.redisbloom import module_counts
+
+    keys = [bloom_generation_key("demo:dupefilter", k, True) for k in range(5)]
+    assert module_counts(cluster, keys) == [None] * 5  # (a first call connects)
+    with round_trips() as sent:
+        assert module_counts(cluster, keys) == [None] * 5
+    assert len(sent) == 1

@@ -5,28 +5,14 @@ run in the same project (see tests/test_e2e.py for the workers and the site)."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import time
 
 import pytest
 
-from test_e2e import DOMAIN, EXAMPLE, DemoSite, start_worker, wait_all, wait_for_requests
+from helpers import scrapy_redis
+from test_e2e import DOMAIN, DemoSite, start_worker, wait_all, wait_for_requests
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
-
-
-def scrapy_redis(redis_url: str, *args: str) -> subprocess.CompletedProcess[str]:
-    """``scrapy redis ARGS`` in example-project."""
-    return subprocess.run(
-        [sys.executable, "-m", "scrapy", "redis", *args],
-        cwd=EXAMPLE,
-        env={**os.environ, "REDIS_URL": redis_url},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
 
 
 def status_of(redis_url: str) -> dict:

@@ -13,6 +13,7 @@ from scrapy import Request
 from helpers import record_dropped
 from scrapy_redis.scheduling.due import META_KEY, POLL, fetch_later
 from scrapy_redis.spiders import RedisSpider
+from scrapy_redis.store.scripts import script
 
 DUE = "demo:requests:due"
 
@@ -106,7 +107,7 @@ def test_the_spider_helper(settings_dict):
 
 
 def test_purge_queue_deletes_the_requests_due_later(server, redis_url):
-    from test_recrawl_e2e import scrapy_redis
+    from helpers import scrapy_redis
 
     server.zadd("myspider_redis:requests:due", {b"x": 1})
     result = scrapy_redis(redis_url, "purge", "myspider_redis", "--queue", "--yes")
@@ -131,21 +132,31 @@ def test_an_entry_that_is_no_request_due_later_is_set_aside_not_a_crash(
     assert not server.exists(DUE)
 
 
-@pytest.mark.parametrize(
+#: The queues keeping requests due later: the list and priority queues, and per slot.
+EVERY_QUEUE = pytest.mark.parametrize(
     "queue, fleet",
     [("FifoQueue", False), ("PriorityQueue", False), ("PriorityQueue", True)],
     ids=["FifoQueue", "PriorityQueue", "per slot"],
 )
-def test_a_member_redis_cannot_read_loses_no_request_due(
-    settings_dict, server, schedulers, queue, fleet
-):
+
+
+def _five_due_now(schedulers, settings_dict: dict, queue: str, fleet: bool):
+    """A scheduler (its timers stopped: nothing moves on its own) of ``queue`` (with
+    fleet-wide limits: ``fleet``) that scheduled 5 requests due now, example.com/0 to /4."""
     settings = {**settings_dict, "SCHEDULER_QUEUE_CLASS": f"scrapy_redis.queue.{queue}"}
-    settings["SCHEDULER_FLEET_LIMITS"] = fleet
-    scheduler = schedulers(settings)
+    scheduler = schedulers({**settings, "SCHEDULER_FLEET_LIMITS": fleet})
     scheduler.stop_timers()
     for n in range(5):
         scheduler.enqueue_request(Request(f"http://example.com/{n}", meta={META_KEY: 0}))
     assert scheduler.send_enqueued()
+    return scheduler
+
+
+@EVERY_QUEUE
+def test_a_member_redis_cannot_read_loses_no_request_due(
+    settings_dict, server, schedulers, queue, fleet
+):
+    scheduler = _five_due_now(schedulers, settings_dict, queue, fleet)
     # msgpack Python reads but Redis' cmsgpack does not (an ExtType), due after the five
     bad = msgpack.packb([0, msgpack.ExtType(1, b"x"), b"request"])
     server.zadd(DUE, {bad: max(score for _, score in server.zrange(DUE, 0, -1, withscores=True))})
@@ -161,22 +172,12 @@ def test_a_member_redis_cannot_read_loses_no_request_due(
     assert _next_when_due(scheduler).url == "http://example.com/again"
 
 
-@pytest.mark.parametrize(
-    "queue, fleet",
-    [("FifoQueue", False), ("PriorityQueue", False), ("PriorityQueue", True)],
-    ids=["FifoQueue", "PriorityQueue", "per slot"],
-)
+@EVERY_QUEUE
 def test_the_promote_scripts_set_aside_what_cmsgpack_cannot_read(
     settings_dict, server, schedulers, queue, fleet
 ):
     # as a worker that does not check the members first (an older version) would call them
-    settings = {**settings_dict, "SCHEDULER_QUEUE_CLASS": f"scrapy_redis.queue.{queue}"}
-    settings["SCHEDULER_FLEET_LIMITS"] = fleet
-    scheduler = schedulers(settings)
-    scheduler.stop_timers()
-    for n in range(5):
-        scheduler.enqueue_request(Request(f"http://example.com/{n}", meta={META_KEY: 0}))
-    assert scheduler.send_enqueued()
+    scheduler = _five_due_now(schedulers, settings_dict, queue, fleet)
     bad = [msgpack.packb([0, msgpack.ExtType(1, b"x"), b"request"]), msgpack.packb([0, 1, 2])]
     server.zadd(DUE, {member: 0 for member in bad})
     members = server.zrange(DUE, 0, -1)
@@ -185,3 +186,59 @@ def test_the_promote_scripts_set_aside_what_cmsgpack_cannot_read(
     assert not server.exists(DUE)
     urls = [r.url for r in iter(scheduler.next_request, None)]
     assert sorted(urls) == [f"http://example.com/{n}" for n in range(5)]
+
+
+def _load_scripts(client, *names: str) -> None:
+    """Load the scripts ``names`` (on every master of a cluster)."""
+    for name in names:
+        client.script_load(script(name).source)
+
+
+def _laned_per_slot(settings_dict: dict) -> dict:
+    return {
+        **settings_dict,
+        "SCHEDULER_QUEUE_CLASS": "scrapy_redis.queue.PriorityQueue",
+        "SCHEDULER_FLEET_LIMITS": True,
+        "SCHEDULER_SHARDS": 4,
+    }
+
+
+def test_a_poll_of_every_lane_is_one_round_trip_and_a_move_one_more(
+    settings_dict, server, schedulers
+):
+    """The requests due later of a crawl split into lanes: a poll looks at every lane in
+    one round trip (not one a lane, on the reactor thread), and moves what is due in every
+    lane in one more."""
+    from helpers import round_trips
+
+    scheduler = schedulers(_laned_per_slot(settings_dict))
+    scheduler.stop_timers()
+    due = scheduler._parts.buffer.due
+    assert len(due.keys) == 4
+    _load_scripts(server, "due_ready", "due_promote_slots")  # (a first call sends them)
+    with round_trips() as sent:
+        assert due.promote(now=True) == 0
+        assert due.pending_within(0) is False
+    assert len(sent) == 2  # one a call, whatever the lanes
+    urls = [f"http://h{n}.test/" for n in range(12)]
+    for url in urls:
+        scheduler.enqueue_request(Request(url, meta={META_KEY: 0}))
+    assert scheduler.send_enqueued()
+    assert sum(1 for key in due.keys if server.zcard(key)) > 1  # in several lanes
+    with round_trips() as sent:
+        assert due.promote(now=True) == len(urls)
+    assert len(sent) == 2  # look, then move
+    assert sum(server.zcard(key) for key in due.keys) == 0
+    assert sorted(r.url for r in iter(scheduler.next_request, None)) == sorted(urls)
+
+
+def test_a_poll_after_a_redis_restart_loads_its_scripts_again(settings_dict, server, schedulers):
+    """A pipelined poll whose scripts the server does not know (a restart emptied its
+    script cache) sends them in full: nothing lost."""
+    scheduler = schedulers(_laned_per_slot(settings_dict))
+    scheduler.stop_timers()
+    scheduler.enqueue_request(Request("http://h.test/", meta={META_KEY: 0}))
+    assert scheduler.send_enqueued()
+    server.script_flush()
+    assert scheduler._parts.buffer.due.promote(now=True) == 1
+    assert scheduler.next_request().url == "http://h.test/"

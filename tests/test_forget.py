@@ -8,7 +8,7 @@ import json
 import pytest
 from scrapy import Request
 
-from helpers import make_spider
+from helpers import make_spider, scrapy_redis
 from scrapy_redis.core.lifetime import Expiry
 from scrapy_redis.dupefilter import BloomDupeFilter, LeanDupeFilter, RFPDupeFilter
 from scrapy_redis.dupefilters.bloom import BloomForgetError
@@ -16,7 +16,6 @@ from scrapy_redis.exceptions import ScrapyRedisError
 from scrapy_redis.fleet.forget import forget_requests
 from scrapy_redis.queue import Candidate
 from scrapy_redis.scheduling.lanes import lane_of
-from test_recrawl_e2e import scrapy_redis
 
 URLS = [f"http://example.com/{i}" for i in range(6)]
 

@@ -22,7 +22,25 @@ from scrapy_redis.scheduling.due import META_KEY
 from scrapy_redis.store.keys import lean_meta_key
 from test_commands import leave, schedule, write_project
 
-LEAN = "scrapy_redis.dupefilter.LeanDupeFilter"
+#: The queue and filter keys of example-project's myspider_redis (the dashboard's crawl).
+MYSPIDER_KEYS = {
+    "SCHEDULER_QUEUE_KEY": "myspider_redis:requests",
+    "SCHEDULER_DUPEFILTER_KEY": "myspider_redis:dupefilter",
+}
+
+
+def _settings(redis_url: str, dupefilter: str = "RFPDupeFilter", **extra) -> dict:
+    """A crawl's settings on the test server: ``dupefilter`` (a class name), small filters,
+    a 2-hour DUPEFILTER_LIFETIME unless ``extra`` says otherwise."""
+    return {
+        "REDIS_URL": redis_url,
+        "SCHEDULER": "scrapy_redis.scheduler.Scheduler",
+        "DUPEFILTER_CLASS": f"scrapy_redis.dupefilter.{dupefilter}",
+        "DUPEFILTER_LEAN_CAPACITY": 10_000,
+        "BLOOMFILTER_CAPACITY": 10_000,
+        "DUPEFILTER_LIFETIME": 7200,
+        **extra,
+    }
 
 
 def _server_ms(server) -> int:
@@ -137,13 +155,7 @@ def test_a_crawl_without_a_lifetime_shows_no_expiring_fingerprints(
 def test_status_shows_the_lean_filters_live_generations(
     redis_url, server, schedulers, capacity, estimated
 ):
-    settings = {
-        "REDIS_URL": redis_url,
-        "SCHEDULER": "scrapy_redis.scheduler.Scheduler",
-        "DUPEFILTER_CLASS": LEAN,
-        "DUPEFILTER_LEAN_CAPACITY": capacity,
-        "DUPEFILTER_LIFETIME": 7200,
-    }
+    settings = _settings(redis_url, "LeanDupeFilter", DUPEFILTER_LEAN_CAPACITY=capacity)
     requests = [Request(f"http://a.test/{n}") for n in range(200)]
     leave(schedule(schedulers, settings, requests))
     status = crawl_status(server, Settings(settings), DemoSpider)
@@ -166,7 +178,9 @@ def test_status_shows_the_lean_filters_live_generations(
     assert lines[1].startswith(f"generation {generations[0]['generation']}: ")
     samples = metrics.render([status.to_json()]).splitlines()
     sizes = [s for s in samples if s.startswith("scrapy_redis_fingerprint_generation_size{")]
-    assert len(sizes) == 3 and all('spider="demo",generation="' in s for s in sizes)
+    assert [s.split(" ")[0] for s in sizes] == [
+        f'scrapy_redis_fingerprint_generation_size{{spider="demo",age="{age}"}}' for age in range(3)
+    ]
     assert f'scrapy_redis_fingerprints{{spider="demo"}} {view["alive"]}' in samples
 
 
@@ -184,13 +198,7 @@ def _estimate(server, key: str, requests: list[Request]) -> int:
 def test_status_counts_a_lean_filters_fingerprints_with_a_lifetime(redis_url, server, schedulers):
     """Its own buckets (kept forever: the count does not follow them once a lifetime is
     set) and its live generations; /metrics follows."""
-    settings = {
-        "REDIS_URL": redis_url,
-        "SCHEDULER": "scrapy_redis.scheduler.Scheduler",
-        "DUPEFILTER_CLASS": LEAN,
-        "DUPEFILTER_LEAN_CAPACITY": 10_000,  # 64 buckets or fewer: every one counted
-        "DUPEFILTER_LIFETIME": 7200,
-    }
+    settings = _settings(redis_url, "LeanDupeFilter")  # 64 buckets or fewer: all counted
     requests = [Request(f"http://a.test/{n}") for n in range(30)]
     requests += [Request(f"http://a.test/kept/{n}", meta={LIFETIME: None}) for n in range(5)]
     leave(schedule(schedulers, settings, requests))
@@ -218,13 +226,7 @@ def test_metrics_show_the_requests_due_later_and_the_fingerprints_expiring(
 
 def test_the_dashboard_serves_them(tmp_path, redis_url, server, schedulers):
     """The dashboard's /api/status and /metrics (its page fills its tiles from them)."""
-    settings = {
-        "REDIS_URL": redis_url,
-        "SCHEDULER": "scrapy_redis.scheduler.Scheduler",
-        "DUPEFILTER_CLASS": "scrapy_redis.dupefilter.RFPDupeFilter",
-        "SCHEDULER_QUEUE_KEY": "myspider_redis:requests",
-        "SCHEDULER_DUPEFILTER_KEY": "myspider_redis:dupefilter",
-    }
+    settings = _settings(redis_url, DUPEFILTER_LIFETIME=0, **MYSPIDER_KEYS)
     _due_crawl(schedulers, settings)
     dashboard = DashboardProcess(redis_url, "--interval", "1").start()
     try:
@@ -252,14 +254,7 @@ def test_the_page_shows_the_requests_due_later_and_the_fingerprints_expiring(
     """The page's tiles, in a real headless Chromium (see tests/browser.py)."""
     from browser import chromium_driver
 
-    settings = {
-        "REDIS_URL": redis_url,
-        "SCHEDULER": "scrapy_redis.scheduler.Scheduler",
-        "DUPEFILTER_CLASS": "scrapy_redis.dupefilter.RFPDupeFilter",
-        "SCHEDULER_QUEUE_KEY": "myspider_redis:requests",
-        "SCHEDULER_DUPEFILTER_KEY": "myspider_redis:dupefilter",
-        "DUPEFILTER_LIFETIME": 600,
-    }
+    settings = _settings(redis_url, DUPEFILTER_LIFETIME=600, **MYSPIDER_KEYS)
     _due_crawl(schedulers, settings)
     dashboard = DashboardProcess(redis_url, "--interval", "0.5").start()
     browser = chromium_driver(tmp_path / "profile", tmp_path / "chromedriver.log")
@@ -288,13 +283,7 @@ def test_the_page_shows_the_requests_due_later_and_the_fingerprints_expiring(
 def test_status_shows_the_bloom_filters_live_generations(redis_url, server, schedulers):
     """A Bloom filter whose fingerprints expire (bloom_expiry.py): its count is the sum of
     its live time generations, which status lists with when each expires whole."""
-    settings = {
-        "REDIS_URL": redis_url,
-        "SCHEDULER": "scrapy_redis.scheduler.Scheduler",
-        "DUPEFILTER_CLASS": "scrapy_redis.dupefilter.BloomDupeFilter",
-        "BLOOMFILTER_CAPACITY": 10_000,
-        "DUPEFILTER_LIFETIME": 7200,
-    }
+    settings = _settings(redis_url, "BloomDupeFilter")
     requests = [Request(f"http://a.test/{n}") for n in range(200)]
     leave(schedule(schedulers, settings, requests))
     status = crawl_status(server, Settings(settings), DemoSpider)
@@ -307,3 +296,39 @@ def test_status_shows_the_bloom_filters_live_generations(redis_url, server, sche
     assert "(bloom generations, lifetime 2.0 h)" in lines[0]
     samples = metrics.render([status.to_json()]).splitlines()
     assert 'scrapy_redis_fingerprints_alive{spider="demo"} 200' in samples
+
+
+def _generation_series(server, settings: dict) -> tuple[set[str], list[int], list[str]]:
+    """The /metrics series of the filter's live generations, their numbers, the samples."""
+    status = crawl_status(server, Settings(settings), DemoSpider)
+    samples = metrics.render([status.to_json()]).splitlines()
+    series = {s.split(" ")[0] for s in samples if s.startswith("scrapy_redis_fingerprint_gen")}
+    return series, [gen["generation"] for gen in status.expiring["generations"]], samples
+
+
+@pytest.mark.parametrize("dupefilter", ["LeanDupeFilter", "BloomDupeFilter"])
+def test_metrics_keep_their_series_as_the_generations_turn_over(
+    redis_url, server, schedulers, dupefilter
+):
+    """A generation's number is no label (a new series every half lifetime, without end in
+    a crawl of months): its age rank is, "0" the newest; the number is a value."""
+    settings = _settings(redis_url, dupefilter, DUPEFILTER_LIFETIME=2)  # a generation a second
+    worker = schedule(schedulers, settings, [Request("http://a.test/first")])
+    first, numbers, samples = _generation_series(server, settings)
+    newest = f'scrapy_redis_fingerprint_generation_number{{spider="demo",age="0"}} {max(numbers)}'
+    assert newest in samples
+    first_number = max(numbers)
+    seen, deadline = set(first), time.monotonic() + 30
+    while max(numbers) < first_number + 3:  # three turnovers (Bloom: a new one written)
+        worker.enqueue_request(Request(f"http://a.test/{time.monotonic()}"))
+        assert worker.send_enqueued()
+        series, numbers, _ = _generation_series(server, settings)
+        seen |= series
+        assert time.monotonic() < deadline, numbers
+        time.sleep(0.05)
+    assert len(seen) <= 3 * 5, sorted(seen)  # 3 families, 5 ages at most
+    ages = {line.split('age="')[1].split('"')[0] for line in seen}
+    assert ages <= {"0", "1", "2", "3", "4"}  # the live ones: at most GENERATIONS + 3
+    if dupefilter == "LeanDupeFilter":  # always GENERATIONS + 1 live: the same series
+        assert seen == first
+    leave(worker)

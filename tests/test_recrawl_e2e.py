@@ -6,18 +6,14 @@ all, across both workers) and the items show the new content."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import threading
 import time
 from collections import Counter
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from helpers import LocalSite, scrapy_redis, wait_until
 from scrapy_redis.scheduling.enqueue import FORGETS_EVERY
-from test_e2e import DOMAIN, EXAMPLE, start_worker, wait_all
+from test_e2e import DOMAIN, start_worker, wait_all
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
@@ -27,7 +23,7 @@ SPIDER = "mycrawler_redis"
 START_KEY = "mycrawler:start_urls"
 
 
-class ChangingSite:
+class ChangingSite(LocalSite):
     """``/`` (any query) links to every page, then to ``/end/<round>`` (a page never seen
     before: once it is fetched, the links before it were checked). Page ``i`` links to two
     other pages; its title carries the site's version."""
@@ -36,31 +32,11 @@ class ChangingSite:
         self.version = 1
         self.hits: Counter[str] = Counter()
         self.first_hit: dict[str, float] = {}
-        self._lock = threading.Lock()
-        site = self
+        super().__init__()
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                with site._lock:
-                    site.hits[self.path.split("?")[0]] += 1
-                    site.first_hit.setdefault(self.path, time.time())
-                body = site.page(self.path).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "text/html; charset=utf-8")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+    def hit(self, path: str) -> None:
+        self.hits[path.split("?")[0]] += 1
+        self.first_hit.setdefault(path, time.time())
 
     def page(self, path: str) -> str:
         if path.startswith("/?round="):
@@ -82,19 +58,6 @@ class ChangingSite:
             return {path: n for path, n in self.hits.items() if path.startswith("/p/")}
 
 
-def scrapy_redis(redis_url: str, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
-    """``scrapy redis ARGS`` in example-project, as a user runs it."""
-    return subprocess.run(
-        [sys.executable, "-m", "scrapy", "redis", *args],
-        cwd=EXAMPLE,
-        env={**os.environ, "REDIS_URL": redis_url},
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-
-
 def round_done(server, site, n: int) -> bool:
     """``/end/<n>`` (the last link of round ``n``'s start page) was fetched, and the queue
     is empty with no lease left (a lease goes once the requests its page led to are
@@ -107,49 +70,49 @@ def round_done(server, site, n: int) -> bool:
     )
 
 
-def wait_until(condition, what: str, workers, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert all(w.process.poll() is None for w in workers), f"a worker exited while {what}"
-        assert time.monotonic() < deadline, f"timed out: {what}"
-        time.sleep(0.02)
-
-
-def test_pages_are_crawled_again_after_their_lifetime_only(server, redis_url, tmp_path):
-    site = ChangingSite()
-    settings = {"DUPEFILTER_LIFETIME": LIFETIME, "MAX_IDLE_TIME_BEFORE_CLOSE": 8}
-    workers = [
+def two_workers(redis_url: str, tmp_path, settings: dict) -> list:
+    """Two ``scrapy crawl`` workers of example-project's ``mycrawler_redis``."""
+    return [
         start_worker(SPIDER, redis_url, tmp_path / f"w{n}.log", settings, arguments=DOMAIN)
         for n in (1, 2)
     ]
+
+
+def crawl_three_rounds(server, site, workers, first_expiry, expired) -> None:
+    """Round 1 crawls every page; round 2, pushed before ``first_expiry()`` (ms, the
+    server's clock: when the filter's first fingerprint expires), fetches none again;
+    round 3, pushed once ``expired()``, after the site changed to version 2, every page
+    again. Then the workers are waited for and the site closed."""
     try:
         server.lpush(START_KEY, f"{site.url}/?round=1")
         wait_until(lambda: round_done(server, site, 1), "crawling round 1", workers)
         assert set(site.pages().values()) == {1} and len(site.pages()) == PAGES
-        first_expiry = server.zrange(f"{SPIDER}:dupefilter", 0, 0, withscores=True)[0][1]
+        first = first_expiry()
 
         # Before the lifetime: the start page is fetched (dont_filter), no page again.
         server.lpush(START_KEY, f"{site.url}/?round=2")
         wait_until(lambda: round_done(server, site, 2), "crawling round 2", workers)
         seconds, micros = server.time()
         done = seconds * 1000 + micros / 1000
-        assert done < first_expiry, "round 2 ended past the lifetime: too slow to test it"
+        assert done < first, "round 2 ended past the lifetime: too slow to test it"
         assert set(site.pages().values()) == {1}, site.pages()
 
-        # After the lifetime (the filter's key expires with its last fingerprint).
         site.version = 2
-        wait_until(lambda: not server.exists(f"{SPIDER}:dupefilter"), "expiring", workers)
+        wait_until(expired, "expiring", workers)
         server.lpush(START_KEY, f"{site.url}/?round=3")
         wait_until(lambda: round_done(server, site, 3), "crawling round 3", workers)
     finally:
         wait_all(workers)
         site.close()
 
+
+def assert_every_page_crawled_twice(server, site, workers) -> None:
+    """Each page fetched exactly twice in all (both workers), its items of both versions."""
     assert site.pages() == {f"/p/{i}.html": 2 for i in range(PAGES)}
     items = [json.loads(raw) for raw in server.lrange(f"{SPIDER}:items", 0, -1)]
     names = Counter(item["name"].split()[-1] for item in items if "/p/" in item["url"])
     assert names == {"v1": PAGES, "v2": PAGES}
-    versions = {item["url"]: set() for item in items}
+    versions: dict[str, set[str]] = {item["url"]: set() for item in items}
     for item in items:
         versions[item["url"]].add(item["name"].split()[-1])
     assert all(found == {"v1", "v2"} for url, found in versions.items() if "/p/" in url)
@@ -157,13 +120,25 @@ def test_pages_are_crawled_again_after_their_lifetime_only(server, redis_url, tm
     assert sum(fetched) == 3 + 2 * PAGES + 3  # 3 start pages, each page twice, 3 ends
 
 
+def test_pages_are_crawled_again_after_their_lifetime_only(server, redis_url, tmp_path):
+    site = ChangingSite()
+    settings = {"DUPEFILTER_LIFETIME": LIFETIME, "MAX_IDLE_TIME_BEFORE_CLOSE": 8}
+    workers = two_workers(redis_url, tmp_path, settings)
+    filter_key = f"{SPIDER}:dupefilter"
+    crawl_three_rounds(
+        server,
+        site,
+        workers,
+        first_expiry=lambda: server.zrange(filter_key, 0, 0, withscores=True)[0][1],
+        expired=lambda: not server.exists(filter_key),  # it expires with its last one
+    )
+    assert_every_page_crawled_twice(server, site, workers)
+
+
 def test_a_forgotten_url_is_crawled_once_more_the_others_not(server, redis_url, tmp_path):
     site = ChangingSite()
     settings = {"MAX_IDLE_TIME_BEFORE_CLOSE": 8}  # workers remember links (SeenCache)
-    workers = [
-        start_worker(SPIDER, redis_url, tmp_path / f"w{n}.log", settings, arguments=DOMAIN)
-        for n in (1, 2)
-    ]
+    workers = two_workers(redis_url, tmp_path, settings)
     forgotten = [f"{site.url}/p/3.html", f"{site.url}/p/7.html"]
     try:
         server.lpush(START_KEY, f"{site.url}/?round=1")

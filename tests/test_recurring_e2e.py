@@ -7,19 +7,17 @@ started again keep the schedule."""
 from __future__ import annotations
 
 import signal
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from helpers import LocalSite, scrapy_redis, wait_until
 from scrapy_redis.connection import is_cluster
 from scrapy_redis.fleet.recurring import cancel_recurring
 from scrapy_redis.scheduling.workers import server_time_ms
 from scrapy_redis.start.recurring import RecurringMessages
 from scrapy_redis.store.keys import leases_key
 from test_e2e import DOMAIN, start_worker, wait_all
-from test_recrawl_e2e import scrapy_redis, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
@@ -29,40 +27,24 @@ EVERY = 2.0
 SETTINGS = {"REDIS_START_URLS_POLL_INTERVAL": 0.1, "MAX_IDLE_TIME_BEFORE_CLOSE": 0}
 
 
-class FeedSite:
+class FeedSite(LocalSite):
     """Serves ``/feed`` (no links), recording when each fetch arrived (ms, this machine's
     clock)."""
 
     def __init__(self) -> None:
         self.fetches: list[float] = []
-        self._lock = threading.Lock()
-        site = self
+        super().__init__()
+        self.url += "/feed"
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                with site._lock:
-                    site.fetches.append(time.time() * 1000)
-                body = b"<html><title>feed</title></html>"
-                self.send_response(200)
-                self.send_header("Content-Type", "text/html")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+    def hit(self, path: str) -> None:
+        self.fetches.append(time.time() * 1000)
 
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/feed"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+    def page(self, path: str) -> str:
+        return "<html><title>feed</title></html>"
 
     def times(self) -> list[float]:
         with self._lock:
             return list(self.fetches)
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
 
 
 @pytest.fixture

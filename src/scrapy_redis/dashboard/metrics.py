@@ -131,33 +131,45 @@ _LATER_GAUGES = [
 ]  # fmt: skip
 
 
+#: Gauges of each live generation of a lean or Bloom filter: (name, field, help).
+_GENERATION_GAUGES = (
+    ("scrapy_redis_fingerprint_generation_size", "fingerprints",
+     "Fingerprints in a live generation of a lean filter (estimated from a sample) "
+     "or of a Bloom filter (its count); label age: 0 the newest."),
+    ("scrapy_redis_fingerprint_generation_expires_seconds", "expires_in",
+     "Seconds until a live generation of a lean or Bloom filter expires whole."),
+    ("scrapy_redis_fingerprint_generation_number", "generation",
+     "A live generation's number (the server's time over half the lifetime): it grows "
+     "as the generations turn over."),
+)  # fmt: skip
+
+
 def _later(part: str, field: str) -> Callable[[Status], Any]:
     return lambda status: (status.get(part) or {}).get(field)
 
 
 def _per_generation(statuses: Sequence[Status], field: str) -> list[Any]:
-    """A lean or Bloom filter's live generations of fingerprints that expire."""
+    """A lean or Bloom filter's live generations of fingerprints that expire, labelled by
+    their age rank (``age``: "0" the newest, the one expiring last; "1" the one before...)
+    and not by their number, which grows every half lifetime: a bounded set of series."""
     return [
-        ({"spider": status["spider"], "generation": str(gen["generation"])}, gen.get(field))
+        ({"spider": status["spider"], "age": str(age)}, gen.get(field))
         for status in statuses
-        for gen in (status.get("expiring") or {}).get("generations", [])
+        for age, gen in enumerate(_newest_first(status))
     ]
+
+
+def _newest_first(status: Status) -> list[Mapping[str, Any]]:
+    generations = (status.get("expiring") or {}).get("generations", [])
+    return sorted(generations, key=lambda gen: -int(gen["generation"]))
 
 
 def _later_lines(statuses: Sequence[Status]) -> list[str]:
     lines: list[str] = []
     for name, part, field, help_text in _LATER_GAUGES:
         lines += _family(name, "gauge", help_text, _per_crawl(statuses, _later(part, field)))
-    held = _per_generation(statuses, "fingerprints")
-    help_text = (
-        "Fingerprints in a live generation of a lean filter (estimated from a sample) "
-        "or of a Bloom filter (its count)."
-    )
-    lines += _family("scrapy_redis_fingerprint_generation_size", "gauge", help_text, held)
-    ends = _per_generation(statuses, "expires_in")
-    name = "scrapy_redis_fingerprint_generation_expires_seconds"
-    help_text = "Seconds until a live generation of a lean or Bloom filter expires whole."
-    lines += _family(name, "gauge", help_text, ends)
+    for name, field, help_text in _GENERATION_GAUGES:
+        lines += _family(name, "gauge", help_text, _per_generation(statuses, field))
     return lines
 
 

@@ -57,7 +57,7 @@ from scrapy_redis.dupefilters.bloom_layout import (
     sized_layer,
 )
 from scrapy_redis.dupefilters.lean_expiry import ServerClock
-from scrapy_redis.dupefilters.redisbloom import redisbloom_info
+from scrapy_redis.dupefilters.redisbloom import module_counts
 from scrapy_redis.exceptions import ConfigurationError
 from scrapy_redis.queues.base import batch_arg
 from scrapy_redis.queues.seen_sets import SeenExpiring
@@ -298,12 +298,8 @@ class BloomExpiry:
             counts = zip(live, keys, self.server.mget(keys), strict=True)
             read = {k: self._stored_integer(c, key) for k, key, c in counts if c is not None}
             return {k: count for k, count in read.items() if count is not None}
-        found = {}
-        for k, key in zip(live, keys, strict=True):
-            if self.server.exists(key):
-                info = redisbloom_info(self.server.execute_command("BF.INFO", key))
-                found[k] = info.get("count", 0)
-        return found
+        held = zip(live, module_counts(self.server, keys), strict=True)
+        return {k: count for k, count in held if count is not None}
 
     def generations_fill(self) -> float:
         """The fullest live generation's count as a fraction of its capacity (the stat

@@ -14,6 +14,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 import msgpack  # type: ignore[import-untyped]
+from redis.exceptions import ResponseError
 
 from scrapy_redis import defaults
 from scrapy_redis.connection import is_cluster
@@ -69,6 +70,31 @@ def redisbloom_info(reply: Any) -> dict[str, int]:
         if text in _INFO_FIELDS:
             info[_INFO_FIELDS[text]] = int(value)
     return info
+
+
+def module_counts(server: Any, keys: list[str]) -> list[int | None]:
+    """The count of each RedisBloom filter of ``keys`` (None: absent), by one pipeline of
+    ``EXISTS`` (BF.INFO of no filter is an error) and ``BF.INFO`` a key: one round trip.
+    On a Redis Cluster each command names its node (the keys of one filter share a hash
+    slot), or redis-py's cluster pipeline would ask the server for its keys first."""
+    pipe = server.pipeline(transaction=False)
+    for key in keys:
+        options = {"target_nodes": server.get_node_from_key(key)} if is_cluster(server) else {}
+        pipe.execute_command("EXISTS", key, **options)
+        pipe.execute_command("BF.INFO", key, **options)
+    replies = pipe.execute(raise_on_error=False)
+    return [_count(exists, info) for exists, info in zip(replies[::2], replies[1::2], strict=True)]
+
+
+def _count(exists: Any, info: Any) -> int | None:
+    """The count in a pipelined EXISTS and BF.INFO of a key (None: absent)."""
+    if isinstance(exists, Exception):
+        raise exists
+    if not exists or (isinstance(info, ResponseError) and "not found" in str(info)):
+        return None  # (not found: dropped in between, expired)
+    if isinstance(info, Exception):
+        raise info
+    return redisbloom_info(info).get("count", 0)
 
 
 def server_has_redisbloom(server: Any) -> bool:

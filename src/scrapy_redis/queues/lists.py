@@ -8,19 +8,18 @@ from collections.abc import Sequence
 from typing import Any
 
 from scrapy_redis.queues.base import (
-    PUSH_CHUNK,
     Base,
     Candidate,
     Entry,
     FilterArgs,
     Seen,
     batch_arg,
-    filter_args,
     raw_command,
     send_push,
 )
 from scrapy_redis.queues.leases import Ticket, release_args
 from scrapy_redis.queues.records import record_entries
+from scrapy_redis.queues.script_push import push_plan, send_chunks
 from scrapy_redis.store.scripts import script
 
 
@@ -42,12 +41,12 @@ class _ListQueue(Base):
     def _push(self, command: str, datas: list[bytes]) -> None:
         """``command`` (LPUSH or RPUSH) of ``datas``, in calls applied once each."""
         keys = [self.key, self.writes.key(self.key)]
-        for start in range(0, len(datas), PUSH_CHUNK):
-            chunk = datas[start : start + PUSH_CHUNK]
-            # The same chunk after a failed call (an outage) is that call sent again.
-            args = [command, self.writes.ttl_ms, self.writes.take_for((command, *chunk))]
-            script("push_list")(self.server, keys, [*args, *chunk])
-            self.writes.confirmed()
+
+        def send(chunk: list[bytes], number: int) -> Any:
+            args = [command, self.writes.ttl_ms, number, *chunk]
+            return script("push_list")(self.server, keys, args)
+
+        send_chunks(self.writes, datas, (command,), send)
 
     def push_new(
         self,
@@ -56,26 +55,22 @@ class _ListQueue(Base):
         news: str = "",
         write: int | None = None,
     ) -> list[bool]:
-        first = filter_args(seen, candidates)
-        if first is None:
-            return super().push_new(candidates, seen, news, write)
-        record = self.writes.key(first.base)
-        if not self.scripts_may_use(self.key, record, *first.keys):
-            return super().push_new(candidates, seen, news, write)
         if not candidates:
             return []
-        number = self.writes.take() if write is None else write
+        plan = push_plan(self, candidates, seen, write, [self.key])
+        if plan is None:
+            return super().push_new(candidates, seen, news, write)
         news_args = self.news_args(news)
 
         def send(filter_part: FilterArgs) -> Any:
             batch: list[Any] = []
             for candidate, token in zip(candidates, filter_part.tokens, strict=True):
                 batch += [*token, candidate.entry.data if candidate.entry else ""]
-            args = [*news_args, batch_arg(batch), self.writes.ttl_ms, number, *filter_part.args]
-            keys = [self.key, record, *filter_part.keys]
-            return script("dedup_push_list")(self.server, keys, args)
+            args = [*news_args, batch_arg(batch), self.writes.ttl_ms, plan.write]
+            keys = [self.key, plan.record, *filter_part.keys]
+            return script("dedup_push_list")(self.server, keys, [*args, *filter_part.args])
 
-        return send_push(seen, candidates, first, send)
+        return send_push(seen, candidates, plan.filter, send)
 
     def pop_entries(
         self, count: int, timeout: int = 0, ticket: Ticket | None = None

@@ -14,19 +14,18 @@ from itertools import groupby
 from typing import TYPE_CHECKING, Any
 
 from scrapy_redis.queues.base import (
-    PUSH_CHUNK,
     Base,
     Candidate,
     Entry,
     FilterArgs,
     Seen,
     batch_arg,
-    filter_args,
     raw_command,
     send_push,
 )
 from scrapy_redis.queues.leases import Ticket, release_args
 from scrapy_redis.queues.records import record_entries
+from scrapy_redis.queues.script_push import push_plan, send_chunks
 from scrapy_redis.serializers import Serializer
 from scrapy_redis.store.keys import priority_list_key
 from scrapy_redis.store.scripts import script
@@ -107,13 +106,9 @@ class PriorityQueue(Base):
             priority_list_key(self.key, cluster=self.on_cluster, priority=priority)
             for priority in number
         ]
-        first = filter_args(seen, candidates)
-        if first is None:
+        plan = push_plan(self, candidates, seen, write, [self.key, *lists])
+        if plan is None:
             return super().push_new(candidates, seen, news, write)
-        record = self.writes.key(first.base)
-        if not self.scripts_may_use(self.key, record, *lists, *first.keys):
-            return super().push_new(candidates, seen, news, write)
-        write = self.writes.take() if write is None else write
         news_args = self.news_args(news)
 
         def send(filter_part: FilterArgs) -> Any:
@@ -122,22 +117,22 @@ class PriorityQueue(Base):
                 entry = candidate.entry
                 list_number = number[entry.priority if entry else 0]
                 batch += [*token, list_number, entry.data if entry else ""]
-            keys = [self.key, record, *lists, *filter_part.keys]
-            args = [*news_args, len(number), *number, batch_arg(batch), self.writes.ttl_ms, write]
-            return script("dedup_push_priority")(self.server, keys, [*args, *filter_part.args])
+            keys = [self.key, plan.record, *lists, *filter_part.keys]
+            args = [*news_args, len(number), *number, batch_arg(batch), self.writes.ttl_ms]
+            args += [plan.write, *filter_part.args]
+            return script("dedup_push_priority")(self.server, keys, args)
 
-        return send_push(seen, candidates, first, send)
+        return send_push(seen, candidates, plan.filter, send)
 
     def _push_group(self, priority: int, datas: list[bytes], where: str) -> None:
         key = priority_list_key(self.key, cluster=self.on_cluster, priority=priority)
         keys = [self.key, key, self.writes.key(key)]
-        for start in range(0, len(datas), PUSH_CHUNK):
-            chunk = datas[start : start + PUSH_CHUNK]
-            # The same chunk after a failed call (an outage) is that call sent again.
-            number = self.writes.take_for((key, where, *chunk))
-            args = [priority, where, self.writes.ttl_ms, number]
-            script("push_priority")(self.server, keys, [*args, *chunk])
-            self.writes.confirmed()
+
+        def send(chunk: list[bytes], number: int) -> Any:
+            args = [priority, where, self.writes.ttl_ms, number, *chunk]
+            return script("push_priority")(self.server, keys, args)
+
+        send_chunks(self.writes, datas, (key, where), send)
 
     def pop_entries(
         self, count: int, timeout: int = 0, ticket: Ticket | None = None

@@ -30,7 +30,7 @@ from scrapy_redis.queues.lists import _ListQueue
 from scrapy_redis.queues.priority import PriorityQueue
 from scrapy_redis.scheduling.lanes import lane_of
 from scrapy_redis.store.keys import due_key, invalid_entries_key, priority_list_key
-from scrapy_redis.store.scripts import script
+from scrapy_redis.store.scripts import ScriptCall, run_pipelined, script
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -120,42 +120,51 @@ class DueRequests:
 
     def promote(self, now: bool = False) -> int:
         """Move what is due into the queue (at most every :data:`POLL` seconds unless
-        ``now``); how many requests were moved."""
+        ``now``); how many requests were moved. Every lane is looked at in one pipeline,
+        and what is due moved in a second (on a Redis Cluster: one round trip per master
+        each), each lane's move one script call (atomic)."""
         if not now and self.clock() - self._looked < POLL:
             return 0
         self._looked = self.clock()
-        moved = 0
-        for lane, key in enumerate(self.keys):
-            members, _ = script("due_ready")(self.server, [key], [BATCH, 0])
+        looks = [(script("due_ready"), [key], [BATCH, 0]) for key in self.keys]
+        asides: list[ScriptCall] = []
+        moves: list[ScriptCall] = []
+        for lane, (members, _) in enumerate(run_pipelined(self.server, looks)):
             readable = [member for member in members if _readable(member)]
             if len(readable) < len(members):
-                self._set_aside(lane, [m for m in members if m not in readable])
+                asides.append(self._set_aside(lane, [m for m in members if m not in readable]))
             if readable:
-                moved += int(self._move(lane, readable))
-        return moved
+                moves.append(self._move_call(lane, readable))
+        replies = run_pipelined(self.server, asides + moves)
+        return sum(int(reply) for reply in replies[len(asides) :])
 
-    def _set_aside(self, lane: int, members: list[bytes]) -> None:
-        """Members that are not requests due later (read from Redis: anyone may write
-        there) into the queue's entries set aside (``due_set_aside.lua``)."""
+    def _set_aside(self, lane: int, members: list[bytes]) -> ScriptCall:
+        """The call putting members that are not requests due later (read from Redis:
+        anyone may write there) into the queue's entries set aside (``due_set_aside.lua``)."""
         queue = self.queues[lane]
         invalid = invalid_entries_key(queue.key, queue.on_cluster)
-        script("due_set_aside")(self.server, [self.keys[lane], invalid], members)
         logger.warning(
             "%(count)d entries of %(key)s are not requests due later: set aside in "
             "%(invalid)s (scrapy redis requeue --invalid puts them in the queue)",
             {"count": len(members), "key": self.keys[lane], "invalid": invalid},
             extra={"spider": queue.spider},
         )
+        return script("due_set_aside"), [self.keys[lane], invalid], list(members)
 
     def _move(self, lane: int, members: list[bytes]) -> Any:
+        """Move the due ``members`` of ``lane`` into its queue: how many were moved."""
+        lua, keys, args = self._move_call(lane, members)
+        return lua(self.server, keys, args)
+
+    def _move_call(self, lane: int, members: list[bytes]) -> ScriptCall:
+        """The script call moving the due ``members`` of ``lane`` into its queue."""
         queue, key, news = self.queues[lane], self.keys[lane], self.news[lane]
         invalid = invalid_entries_key(queue.key, queue.on_cluster)
         if self.per_slot:
-            return self._move_to_slots(queue, [key, *queue.slot_keys, invalid], news, members)
+            return self._to_slots_call(queue, [key, *queue.slot_keys, invalid], news, members)
         if not isinstance(queue, PriorityQueue):
             args = [part for member in members for part in (member, 0)]
-            keys = [key, queue.key, invalid]
-            return script("due_promote")(self.server, keys, ["list", *news, *args])
+            return script("due_promote"), [key, queue.key, invalid], ["list", *news, *args]
         lists: dict[int, int] = {}
         args = []
         for member in members:
@@ -163,19 +172,19 @@ class DueRequests:
             args += [member, lists.setdefault(priority, len(lists) + 1)]
         keys = [key, queue.key, invalid]
         keys += [priority_list_key(queue.key, p, queue.on_cluster) for p in lists]
-        return script("due_promote")(self.server, keys, ["priority", *news, *args])
+        return script("due_promote"), keys, ["priority", *news, *args]
 
     @staticmethod
-    def _move_to_slots(
+    def _to_slots_call(
         queue: Any, keys: list[str], news: tuple[str, ...], members: list[bytes]
-    ) -> Any:
+    ) -> ScriptCall:
         """Due members into their slots' queues (``due_promote_slots.lua``, ``keys``: the
         due key, the slots' queues', the entries set aside)."""
         args: list[Any] = []
         for member in members:
             args += [member, _slot_of(queue, member)]
         conf = queue._conf({args[i] for i in range(1, len(args), 2)})
-        return script("due_promote_slots")(queue.server, keys, [*news, conf, *args])
+        return script("due_promote_slots"), keys, [*news, conf, *args]
 
     def lane_of_member(self, member: bytes) -> int:
         """The number of the queue (in :attr:`queues`) keeping the due ``member``: its
@@ -189,11 +198,8 @@ class DueRequests:
     def pending_within(self, seconds: float) -> bool:
         """Whether a request is due within ``seconds`` (any, if 0) by the server's clock."""
         window = max(1, round(seconds * 1000)) if seconds else 0
-        for key in self.keys:
-            _, soon = script("due_ready")(self.server, [key], [0, window])
-            if soon:
-                return True
-        return False
+        looks = [(script("due_ready"), [key], [0, window]) for key in self.keys]
+        return any(soon for _, soon in run_pipelined(self.server, looks))
 
 
 def _readable(member: bytes) -> bool:

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import cache
 from importlib import resources
 from typing import Any
 
 from redis.client import NEVER_DECODE
+from redis.cluster import RedisCluster
 from redis.exceptions import NoScriptError
 
 from scrapy_redis.store.stand_ins import check_client
@@ -79,3 +80,42 @@ class LuaScript:
 def script(name: str) -> LuaScript:
     """The (cached) script ``lua/<name>.lua``."""
     return LuaScript(name)
+
+
+#: A script call to pipeline: the script, its keys, its args.
+ScriptCall = tuple[LuaScript, list[str], list[Any]]
+
+
+def run_pipelined(client: Any, calls: Sequence[ScriptCall]) -> list[Any]:
+    """Run ``calls`` on ``client`` in one pipeline (no transaction): one round trip, or on
+    a Redis Cluster one per master holding their keys, sent to all before any reply is
+    read. Each call is atomic as alone, not the calls together. The calls the server
+    did not know the script of (restarted) are sent again in full, in a second round
+    trip. Their replies in order; the first error raised."""
+    for lua, _, _ in calls:
+        check_client(client, lua.name)
+    replies = _pipeline(client, [(lua.sha, keys, args) for lua, keys, args in calls], "EVALSHA")
+    unknown = [n for n, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
+    if unknown:
+        again = [(calls[n][0].source, calls[n][1], calls[n][2]) for n in unknown]
+        for n, reply in zip(unknown, _pipeline(client, again, "EVAL"), strict=True):
+            replies[n] = reply
+    for reply in replies:
+        if isinstance(reply, Exception):
+            raise reply
+    return replies
+
+
+def _pipeline(client: Any, calls: list[tuple[str, list[str], list[Any]]], how: str) -> list[Any]:
+    """``how`` (EVALSHA, EVAL) of each (script, keys, args) in ``calls``, pipelined: the
+    replies, errors among them."""
+    if not calls:
+        return []
+    pipe = client.pipeline(transaction=False)
+    cluster = isinstance(client, RedisCluster)
+    for text, keys, args in calls:
+        options: dict[str, Any] = {NEVER_DECODE: True}
+        if cluster and keys:  # (redis-py's cluster pipeline would ask COMMAND GETKEYS)
+            options["target_nodes"] = client.get_node_from_key(keys[0])
+        pipe.execute_command(how, text, len(keys), *keys, *args, **options)
+    return list(pipe.execute(raise_on_error=False))

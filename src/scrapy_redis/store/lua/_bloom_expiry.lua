@@ -62,19 +62,55 @@ local function generation_targets(state, numbers, lifetimes, now)
   return targets
 end
 
+-- The generation each request goes to (generation_targets()), none for a fingerprint
+-- the batch holds twice (seen the second time), and whether each is new so far (a
+-- dont_filter request, `numbers[i]` 0, is: not recorded). `check(member)`, if given,
+-- refuses a member it cannot take. (Both backends' find_new.)
+local function batch_targets(state, numbers, members, lifetimes, now, check)
+  local targets = generation_targets(state, numbers, lifetimes, now)
+  local first_of, new = {}, {}
+  for i, n in ipairs(numbers) do
+    new[i] = n == 0
+    if n ~= 0 then
+      local member = members[i]
+      if check then check(member) end
+      if first_of[member] then targets[i] = nil else first_of[member] = i end
+    end
+  end
+  return targets, new
+end
+
+-- The requests to look for in live generation `k`: not found yet, another target.
+local function asked_in(targets, found, k)
+  local asked = {}
+  for i in pairs(targets) do
+    if targets[i] ~= k and not found[i] then asked[#asked + 1] = i end
+  end
+  return asked
+end
+
+-- The requests to record, by target generation ({[k] = {i, ...}}), and the generations
+-- in the order first met: those with a target and found in no other live generation.
+local function by_target(numbers, targets, found)
+  local groups, order = {}, {}
+  for i in ipairs(numbers) do
+    local k = targets[i]
+    if k and not found[i] then
+      if not groups[k] then groups[k] = {}; order[#order + 1] = k end
+      table.insert(groups[k], i)
+    end
+  end
+  return groups, order
+end
+
 -- Which requests are held by a live generation other than their own target: {[i] = true}.
 -- A generation without its count key was never written (or expired): not read.
 local function found_elsewhere(state, numbers, members, targets)
   local found = {}
   for k = state.live, state.live + state.gens do
     if redis.call('EXISTS', generation_count_key(state, k)) == 1 then
-      local plan, asked = generation_plan(state, k, nil, {}), {}
-      for i in pairs(targets) do
-        if targets[i] ~= k and not found[i] then
-          bits_add(plan, i, members[i])
-          asked[#asked + 1] = i
-        end
-      end
+      local plan, asked = generation_plan(state, k, nil, {}), asked_in(targets, found, k)
+      for _, i in ipairs(asked) do bits_add(plan, i, members[i]) end
       local replies = bits_run(plan, 'BITFIELD_RO')
       for _, i in ipairs(asked) do
         if bits_all_set(plan, replies, i) then found[i] = true end
@@ -99,17 +135,11 @@ end
 -- new ones and let every key written expire at the end of its window. Every block to
 -- write is checked first: a generation that fails must fail before another is written.
 local function set_in_targets(state, numbers, members, targets, found, new)
-  local plans, order = {}, {}
-  for i in ipairs(numbers) do
-    local k = targets[i]
-    if k and not found[i] then
-      if not plans[k] then
-        local last = tostring(state.params[5][1] - 1)
-        plans[k] = generation_plan(state, k, '1', {'INCRBY', 'u1', last, '0'})
-        order[#order + 1] = k
-      end
-      bits_add(plans[k], i, members[i])
-    end
+  local groups, order = by_target(numbers, targets, found)
+  local plans, last = {}, tostring(state.params[5][1] - 1)
+  for _, k in ipairs(order) do
+    plans[k] = generation_plan(state, k, '1', {'INCRBY', 'u1', last, '0'})
+    for _, i in ipairs(groups[k]) do bits_add(plans[k], i, members[i]) end
   end
   for _, k in ipairs(order) do
     for _, call in ipairs(plans[k].calls) do check_generation_block(call.key) end
@@ -135,20 +165,9 @@ end
 -- recorded; `members[i]` the i-th fingerprint as 40 hex digits; `lifetimes[i]` its
 -- lifetime in ms): checked in every live generation and recorded in its own, at once.
 local function bloom_expiry_find_new(state, numbers, members, lifetimes, now)
-  local targets = generation_targets(state, numbers, lifetimes, now)
-  local first_of, new = {}, {}
-  for i, n in ipairs(numbers) do
-    new[i] = n == 0
-    if n ~= 0 then
-      local member = members[i]
-      if #member ~= 40 then bloom_refuse('a fingerprint not of 40 hex digits') end
-      if first_of[member] then
-        targets[i] = nil  -- held twice: seen the second time
-      else
-        first_of[member] = i
-      end
-    end
-  end
+  local targets, new = batch_targets(state, numbers, members, lifetimes, now, function(member)
+    if #member ~= 40 then bloom_refuse('a fingerprint not of 40 hex digits') end
+  end)
   local found = found_elsewhere(state, numbers, members, targets)
   set_in_targets(state, numbers, members, targets, found, new)
   return new

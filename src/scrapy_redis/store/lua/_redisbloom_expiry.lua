@@ -32,10 +32,7 @@ local function redisbloom_found_elsewhere(state, members, targets)
   for k = state.live, state.live + state.gens do
     local key = KEYS[state.first + k - state.k0]
     if redis.call('EXISTS', key) == 1 then
-      local asked = {}
-      for i in pairs(targets) do
-        if targets[i] ~= k and not found[i] then asked[#asked + 1] = i end
-      end
+      local asked = asked_in(targets, found, k)
       for from = 1, #asked, 1000 do
         local items = {}
         for j = from, math.min(from + 999, #asked) do items[#items + 1] = members[asked[j]] end
@@ -53,23 +50,9 @@ end
 -- as RedisBloom takes it): checked in every live generation, inserted in its own (which
 -- expires at the end of its window).
 local function redisbloom_expiry_find_new(state, numbers, members, lifetimes, now)
-  local targets = generation_targets(state, numbers, lifetimes, now)
-  local first_of, new = {}, {}
-  for i, n in ipairs(numbers) do
-    new[i] = n == 0
-    if n ~= 0 then
-      if first_of[members[i]] then targets[i] = nil else first_of[members[i]] = i end
-    end
-  end
+  local targets, new = batch_targets(state, numbers, members, lifetimes, now)
   local found = redisbloom_found_elsewhere(state, members, targets)
-  local groups, order = {}, {}
-  for i in ipairs(numbers) do
-    local k = targets[i]
-    if k and not found[i] then
-      if not groups[k] then groups[k] = {}; order[#order + 1] = k end
-      table.insert(groups[k], i)
-    end
-  end
+  local groups, order = by_target(numbers, targets, found)
   for _, k in ipairs(order) do
     local key, group = KEYS[state.first + k - state.k0], groups[k]
     local items = {}
