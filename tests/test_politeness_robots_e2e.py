@@ -31,7 +31,7 @@ def all_gaps(sites: PoliteSites, address: str) -> list[tuple[float, str, str]]:
 def test_every_workers_robots_txt_keeps_the_sites_delay(
     server, redis_url, tmp_path, robots_latency
 ):
-    """"slow": robots.txt answers in 4 s, longer than a slot waits for the report of a
+    """With "slow", robots.txt answers in 4 s, longer than a slot waits for the report of a
     start (3 s): the start of the request that made a worker fetch it must not count for
     both."""
     settings = {**POLITE, "SCHEDULER_FLEET_LIMITS": True, "ROBOTSTXT_OBEY": True}

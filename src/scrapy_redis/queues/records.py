@@ -9,7 +9,8 @@ entry each): a msgpack array ``{op, key, key2, arg, entry...}``.
   list ``key``, and its priority ``arg`` added to the index ``key2``), ``zadd``
   (to the sorted set ``key`` with the score ``arg``), ``sadd`` (to the set ``key``) or
   ``slot`` (to the per-slot queues whose requests are the sorted set ``key``, see
-  :mod:`scrapy_redis.politeness`);
+  :mod:`scrapy_redis.politeness`), or ``place`` (an in-flight place of a slot taken by a
+  request outside the queue, its robots.txt: ``<slot> NUL <id>``; nothing goes back);
 * the entries follow in pop order; an entry whose work is done is ``false``.
 
 This module is the only Python code that reads the format (documented for users in
@@ -41,7 +42,7 @@ class Record:
     @property
     def keys(self) -> list[str]:
         """The keys its entries go back to (the index too for a priority list)."""
-        if self.op == b"slot":  # the per-slot queues' keys, derived from <base>:pq
+        if self.op in (b"slot", b"place"):  # the per-slot queues' keys, from <base>:pq
             base = self.key[: -len("pq")]
             return [self.key, *(base + name for name in ("ready", "waiting", "slots", "seq"))]
         return [self.key, self.key2.decode()] if self.op == b"prio" else [self.key]

@@ -69,9 +69,11 @@ local function forget_done_suspect(leases_key, deliveries, lease_id)
 end
 
 -- The entries `ended` of a lease record are done or leave the lease (put back, dead
--- letters, set aside): a per-slot queue's record gives back their in-flight places.
+-- letters, set aside): a per-slot queue's record gives back their in-flight places, as
+-- does a "place" record (an in-flight place a request outside the queue took, see
+-- slot_take.lua: its entry is <slot> NUL <id>).
 local function record_ended(record, ended)
-  if record[1] == 'slot' then
+  if record[1] == 'slot' or record[1] == 'place' then
     slots_done(record[2], ended)
   end
 end
@@ -205,7 +207,8 @@ end
 -- popped first. Record ops: "rpush"/"lpush" (list queue or list of start messages),
 -- "prio" (LPUSH to a priority list key, ZADD its priority arg to the index key2),
 -- "zadd" (score arg), "sadd", "recur" (a recurring start message: its run at the score
--- arg is due again, if it is still recurring, see pop_start_messages.lua).
+-- arg is due again, if it is still recurring, see pop_start_messages.lua); "place"
+-- (an in-flight place: nothing goes back).
 local function put_back(op, key, key2, arg, entries)
   if #entries == 0 then
     return

@@ -38,6 +38,9 @@ local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
 -- those delivered max_deliveries times go to the dead letters.
 local dead = 0
 local function count_deliveries(op, key, key2, arg, entries)
+  if op == 'place' then -- an in-flight place (slot_take.lua): given back, nothing else
+    return {}
+  end
   if not expired_only then
     return entries
   end
