@@ -11,7 +11,9 @@ entry each): a msgpack array ``{op, key, key2, arg, entry...}``.
   ``slot`` (to the per-slot queues whose requests are the sorted set ``key``, see
   :mod:`scrapy_redis.politeness`), or ``place`` (an in-flight place of a slot taken by a
   request outside the queue, its robots.txt: ``<slot> NUL <id>``; nothing goes back);
-* the entries follow in pop order; an entry whose work is done is ``false``.
+* the entries follow in pop order; an entry whose work is done is ``false``. A dead
+  letter of the per-slot queues (``slot``) holds its request's own bytes, its slot as
+  ``key2`` and its id (24 hex digits: priority, sequence) as ``arg``.
 
 This module is the only Python code that reads the format (documented for users in
 docs/keys.rst, "Lease records").
@@ -25,6 +27,27 @@ import msgpack  # type: ignore[import-untyped]
 
 #: How many fields come before the entries (op, key, key2, arg).
 HEADER_FIELDS = 4
+#: A per-slot queue's member holds 2^47 - 1 - its priority, in 12 hex digits.
+PRIORITY_BIAS = 2**47 - 1
+#: The characters of a per-slot queue member's id (priority, sequence).
+MEMBER_ID = 24
+
+
+def member_parts(member: bytes) -> tuple[bytes, bytes, bytes] | None:
+    """A per-slot queue's member split: its slot, its id (24 hex: priority, sequence) and
+    its request; None if it is not one."""
+    slot, zero, rest = member.partition(b"\0")
+    if not zero or len(rest) < MEMBER_ID:
+        return None
+    return slot, rest[:MEMBER_ID], rest[MEMBER_ID:]
+
+
+def id_priority(member_id: bytes) -> int | None:
+    """The priority a per-slot queue member's id holds (None if it holds none)."""
+    try:
+        return PRIORITY_BIAS - int(member_id[:12], 16)
+    except ValueError:
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +72,10 @@ class Record:
 
     @property
     def priority(self) -> int | None:
-        """The priority of a priority queue's entries; None for the other ops."""
+        """The priority of a priority queue's entries, or of a per-slot queue's dead
+        letter; None for the other ops."""
+        if self.op == b"slot" and self.arg:
+            return id_priority(self.arg)
         return int(self.arg) if self.op == b"prio" else None
 
 
