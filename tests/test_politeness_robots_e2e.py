@@ -5,6 +5,9 @@ every arrival (robots.txt included) with the kernel's stamp."""
 
 from __future__ import annotations
 
+import os
+import signal
+import time
 from itertools import pairwise
 
 import pytest
@@ -51,3 +54,35 @@ def test_every_workers_robots_txt_keeps_the_sites_delay(
         gaps = all_gaps(sites, address)
         short = sorted(gap for gap in gaps if gap[0] < 0.45)
         assert not short, (address, short[:5])
+
+
+def lease_holders(server) -> set[int]:
+    """The pids of the workers holding leases (ids ``<host>:<pid>:<hex>:<n>``)."""
+    return {int(lease.split(b":")[-3]) for lease in server.hkeys("polite:requests:leases")}
+
+
+def test_a_worker_killed_fetching_robots_txt_does_not_hold_the_site(server, redis_url, tmp_path):
+    """The worker fetching robots.txt holds the site's one in-flight place (of the request
+    waiting for it): killed, its lease is recovered and the other worker crawls the site."""
+    settings = {
+        "SCHEDULER_FLEET_LIMITS": True,
+        "ROBOTSTXT_OBEY": True,
+        "CONCURRENT_REQUESTS_PER_DOMAIN": 1,
+        "SCHEDULER_WORKER_TIMEOUT": 2,
+    }
+    site = ADDRESSES[0]
+    with PoliteSites([site], pages=3) as sites:
+        sites.robots_latency = 3.0
+        sites.robots[site] = ROBOTS
+        workers = fleet(server, redis_url, tmp_path, settings, sites, workers=2)
+        deadline = time.monotonic() + 60
+        while not (sites.arrivals[site] and lease_holders(server)):
+            assert time.monotonic() < deadline, "no robots.txt fetched"
+            time.sleep(0.02)
+        (pid,) = lease_holders(server)  # it fetches robots.txt, its request waiting
+        killed = next(w for w in workers if w.process.pid == pid)
+        os.kill(pid, signal.SIGKILL)
+        killed.process.wait()
+        wait_all([w for w in workers if w is not killed])
+    assert sorted(sites.paths(site)) == ["/", "/p/0.html", "/p/1.html", "/p/2.html"]
+    assert sites.max_in_flight[site] <= 2  # the killed worker's robots.txt, then the other's
