@@ -88,3 +88,83 @@ def test_a_start_for_robots_txt_waits_for_the_slots_delay(server):
         assert time.monotonic() < deadline
         time.sleep(0.02)
     assert time.monotonic() - started >= 0.35
+
+
+# -- the worker's side: the gate before the downloader ----------------------------------
+
+
+def run_now(coroutine) -> None:
+    """Run a coroutine that must not wait (the slot allows the start at once)."""
+    try:
+        coroutine.send(None)
+    except StopIteration:
+        return
+    coroutine.close()
+    raise AssertionError("it waited")
+
+
+def gate_of(queue):
+    from scrapy_redis.politeness.pacing import PolitePacing
+    from scrapy_redis.politeness.robots import RobotsGate
+    from scrapy_redis.scheduling.pacing import Pacer
+
+    class Downloader:  # Scrapy's, as PolitePacing reads it: no request running yet
+        active: set = set()
+        slots: dict = {}
+
+        def get_slot_key(self, request):
+            return queue.limits.slot_of(request)
+
+    spider = queue.spider
+    pacing = PolitePacing(Pacer(prefetch=8), spider.crawler, spider)
+    pacing.downloader = Downloader()
+    pacing.queues = [queue]
+    queue.reports_starts = pacing.reports
+    return RobotsGate(pacing, "w1", 30), pacing
+
+
+def robots_request(host: str):
+    from scrapy import Request
+
+    return Request(f"http://{host}/robots.txt", meta={"dont_obey_robotstxt": True})
+
+
+def test_a_robots_txt_no_popped_request_waits_for_leases_a_place_until_it_left(server):
+    queue = make_queue(server, {"CONCURRENT_REQUESTS_PER_DOMAIN": 1})
+    gate, pacing = gate_of(queue)
+    robots = robots_request("b.test")
+    run_now(gate.process_request(robots))
+    assert slot_state(server, "b.test")[1] == 1
+    (record,) = server.hvals(f"{KEY}:leases")
+    assert record.startswith(b"\x95\xa5place")  # msgpack ["place", ...]: nothing goes back
+    assert pacing.handed_out(robots)  # its start is reported as a popped request's
+    gate.left(robots)
+    assert slot_state(server, "b.test")[1] == 0 and not server.exists(f"{KEY}:leases")
+
+
+def test_a_robots_txt_goes_in_the_stead_of_the_popped_request_then_that_starts_again(server):
+    queue = make_queue(server, DELAY)
+    gate, pacing = gate_of(queue)
+    push(queue, "http://a/1", "http://a/2")
+    got, _ = take(queue, LeaseBook(server, KEY, "w1", 30), 1)
+    popped = queue.decode(got[0])
+    assert pacing.held_back(popped) is False  # handed out: it reaches RobotsTxtMiddleware
+    robots = robots_request("a")
+    run_now(gate.process_request(robots))  # at once, in the popped request's stead
+    state = slot_state(server, "a")
+    assert state[1] == 1 and state[13] not in ("", queue.ids[popped])  # no new place
+    assert popped in gate.again
+    queue.started("a")  # robots.txt's bytes left: the next start after the delay
+    deadline = time.monotonic() + 10
+    while slot_state(server, "a")[0] > server_ms(server):
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    run_now(gate.process_request(popped))  # RobotsTxtMiddleware let it go: a start again
+    state = slot_state(server, "a")
+    assert state[13] == queue.ids[popped] and state[1] == 1  # its start; still one place
+    assert state[12] == 2 and popped not in gate.again and pacing.handed_out(popped)
+
+
+def server_ms(server) -> int:
+    seconds, micros = server.time()
+    return seconds * 1000 + micros // 1000
