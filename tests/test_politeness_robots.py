@@ -168,3 +168,17 @@ def test_a_robots_txt_goes_in_the_stead_of_the_popped_request_then_that_starts_a
 def server_ms(server) -> int:
     seconds, micros = server.time()
     return seconds * 1000 + micros // 1000
+
+
+def test_a_popped_request_whose_start_nothing_used_goes_at_once(server):
+    """Marked to start again (a robots.txt of its slot, of another host, was fetched
+    meanwhile, with a place of its own), it still holds the slot's unreported start."""
+    queue = make_queue(server, DELAY)
+    gate, pacing = gate_of(queue)
+    push(queue, "http://a/1", download_slot="shared")
+    got, _ = take(queue, LeaseBook(server, KEY, "w1", 30), 1)
+    popped = queue.decode(got[0])
+    pacing.held_back(popped)
+    gate.again[popped] = "shared"
+    run_now(gate.process_request(popped))
+    assert slot_state(server, "shared")[13] == queue.ids[popped]

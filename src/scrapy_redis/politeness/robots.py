@@ -118,7 +118,8 @@ class RobotsGate:
     async def _start_again(self, request: Request, slot: str) -> None:
         queue = self.pacing.queue_of(slot)
         request_id = queue.ids.get(request) or uuid.uuid4().hex[:24]
-        await self._until_started(queue, slot, request_id, (), None)
+        # its own start, if the slot still waits for its report: nothing went since, it goes
+        await self._until_started(queue, slot, request_id, (request_id,), None)
         self.pacing.will_start(request, slot, True)
 
     async def _until_started(
