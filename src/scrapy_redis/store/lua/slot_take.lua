@@ -12,8 +12,9 @@
 -- ARGV[6] = the request's id (24 characters, unique): the unreported start's
 -- ARGV[7] = "held": the request uses an in-flight place the worker holds, of a request
 --             of the slot that waits for this one; ARGV[8..n] = the ids of the worker's
---             requests of the slot popped and not sent: if the slot's unreported start
---             is one of theirs, this request takes it over (it goes now, in its stead)
+--             requests of the slot popped and not sent (or its own): if the slot's
+--             unreported start is one of theirs, this request takes it over (it goes
+--             now, in its stead; its own: nothing started since, it goes now)
 --           "place": the request takes an in-flight place too, leased (given back when
 --             the lease is released, or recovered from a dead worker); ARGV[8] = the
 --             lease timeout in ms, ARGV[9] = the lease id
