@@ -11,8 +11,8 @@ Scrapy sees one download slot per address. Each site has a listing page ``/`` li
 to ``/p/0.html`` ... ``/p/<pages - 1>.html`` (no other links); a page may take
 ``latency`` seconds to answer (slow pages, to see the downloads in flight), and a
 page named in ``retry_after`` answers 429 with that ``Retry-After`` once; a site
-named in ``robots`` serves that ``/robots.txt`` (requests for it are not counted in
-``paths``, ``times``, ``gaps`` and ``rate``). Used by
+named in ``robots`` serves that ``/robots.txt``, in ``robots_latency`` seconds
+(requests for it are not counted in ``paths``, ``times``, ``gaps`` and ``rate``). Used by
 tests/test_politeness_e2e.py and benchmarks/politeness.py::
 
     with PoliteSites(["127.0.0.2", "127.0.0.3"], pages=20) as sites:
@@ -105,6 +105,8 @@ class PoliteSites:
         self.retry_after: dict[tuple[str, str], float] = {}
         #: address -> its /robots.txt (else a 404).
         self.robots: dict[str, str] = {}
+        #: Seconds /robots.txt takes to answer (a slow site).
+        self.robots_latency = 0.0
         self.port = free_port(self.addresses)
         self.lock = threading.Lock()
         self.arrivals: dict[str, list[tuple[float, str]]] = defaultdict(list)
@@ -156,8 +158,9 @@ class PoliteSites:
                         self.send_header("Content-Length", "0")
                         self.end_headers()
                         return
-                    if sites.latency:
-                        time.sleep(sites.latency)
+                    latency = sites.robots_latency if self.path == "/robots.txt" else sites.latency
+                    if latency:
+                        time.sleep(latency)
                     body = f"<html><body>{links if self.path == '/' else self.path}</body></html>"
                     if self.path == "/robots.txt" and address in sites.robots:
                         body = sites.robots[address]

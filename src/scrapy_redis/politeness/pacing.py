@@ -118,6 +118,21 @@ class PolitePacing(DownloaderPacing):
         self._starting[request] = (key, delayed, fresh)
         return False
 
+    def handed_out(self, request: Request) -> bool:
+        """Whether ``request`` was handed out by the scheduler and is not in the
+        downloader yet."""
+        return request in self._starting
+
+    def unsent(self, slot: str) -> list[Request]:
+        """The requests of ``slot`` handed out and not in the downloader yet."""
+        return [r for r, (key, _, _) in list(self._starting.items()) if key == slot]
+
+    def will_start(self, request: Request, slot: str, delayed: bool) -> None:
+        """``request`` (of ``slot``, with a delay if ``delayed``) took a start of the slot:
+        reported as a popped request's (see :meth:`reached`)."""
+        fresh = slot not in getattr(self.downloader, "slots", {})
+        self._starting[request] = (slot, delayed, fresh)
+
     def _no_local_delay(self, key: str) -> None:
         """The worker's own slot ``key`` starts what reaches it at once (AutoThrottle's
         local adjustment included: the fleet's delay holds instead)."""
@@ -239,6 +254,11 @@ def polite_pacing(scheduler: Any, pacer: Pacer) -> PolitePacing | None:
         q.on_wait = pacing.wake_in
         q.room = pacing.room
         q.reports_starts = pacing.reports
+    crawler = scheduler.crawler
+    if pacing.reports and crawler.settings.getbool("ROBOTSTXT_OBEY"):
+        from scrapy_redis.politeness.robots import install_robots_gate
+
+        install_robots_gate(pacing, scheduler.worker_id, scheduler.worker_timeout)
     return pacing
 
 

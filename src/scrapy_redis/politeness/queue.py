@@ -12,6 +12,7 @@ server's clock; see docs/politeness.rst.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -45,6 +46,12 @@ _PREFIX = 24
 def member_request(member: bytes) -> bytes:
     """The serialized request of a queued member."""
     return member[member.index(b"\0") + 1 + _PREFIX :]
+
+
+def member_id(member: bytes) -> str:
+    """The id of a queued member (its priority and sequence: 24 hex digits, unique)."""
+    at = member.index(b"\0") + 1
+    return member[at : at + _PREFIX].decode("ascii", "replace")
 
 
 def member_slot(member: bytes) -> str:
@@ -110,6 +117,8 @@ class SlotQueue(Base):
         self.room: Callable[[], int] | None = None
         #: Moves requests queued in the layout of SCHEDULER_QUEUE_CLASS here (setup.py).
         self.carry_over: Any = None
+        #: The id (member_id()) of each request decoded from a popped member, while alive.
+        self.ids: weakref.WeakKeyDictionary[Request, str] = weakref.WeakKeyDictionary()
 
     # -- the original's contract --------------------------------------------------------
 
@@ -128,8 +137,11 @@ class SlotQueue(Base):
         return entry
 
     def decode(self, entry: Entry) -> Request:
-        data = member_request(entry.data) if isinstance(entry, Member) else entry.data
-        return self._decode_request(data)
+        if not isinstance(entry, Member):
+            return self._decode_request(entry.data)
+        request = self._decode_request(member_request(entry.data))
+        self.ids[request] = member_id(entry.data)
+        return request
 
     # -- pushing -------------------------------------------------------------------------
 
@@ -238,6 +250,26 @@ class SlotQueue(Base):
         earlier than its delay after now (``slot_started.lua``); seconds until then."""
         wait = script("slot_started")(self.server, list(self.slot_keys[:4]), [slot])
         return int(wait) / 1000
+
+    def take_start(
+        self, slot: str, request_id: str, held: Sequence[str] = (), ticket: Ticket | None = None
+    ) -> float | None:
+        """A start of ``slot`` for a request downloaded without the queue (its
+        robots.txt), or again for a popped one whose start another used (``slot_take.lua``):
+        0 if it may start now (counted), else the seconds to wait before asking again
+        (None: the slot is at its concurrency). ``held``: the ids of this worker's popped
+        requests of the slot waiting for it, one of which lends its in-flight place (an
+        empty list: a popped request's own place); else ``ticket``: a place is leased."""
+        limits = self.limits.of(slot)
+        keys, args = list(self.slot_keys[:4]), [slot, *limits.arg()]
+        args += ["1" if self.reports_starts else "0", request_id]
+        if ticket is None:
+            args += ["held", *held]
+        else:
+            keys += [ticket.leases_key, ticket.deadlines_key]
+            args += ["place", ticket.timeout_ms, ticket.id]
+        wait = int(script("slot_take")(self.server, keys, args))
+        return None if wait < 0 else wait / 1000
 
     def retry_after(self, slot: str, seconds: float) -> None:
         """The site of ``slot`` asked to wait ``seconds`` (a 429 or 503 with Retry-After):

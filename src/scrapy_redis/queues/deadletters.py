@@ -24,7 +24,7 @@ from redis.client import NEVER_DECODE
 from redis.exceptions import ResponseError
 
 from scrapy_redis.connection import is_cluster
-from scrapy_redis.queues.records import record_keys, unpack_record
+from scrapy_redis.queues.records import id_priority, member_parts, record_keys, unpack_record
 from scrapy_redis.serializers import Serializer, msgpack_serializer
 from scrapy_redis.store.keys import dead_letters_key
 from scrapy_redis.store.scripts import script
@@ -35,14 +35,16 @@ _MAX_CONFLICTS = 10
 
 @dataclass(frozen=True, slots=True)
 class DeadLetter:
-    """One dead request: the entry as stored in the queue, and where it goes back."""
+    """One dead request: the request as stored in the queue, and where it goes back."""
 
     #: The serialized request (SCHEDULER_SERIALIZER's bytes).
     data: bytes
     #: The key it was popped from (a priority queue's list of one priority).
     key: str
-    #: The priority it had in a priority queue (None for a list queue).
+    #: The priority it had in a priority queue or per-slot queue (None for a list queue).
     priority: int | None
+    #: Its download slot, in the per-slot queues (SCHEDULER_FLEET_LIMITS), else None.
+    slot: str | None = None
 
     def request_dict(self, serializer: Serializer = msgpack_serializer) -> dict[str, Any]:
         """The stored request as a dict (``url``, ``method``, ``meta``...); pass the
@@ -86,5 +88,16 @@ def requeue_dead_letters(server: Any, queue_key: str, count: int | None = None) 
 
 def _letter(raw: bytes) -> DeadLetter:
     record = unpack_record(raw)
-    (data,) = record.entries  # one entry per dead letter
-    return DeadLetter(cast(bytes, data), record.key, record.priority)
+    (entry,) = record.entries  # one entry per dead letter
+    data = cast(bytes, entry)
+    if record.op != b"slot":
+        return DeadLetter(data, record.key, record.priority)
+    parts = None if record.arg else member_parts(data)  # (written as the member before)
+    if parts is not None:
+        slot, member_id, data = parts
+        return DeadLetter(data, record.key, id_priority(member_id), _text(slot))
+    return DeadLetter(data, record.key, record.priority, _text(record.key2))
+
+
+def _text(slot: bytes) -> str:
+    return slot.decode("utf-8", "replace")

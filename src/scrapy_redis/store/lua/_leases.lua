@@ -69,9 +69,11 @@ local function forget_done_suspect(leases_key, deliveries, lease_id)
 end
 
 -- The entries `ended` of a lease record are done or leave the lease (put back, dead
--- letters, set aside): a per-slot queue's record gives back their in-flight places.
+-- letters, set aside): a per-slot queue's record gives back their in-flight places, as
+-- does a "place" record (an in-flight place a request outside the queue took, see
+-- slot_take.lua: its entry is <slot> NUL <id>).
 local function record_ended(record, ended)
-  if record[1] == 'slot' then
+  if record[1] == 'slot' or record[1] == 'place' then
     slots_done(record[2], ended)
   end
 end
@@ -205,7 +207,8 @@ end
 -- popped first. Record ops: "rpush"/"lpush" (list queue or list of start messages),
 -- "prio" (LPUSH to a priority list key, ZADD its priority arg to the index key2),
 -- "zadd" (score arg), "sadd", "recur" (a recurring start message: its run at the score
--- arg is due again, if it is still recurring, see pop_start_messages.lua).
+-- arg is due again, if it is still recurring, see pop_start_messages.lua); "place"
+-- (an in-flight place: nothing goes back).
 local function put_back(op, key, key2, arg, entries)
   if #entries == 0 then
     return
@@ -232,8 +235,45 @@ local function put_back(op, key, key2, arg, entries)
       redis.call('ZADD', key, 'XX', arg, entry)
     end
   elseif op == 'slot' then
+    if arg ~= '' then -- a dead letter's request (see dead_letter()): its member again
+      local members = {}
+      for i, entry in ipairs(entries) do
+        members[i] = key2 .. '\0' .. arg .. entry
+      end
+      entries = members
+    end
     put_back_slots(key, entries)
   end
+end
+
+-- A per-slot queue's member split: its slot, its id (priority and sequence, 24 hex) and
+-- its request's own bytes.
+local function member_parts(member)
+  local zero = string.find(member, '\0', 1, true)
+  return string.sub(member, 1, zero - 1), string.sub(member, zero + 1, zero + 24),
+    string.sub(member, zero + 25)
+end
+
+-- The dead letter of `entry`, leased under a record {op, key, key2, arg}: packed {op,
+-- key, key2, arg, entry}. A per-slot queue's member is stored as its request's own bytes
+-- (as every other queue's dead letters), with its slot as key2 and its id as arg:
+-- put_back() makes the member again, which keeps its place in its slot.
+local function dead_letter(op, key, key2, arg, entry)
+  if op == 'slot' then
+    local slot, id, request = member_parts(entry)
+    return cmsgpack.pack({op, key, slot, id, request})
+  end
+  return cmsgpack.pack({op, key, key2, arg, entry})
+end
+
+-- What is set aside (<queue>:invalid) of a leased entry of a record of `op`: the entry,
+-- or a per-slot queue member's request's own bytes (as every other queue's entries).
+local function set_aside_entry(op, entry)
+  if op == 'slot' then
+    local _, _, request = member_parts(entry)
+    return request
+  end
+  return entry
 end
 
 -- The packed record of a popped batch: {op, key, key2, arg, entries...}.

@@ -6,6 +6,7 @@
 -- KEYS[2] = the lease deadlines sorted set
 -- KEYS[3] = the deliveries hash: sha1 of an entry -> deliveries ended by a dead worker
 -- KEYS[4] = the dead letters list: cmsgpack {op, key, key2, arg, entry}, one per entry
+--           (a per-slot queue's: its request, see dead_letter() in _leases.lua)
 -- KEYS[5..n] = every key the records name (read them first: lease_expired.lua or HMGET)
 -- ARGV[1] = "expired" to put back only leases past their deadline, "all" for any (a
 --           graceful give-back: no delivery is counted)
@@ -38,6 +39,9 @@ local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
 -- those delivered max_deliveries times go to the dead letters.
 local dead = 0
 local function count_deliveries(op, key, key2, arg, entries)
+  if op == 'place' then -- an in-flight place (slot_take.lua): given back, nothing else
+    return {}
+  end
   if not expired_only then
     return entries
   end
@@ -46,7 +50,7 @@ local function count_deliveries(op, key, key2, arg, entries)
     local digest = redis.sha1hex(entry)
     local delivered = redis.call('HINCRBY', KEYS[3], digest, 1)
     if max_deliveries > 0 and delivered >= max_deliveries then
-      redis.call('RPUSH', KEYS[4], cmsgpack.pack({op, key, key2, arg, entry}))
+      redis.call('RPUSH', KEYS[4], dead_letter(op, key, key2, arg, entry))
       redis.call('HDEL', KEYS[3], digest)
       dead = dead + 1
     else

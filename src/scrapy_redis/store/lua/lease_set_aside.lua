@@ -2,7 +2,8 @@
 -- release them, in one step: a worker dying half-way can neither lose nor duplicate one.
 -- KEYS[1] = the leases hash: lease id -> cmsgpack {op, key, key2, arg, entry...}
 -- KEYS[2] = the lease deadlines sorted set
--- KEYS[3] = the list the entries are moved to (RPUSH), e.g. <queue>:invalid
+-- KEYS[3] = the list the entries are moved to (RPUSH), e.g. <queue>:invalid (a per-slot
+--           queue's member: its request's own bytes, see set_aside_entry())
 -- KEYS[4] = (optional) the deliveries hash: what was counted for the entries is forgotten
 -- ARGV[1..n] = pairs (lease id, position of the entry in it, 1 = the first)
 -- returns how many entries were moved: an entry already moved or released (a resent
@@ -18,7 +19,7 @@ for i = 1, #ARGV, 2 do
     local record = cmsgpack.unpack(raw)
     if at > 4 and at <= #record and record[at] then
       record_ended(record, {record[at]})
-      redis.call('RPUSH', KEYS[3], record[at])
+      redis.call('RPUSH', KEYS[3], set_aside_entry(record[1], record[at]))
       forget_deliveries(deliveries, {record[at]})
       record[at] = false
       moved = moved + 1
