@@ -182,3 +182,36 @@ def test_a_popped_request_whose_start_nothing_used_goes_at_once(server):
     gate.again[popped] = "shared"
     run_now(gate.process_request(popped))
     assert slot_state(server, "shared")[13] == queue.ids[popped]
+
+
+class CrawlDelayParser:  # a robots.txt parser, as Scrapy's robots_parsed signal gives it
+    def __init__(self, delay: float) -> None:
+        self.delay = delay
+
+    def crawl_delay(self, agent: str) -> float:
+        return self.delay
+
+
+def test_a_request_handed_out_before_the_crawl_delay_was_known_waits_for_it(server):
+    """Popped with no delay known, it waited for its worker's robots.txt; once that says
+    Crawl-delay 0.5, it starts no sooner than 0.5 s after robots.txt, like every later
+    start (a loaded CI run saw it go at once, and the next page 0.36 s after it)."""
+    queue = make_queue(server, {})
+    gate, pacing = gate_of(queue)
+    push(queue, "http://a/1", "http://a/2")
+    got, _ = take(queue, LeaseBook(server, KEY, "w1", 30), 1)
+    popped = queue.decode(got[0])
+    pacing.held_back(popped)  # handed out: it waits in RobotsTxtMiddleware
+    robots = robots_request("a")
+    run_now(gate.process_request(robots))  # no delay known: at once
+    queue.started("a")
+    pacing.robots_parsed(CrawlDelayParser(0.5), robots)
+    parsed = server_ms(server)
+    waiting = gate.process_request(popped)
+    waiting.send(None)  # it waits (run_now would raise)
+    waiting.close()
+    deadline = time.monotonic() + 10
+    while (wait := queue.take_start("a", queue.ids[popped])) != 0:
+        assert time.monotonic() < deadline
+        time.sleep(min(wait or 0.05, 0.05))
+    assert server_ms(server) >= parsed + 500

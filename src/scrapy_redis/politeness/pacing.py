@@ -71,6 +71,8 @@ class PolitePacing(DownloaderPacing):
         self._leaving: weakref.WeakKeyDictionary[Request, str] = weakref.WeakKeyDictionary()
         #: Whether it reports starts (it has a crawler to be told of them by).
         self.reports = crawler is not None and getattr(crawler, "signals", None) is not None
+        #: The worker's robots.txt gate (politeness.robots), if ROBOTSTXT_OBEY.
+        self.robots_gate: Any = None
         if crawler is not None and self.reports:
             from scrapy import signals
 
@@ -218,7 +220,9 @@ class PolitePacing(DownloaderPacing):
             if target is not None:
                 target.crawl_delay(key, float(delay))
         except OUTAGE_ERRORS:
-            pass
+            return
+        if target is not None and float(delay) > 0 and self.robots_gate is not None:
+            self.robots_gate.delay_learned(key)
 
     def _report(self, key: str) -> None:
         queue = self.queue_of(key)

@@ -78,6 +78,7 @@ class RobotsGate:
             weakref.WeakKeyDictionary()
         )
         self._renewal: Any = None
+        pacing.robots_gate = self
 
     async def process_request(self, request: Request, spider: Any = None) -> None:
         """A downloader middleware's: returns once ``request`` may start."""
@@ -114,6 +115,14 @@ class RobotsGate:
             for popped in waiting:
                 self.again[popped] = slot
         return waiting
+
+    def delay_learned(self, slot: str) -> None:
+        """The Crawl-delay of ``slot``'s site was just read from its robots.txt: the
+        requests of the slot handed out before it was known (their starts counted no
+        delay) and waiting for robots.txt take a start again, under it."""
+        for popped in self.pacing.unsent(slot):
+            if not is_robots(popped):
+                self.again[popped] = slot
 
     async def _start_again(self, request: Request, slot: str) -> None:
         queue = self.pacing.queue_of(slot)
