@@ -91,6 +91,21 @@ def test_four_workers_give_each_site_its_delay_fleet_wide(server, redis_url, tmp
         assert 1.8 <= sites.rate(address) <= 2.2, (address, sites.rate(address))
 
 
+def test_busy_workers_still_give_each_site_its_rate(server, redis_url, tmp_path):
+    """Workers that block their reactor 0.1 s per request between the pop and the send
+    (a middleware: a busy worker) would add that to every gap; a request handed out a
+    little before its slot's start, held by its worker until then, hides it."""
+    settings = {**POLITE, "SCHEDULER_FLEET_LIMITS": True, "POLITE_BUSY": 0.1}
+    with PoliteSites(ADDRESSES, pages=PAGES) as sites:
+        wait_all(fleet(server, redis_url, tmp_path, settings, sites))
+    assert_every_page_once(sites)
+    for address in ADDRESSES:
+        gaps = sites.gaps(address)
+        assert min(gaps) >= 0.45, (address, sorted(gaps)[:5])
+    rates = [round(sites.rate(address), 2) for address in ADDRESSES]
+    assert all(1.8 <= rate <= 2.2 for rate in rates), rates
+
+
 def test_a_start_is_reported_after_its_request_reached_the_site(server, redis_url, tmp_path):
     """The report of a start counts the slot's next start from then: it must leave after
     the request's bytes did (their arrival stamped by the site's kernel, on the clock of
