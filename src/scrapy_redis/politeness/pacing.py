@@ -21,11 +21,15 @@ has passed and it has an in-flight place. So the worker
   fleet, by AutoThrottle's rules (``slot_feedback.lua``); with ROBOTSTXT_OBEY
   (Scrapy >= 2.18), the site's robots.txt Crawl-delay is the slot's least delay;
 * when a pop took nothing because the slots must wait, asks the engine again
-  when the earliest may start (the pop script says when), instead of polling.
+  when the earliest may start (the pop script says when), instead of polling;
+* takes a request of a slot whose next start is at most SCHEDULER_FLEET_EARLY away,
+  and holds it in its downloader until then (politeness.hold): the pop, the engine
+  and the middlewares overlap with the slot's delay instead of adding to it.
 """
 
 from __future__ import annotations
 
+import time
 import weakref
 import zlib
 from datetime import datetime, timezone
@@ -34,6 +38,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from scrapy_redis.core.engine import engine_downloader, installed_reactor, wake_engine
+from scrapy_redis.politeness.hold import SlotHolds, can_hold
 from scrapy_redis.politeness.sent import when_sent
 from scrapy_redis.scheduling.pacing import DownloaderPacing, Pacer
 from scrapy_redis.store.outage import OUTAGE_ERRORS
@@ -61,11 +66,14 @@ class PolitePacing(DownloaderPacing):
         self._wake_at: float | None = None
         #: The queues (one per lane) whose slots this worker takes requests of.
         self.queues: list[Any] = []  # SlotQueue (politeness.queue, which imports this)
-        #: Handed-out requests not in the downloader yet: their slot, and whether its
-        #: start is reported (a slot with a delay).
-        self._starting: weakref.WeakKeyDictionary[Request, tuple[str, bool, bool]] = (
+        #: Handed-out requests not in the downloader yet: their slot, whether its start
+        #: is reported (a slot with a delay), whether it is the first of its slot here,
+        #: and when it may start if handed out early (time.monotonic()).
+        self._starting: weakref.WeakKeyDictionary[Request, tuple[str, bool, bool, float | None]] = (
             weakref.WeakKeyDictionary()
         )
+        #: The downloader slots held until their early requests may start.
+        self._holds: SlotHolds | None = None
         #: Requests whose start is reported when they leave the downloader (the first of
         #: their slot in this worker: a connection is set up first), with their slot.
         self._leaving: weakref.WeakKeyDictionary[Request, str] = weakref.WeakKeyDictionary()
@@ -98,6 +106,18 @@ class PolitePacing(DownloaderPacing):
     def popped(self, leased: int) -> None:
         self.pacer.popped(leased)
 
+    def holds(self) -> bool:
+        """Whether it can hold a request handed out early until its start: it reports
+        starts, and its downloader is Scrapy's (see politeness.hold)."""
+        if self._holds is None and self.reports:
+            downloader = self.downloader or engine_downloader(self.crawler)
+            if downloader is not None and can_hold(downloader):
+                crawler = self.crawler
+                reactor = self.reactor or installed_reactor()
+                spider = lambda: getattr(crawler, "spider", None)  # noqa: E731
+                self._holds = SlotHolds(downloader, reactor, spider)
+        return self._holds is not None
+
     def skipped(self, handed: bool) -> None:
         return None
 
@@ -115,7 +135,8 @@ class PolitePacing(DownloaderPacing):
         )
         # no local slot yet: the first request of the slot here, which sets up a connection
         fresh = key not in getattr(self.downloader, "slots", {})
-        self._starting[request] = (key, delayed, fresh)
+        start_at = queue.start_at.pop(request, None) if queue is not None else None
+        self._starting[request] = (key, delayed, fresh, start_at)
         return False
 
     def _no_local_delay(self, key: str) -> None:
@@ -137,10 +158,11 @@ class PolitePacing(DownloaderPacing):
         starts now, maybe a little after the pop allowed it (a busy worker): the slot's
         next start is counted from when its bytes have left (one script call; lost in
         an outage, when the pop's time stands)."""
-        key, report, fresh = self._starting.pop(request, (None, False, False))
+        key, report, fresh, start_at = self._starting.pop(request, (None, False, False, None))
         if key is None:
             return
         self._no_local_delay(key)  # (sent before the downloader's slot takes it)
+        watch: Any = None
         if report and fresh:
             # its bytes leave once a connection is set up, some reactor turns later (many
             # on a busy worker): counted from its response, to be sure
@@ -149,7 +171,13 @@ class PolitePacing(DownloaderPacing):
             # once its bytes have left (politeness.sent): a report before, then the
             # worker descheduled, let another worker's next request come too soon
             reactor = self.reactor or installed_reactor()
-            when_sent(reactor, self.downloader, request, key, partial(self._report, key))
+            report_it = partial(self._report, key)
+            watch = partial(when_sent, reactor, self.downloader, request, key, report_it)
+        held = self._holds is not None and start_at is not None
+        if held and self._holds.hold(key, start_at, watch or (lambda: None)):
+            return  # handed out early: its slot lets it go at its start, then watches it
+        if watch is not None:
+            watch()
 
     def left(self, request: Request, spider: Any = None) -> None:
         """Scrapy's ``request_left_downloader``: the start of the first request of a
@@ -171,6 +199,8 @@ class PolitePacing(DownloaderPacing):
             wait = retry_after(response)
             if wait:
                 queue.retry_after(key, wait)
+                if self._holds is not None:  # a request of it held here waits too
+                    self._holds.extend(key, time.monotonic() + wait)
             throttle = queue.limits.throttle
             latency = request.meta.get("download_latency")
             adjust = not request.meta.get("autothrottle_dont_adjust_delay")
@@ -239,6 +269,7 @@ def polite_pacing(scheduler: Any, pacer: Pacer) -> PolitePacing | None:
         q.on_wait = pacing.wake_in
         q.room = pacing.room
         q.reports_starts = pacing.reports
+        q.holds = pacing.holds
     return pacing
 
 
