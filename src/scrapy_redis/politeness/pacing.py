@@ -1,7 +1,8 @@
 """How a worker takes requests when the fleet shares the limits per download slot.
 
-Every request the pop script hands out may start now: its slot's fleet-wide delay
-has passed and it has an in-flight place. So the worker
+Every request the pop script hands out may start now, or at the time the pop says (a
+little later, see the last point): its slot's fleet-wide delay has passed by then and
+it has an in-flight place. So the worker
 
 * starts it at once: the local downloader slot's own delay is set to 0 as the
   request reaches it (else Scrapy would wait once more, per worker, on top of the
@@ -122,9 +123,10 @@ class PolitePacing(DownloaderPacing):
         return None
 
     def held_back(self, request: Request) -> bool:
-        """Never: the fleet allowed it now. When it reaches the downloader, its local
-        slot's delay is set to 0, and the start of a slot with a delay is reported (see
-        :meth:`reached`)."""
+        """Never: the fleet allowed it (now, or at the time its pop said: then it is
+        held in the downloader, see :meth:`reached`). When it reaches the downloader, its
+        local slot's delay is set to 0, and the start of a slot with a delay is reported
+        (see :meth:`reached`)."""
         try:
             key = self.downloader.get_slot_key(request)
         except Exception:  # a downloader unlike Scrapy's: nothing to set
@@ -157,7 +159,8 @@ class PolitePacing(DownloaderPacing):
         """Scrapy's ``request_reached_downloader``: a request of a slot with a delay
         starts now, maybe a little after the pop allowed it (a busy worker): the slot's
         next start is counted from when its bytes have left (one script call; lost in
-        an outage, when the pop's time stands)."""
+        an outage, when the pop's time stands). One handed out before its start is held
+        in its downloader slot until then (politeness.hold), and watched from then."""
         key, report, fresh, start_at = self._starting.pop(request, (None, False, False, None))
         if key is None:
             return
