@@ -176,9 +176,12 @@ class PolitePacing(DownloaderPacing):
             reactor = self.reactor or installed_reactor()
             report_it = partial(self._report, key)
             watch = partial(when_sent, reactor, self.downloader, request, key, report_it)
-        held = self._holds is not None and start_at is not None
-        if held and self._holds.hold(key, start_at, watch or (lambda: None)):
-            return  # handed out early: its slot lets it go at its start, then watches it
+        holds = self._holds
+        if holds is not None and start_at is not None and start_at > time.monotonic():
+            # handed out early: its downloader slot lets it go at its start, then watches it
+            local = request.meta.get("download_slot", key)  # (the downloader just set it)
+            if holds.hold(local, start_at, watch or (lambda: None)):
+                return
         if watch is not None:
             watch()
 
