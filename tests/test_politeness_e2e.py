@@ -120,9 +120,7 @@ def held_start(server) -> float | None:
     return state[8] if len(state) > 8 and state[8] > now else None
 
 
-def test_a_worker_stopped_while_it_holds_a_request_early_loses_nothing(
-    server, redis_url, tmp_path
-):
+def test_a_worker_stopped_while_it_holds_a_request_early_loses_nothing(server, redis_url, tmp_path):
     """A graceful stop while a request handed out early waits for its start: it starts
     no earlier (the engine finishes what its downloader holds), the rest goes back, and
     another worker crawls it with the delay held."""
