@@ -91,6 +91,63 @@ def test_four_workers_give_each_site_its_delay_fleet_wide(server, redis_url, tmp
         assert 1.8 <= sites.rate(address) <= 2.2, (address, sites.rate(address))
 
 
+def test_busy_workers_still_give_each_site_its_rate(server, redis_url, tmp_path):
+    """Workers that block their reactor 0.1 s per request between the pop and the send
+    (a middleware: a busy worker) would add that to every gap; a request handed out a
+    little before its slot's start, held by its worker until then, hides it."""
+    settings = {**POLITE, "SCHEDULER_FLEET_LIMITS": True, "POLITE_BUSY": 0.1}
+    with PoliteSites(ADDRESSES, pages=PAGES) as sites:
+        wait_all(fleet(server, redis_url, tmp_path, settings, sites))
+    assert_every_page_once(sites)
+    for address in ADDRESSES:
+        gaps = sites.gaps(address)
+        assert min(gaps) >= 0.45, (address, sorted(gaps)[:5])
+    rates = [round(sites.rate(address), 2) for address in ADDRESSES]
+    assert all(1.8 <= rate <= 2.2 for rate in rates), rates
+
+
+def held_start(server) -> float | None:
+    """The start (ms, server clock) of a request of 127.0.0.2 handed out early and not
+    started yet, if any (its slot's unreported start, still ahead)."""
+    import msgpack
+
+    from scrapy_redis.store.keys import slot_queue_keys
+
+    raw = server.hget(slot_queue_keys("polite:requests")[3], ADDRESSES[0])
+    state = msgpack.unpackb(raw) if raw else []
+    seconds, micros = server.time()
+    now = seconds * 1000 + micros // 1000
+    return state[8] if len(state) > 8 and state[8] > now else None
+
+
+def test_a_worker_stopped_while_it_holds_a_request_early_loses_nothing(server, redis_url, tmp_path):
+    """A graceful stop while a request handed out early waits for its start: it starts
+    no earlier (the engine finishes what its downloader holds), the rest goes back, and
+    another worker crawls it with the delay held."""
+    settings = {
+        **POLITE,
+        "DOWNLOAD_DELAY": 2,
+        "SCHEDULER_FLEET_LIMITS": True,
+        "SCHEDULER_FLEET_EARLY": 1,
+        "SCHEDULER_PERSIST": True,
+    }
+    with PoliteSites(ADDRESSES[:1], pages=3) as sites:
+        (first,) = fleet(server, redis_url, tmp_path, settings, sites, 1, tag="a")
+        deadline = time.monotonic() + 60
+        while held_start(server) is None:  # its / fetched, /p/0 handed out 1 s early
+            assert first.process.poll() is None and time.monotonic() < deadline
+            time.sleep(0.01)
+        first.process.send_signal(signal.SIGTERM)
+        wait_all([first], finish_reason="shutdown")
+        assert server.hlen("polite:requests:leases") == 0  # given back, or done
+        second = start(redis_url, tmp_path / "b.log", settings)
+        wait_all([second])
+    paths = sorted(sites.paths(ADDRESSES[0]))
+    assert paths == ["/", "/p/0.html", "/p/1.html", "/p/2.html"]  # each once
+    gaps = sites.gaps(ADDRESSES[0])
+    assert min(gaps) >= 1.8, sorted(gaps)
+
+
 def test_a_start_is_reported_after_its_request_reached_the_site(server, redis_url, tmp_path):
     """The report of a start counts the slot's next start from then: it must leave after
     the request's bytes did (their arrival stamped by the site's kernel, on the clock of

@@ -205,8 +205,8 @@ def test_a_request_handed_out_before_the_crawl_delay_was_known_waits_for_it(serv
     robots = robots_request("a")
     run_now(gate.process_request(robots))  # no delay known: at once
     queue.started("a")
+    parsed = server_ms(server)  # (before the Crawl-delay is recorded, on the server's clock)
     pacing.robots_parsed(CrawlDelayParser(0.5), robots)
-    parsed = server_ms(server)
     waiting = gate.process_request(popped)
     waiting.send(None)  # it waits (run_now would raise)
     waiting.close()

@@ -101,6 +101,11 @@ SCHEDULER_ENQUEUE_DELAY = 0.1
 #: concurrency across the whole fleet (see docs/politeness.rst); False: as the original.
 SCHEDULER_FLEET_LIMITS = False
 
+#: SCHEDULER_FLEET_EARLY: with fleet-wide limits, seconds before its slot's next start a
+#: request may be handed to a worker, which holds it until then (0: only at the start;
+#: at most 1).
+SCHEDULER_FLEET_EARLY = 0.25
+
 #: SCHEDULER_FLUSH_ON_START: clear queue and fingerprints on open if no other worker is alive.
 SCHEDULER_FLUSH_ON_START = False
 

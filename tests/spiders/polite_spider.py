@@ -3,7 +3,9 @@
 Run with ``scrapy runspider``: start URLs from ``polite:start_urls``, every link
 followed (each site links to its own pages only). With ``-s POLITE_STARTS_LOG=<file>``,
 each report of a start to Redis (``SlotQueue.started``) appends a line
-``<time.time() just before the call> <slot>`` to the file.
+``<time.time() just before the call> <slot>`` to the file. With ``-s POLITE_BUSY=<s>``,
+a downloader middleware (the last before the downloader) blocks the reactor that long
+for each request: a busy worker, slow between the pop and the send.
 """
 
 from __future__ import annotations
@@ -27,6 +29,27 @@ def log_starts(path: str) -> None:
     SlotQueue.started = started  # type: ignore[method-assign]
 
 
+class BusyMiddleware:
+    """Blocks the reactor for POLITE_BUSY seconds per request (a busy worker)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    @classmethod
+    def update_settings(cls, settings: Any) -> None:
+        super().update_settings(settings)
+        if settings.getfloat("POLITE_BUSY"):
+            middlewares = {**settings.getdict("DOWNLOADER_MIDDLEWARES"), BusyMiddleware: 999}
+            settings.set("DOWNLOADER_MIDDLEWARES", middlewares, priority="spider")
+
+    @classmethod
+    def from_crawler(cls, crawler: Any) -> BusyMiddleware:
+        return cls(crawler.settings.getfloat("POLITE_BUSY"))
+
+    def process_request(self, request: Any, spider: Any = None) -> None:
+        time.sleep(self.seconds)
+
+
 class PoliteSpider(RedisSpider):
     name = "polite"
     redis_key = "polite:start_urls"
@@ -39,6 +62,13 @@ class PoliteSpider(RedisSpider):
         "ROBOTSTXT_OBEY": False,
         "LOG_LEVEL": "INFO",
     }
+
+    @classmethod
+    def update_settings(cls, settings: Any) -> None:
+        super().update_settings(settings)
+        if settings.getfloat("POLITE_BUSY"):
+            middlewares = {**settings.getdict("DOWNLOADER_MIDDLEWARES"), BusyMiddleware: 999}
+            settings.set("DOWNLOADER_MIDDLEWARES", middlewares, priority="spider")
 
     @classmethod
     def from_crawler(cls, crawler: Any, *args: Any, **kwargs: Any) -> PoliteSpider:

@@ -5,7 +5,8 @@ See docs/politeness.rst. Modules: ``limits`` (a request's slot and the limits th
 settings give it, as Scrapy computes them), ``queue`` (:class:`SlotQueue`, over the
 scripts ``lua/_slots.lua``, ``pop_slots.lua``, ``push_slots.lua``,
 ``dedup_push_slots.lua``), ``pacing`` (how a worker takes and starts what the fleet
-allows), ``robots`` (each worker's robots.txt within its site's limits), ``setup``
+allows), ``hold`` (a request handed out early, held until its start), ``robots``
+(each worker's robots.txt within its site's limits), ``setup``
 (the setting, and a persisted crawl carried over).
 """
 

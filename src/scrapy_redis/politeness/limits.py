@@ -24,12 +24,30 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy.utils.httpobj import urlparse_cached
 
+from scrapy_redis import defaults
+from scrapy_redis.exceptions import ConfigurationError
+
 if TYPE_CHECKING:
     from scrapy import Request
     from scrapy.settings import BaseSettings
 
 #: Slots whose limits are remembered (they are computed again past it).
 _MAX_CACHED = 10_000
+#: The most SCHEDULER_FLEET_EARLY may be (seconds): no worker leases a request it cannot
+#: start within about a second.
+MAX_EARLY = 1.0
+
+
+def fleet_early(settings: BaseSettings) -> float:
+    """SCHEDULER_FLEET_EARLY, in seconds (0 to MAX_EARLY)."""
+    early = settings.getfloat("SCHEDULER_FLEET_EARLY", defaults.SCHEDULER_FLEET_EARLY)
+    if not 0 <= early <= MAX_EARLY:
+        raise ConfigurationError(
+            f"SCHEDULER_FLEET_EARLY = {early!r} must be between 0 and {MAX_EARLY:g} (seconds "
+            "before its slot's start a request may be handed out); use 0 to hand requests "
+            "out only once their slot may start."
+        )
+    return early
 
 
 @dataclass(frozen=True, slots=True)

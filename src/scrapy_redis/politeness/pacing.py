@@ -1,7 +1,8 @@
 """How a worker takes requests when the fleet shares the limits per download slot.
 
-Every request the pop script hands out may start now: its slot's fleet-wide delay
-has passed and it has an in-flight place. So the worker
+Every request the pop script hands out may start now, or at the time the pop says (a
+little later, see the last point): its slot's fleet-wide delay has passed by then and
+it has an in-flight place. So the worker
 
 * starts it at once: the local downloader slot's own delay is set to 0 as the
   request reaches it (else Scrapy would wait once more, per worker, on top of the
@@ -21,11 +22,15 @@ has passed and it has an in-flight place. So the worker
   fleet, by AutoThrottle's rules (``slot_feedback.lua``); with ROBOTSTXT_OBEY
   (Scrapy >= 2.18), the site's robots.txt Crawl-delay is the slot's least delay;
 * when a pop took nothing because the slots must wait, asks the engine again
-  when the earliest may start (the pop script says when), instead of polling.
+  when the earliest may start (the pop script says when), instead of polling;
+* takes a request of a slot whose next start is at most SCHEDULER_FLEET_EARLY away,
+  and holds it in its downloader until then (politeness.hold): the pop, the engine
+  and the middlewares overlap with the slot's delay instead of adding to it.
 """
 
 from __future__ import annotations
 
+import time
 import weakref
 import zlib
 from datetime import datetime, timezone
@@ -34,6 +39,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from scrapy_redis.core.engine import engine_downloader, installed_reactor, wake_engine
+from scrapy_redis.politeness.hold import SlotHolds, can_hold
 from scrapy_redis.politeness.sent import when_sent
 from scrapy_redis.scheduling.pacing import DownloaderPacing, Pacer
 from scrapy_redis.store.outage import OUTAGE_ERRORS
@@ -61,11 +67,14 @@ class PolitePacing(DownloaderPacing):
         self._wake_at: float | None = None
         #: The queues (one per lane) whose slots this worker takes requests of.
         self.queues: list[Any] = []  # SlotQueue (politeness.queue, which imports this)
-        #: Handed-out requests not in the downloader yet: their slot, and whether its
-        #: start is reported (a slot with a delay).
-        self._starting: weakref.WeakKeyDictionary[Request, tuple[str, bool, bool]] = (
+        #: Handed-out requests not in the downloader yet: their slot, whether its start
+        #: is reported (a slot with a delay), whether it is the first of its slot here,
+        #: and when it may start if handed out early (time.monotonic()).
+        self._starting: weakref.WeakKeyDictionary[Request, tuple[str, bool, bool, float | None]] = (
             weakref.WeakKeyDictionary()
         )
+        #: The downloader slots held until their early requests may start.
+        self._holds: SlotHolds | None = None
         #: Requests whose start is reported when they leave the downloader (the first of
         #: their slot in this worker: a connection is set up first), with their slot.
         self._leaving: weakref.WeakKeyDictionary[Request, str] = weakref.WeakKeyDictionary()
@@ -100,13 +109,26 @@ class PolitePacing(DownloaderPacing):
     def popped(self, leased: int) -> None:
         self.pacer.popped(leased)
 
+    def holds(self) -> bool:
+        """Whether it can hold a request handed out early until its start: it reports
+        starts, and its downloader is Scrapy's (see politeness.hold)."""
+        if self._holds is None and self.reports:
+            downloader = self.downloader or engine_downloader(self.crawler)
+            if downloader is not None and can_hold(downloader):
+                crawler = self.crawler
+                reactor = self.reactor or installed_reactor()
+                spider = lambda: getattr(crawler, "spider", None)  # noqa: E731
+                self._holds = SlotHolds(downloader, reactor, spider)
+        return self._holds is not None
+
     def skipped(self, handed: bool) -> None:
         return None
 
     def held_back(self, request: Request) -> bool:
-        """Never: the fleet allowed it now. When it reaches the downloader, its local
-        slot's delay is set to 0, and the start of a slot with a delay is reported (see
-        :meth:`reached`)."""
+        """Never: the fleet allowed it (now, or at the time its pop said: then it is
+        held in the downloader, see :meth:`reached`). When it reaches the downloader, its
+        local slot's delay is set to 0, and the start of a slot with a delay is reported
+        (see :meth:`reached`)."""
         try:
             key = self.downloader.get_slot_key(request)
         except Exception:  # a downloader unlike Scrapy's: nothing to set
@@ -117,7 +139,8 @@ class PolitePacing(DownloaderPacing):
         )
         # no local slot yet: the first request of the slot here, which sets up a connection
         fresh = key not in getattr(self.downloader, "slots", {})
-        self._starting[request] = (key, delayed, fresh)
+        start_at = queue.start_at.pop(request, None) if queue is not None else None
+        self._starting[request] = (key, delayed, fresh, start_at)
         return False
 
     def handed_out(self, request: Request) -> bool:
@@ -127,13 +150,13 @@ class PolitePacing(DownloaderPacing):
 
     def unsent(self, slot: str) -> list[Request]:
         """The requests of ``slot`` handed out and not in the downloader yet."""
-        return [r for r, (key, _, _) in list(self._starting.items()) if key == slot]
+        return [r for r, (key, *_) in list(self._starting.items()) if key == slot]
 
     def will_start(self, request: Request, slot: str, delayed: bool) -> None:
         """``request`` (of ``slot``, with a delay if ``delayed``) took a start of the slot:
         reported as a popped request's (see :meth:`reached`)."""
         fresh = slot not in getattr(self.downloader, "slots", {})
-        self._starting[request] = (slot, delayed, fresh)
+        self._starting[request] = (slot, delayed, fresh, None)
 
     def _no_local_delay(self, key: str) -> None:
         """The worker's own slot ``key`` starts what reaches it at once (AutoThrottle's
@@ -153,11 +176,13 @@ class PolitePacing(DownloaderPacing):
         """Scrapy's ``request_reached_downloader``: a request of a slot with a delay
         starts now, maybe a little after the pop allowed it (a busy worker): the slot's
         next start is counted from when its bytes have left (one script call; lost in
-        an outage, when the pop's time stands)."""
-        key, report, fresh = self._starting.pop(request, (None, False, False))
+        an outage, when the pop's time stands). One handed out before its start is held
+        in its downloader slot until then (politeness.hold), and watched from then."""
+        key, report, fresh, start_at = self._starting.pop(request, (None, False, False, None))
         if key is None:
             return
         self._no_local_delay(key)  # (sent before the downloader's slot takes it)
+        watch: Any = None
         if report and fresh:
             # its bytes leave once a connection is set up, some reactor turns later (many
             # on a busy worker): counted from its response, to be sure
@@ -166,7 +191,16 @@ class PolitePacing(DownloaderPacing):
             # once its bytes have left (politeness.sent): a report before, then the
             # worker descheduled, let another worker's next request come too soon
             reactor = self.reactor or installed_reactor()
-            when_sent(reactor, self.downloader, request, key, partial(self._report, key))
+            report_it = partial(self._report, key)
+            watch = partial(when_sent, reactor, self.downloader, request, key, report_it)
+        holds = self._holds
+        if holds is not None and start_at is not None and start_at > time.monotonic():
+            # handed out early: its downloader slot lets it go at its start, then watches it
+            local = request.meta.get("download_slot", key)  # (the downloader just set it)
+            if holds.hold(local, start_at, watch or (lambda: None)):
+                return
+        if watch is not None:
+            watch()
 
     def left(self, request: Request, spider: Any = None) -> None:
         """Scrapy's ``request_left_downloader``: the start of the first request of a
@@ -188,6 +222,8 @@ class PolitePacing(DownloaderPacing):
             wait = retry_after(response)
             if wait:
                 queue.retry_after(key, wait)
+                if self._holds is not None:  # a request of it held here waits too
+                    self._holds.extend(key, time.monotonic() + wait)
             throttle = queue.limits.throttle
             latency = request.meta.get("download_latency")
             adjust = not request.meta.get("autothrottle_dont_adjust_delay")
@@ -258,6 +294,7 @@ def polite_pacing(scheduler: Any, pacer: Pacer) -> PolitePacing | None:
         q.on_wait = pacing.wake_in
         q.room = pacing.room
         q.reports_starts = pacing.reports
+        q.holds = pacing.holds
     crawler = scheduler.crawler
     if pacing.reports and crawler.settings.getbool("ROBOTSTXT_OBEY"):
         from scrapy_redis.politeness.robots import install_robots_gate

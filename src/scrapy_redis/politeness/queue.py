@@ -12,11 +12,12 @@ server's clock; see docs/politeness.rst.
 
 from __future__ import annotations
 
+import time
 import weakref
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from scrapy_redis.politeness.limits import SlotLimits, Throttle
+from scrapy_redis.politeness.limits import SlotLimits, Throttle, fleet_early
 from scrapy_redis.queues.base import (
     PUSH_CHUNK,
     Base,
@@ -62,6 +63,9 @@ def member_slot(member: bytes) -> str:
 class Member(Entry):
     """A popped entry of the per-slot queues: its data is the whole member (slot,
     priority and sequence before the request), put back as it was."""
+
+    #: When it may start (time.monotonic()), if handed out before its slot's start.
+    start_at: float | None = None
 
     @classmethod
     def of(cls, member: bytes) -> Member:
@@ -119,6 +123,12 @@ class SlotQueue(Base):
         self.carry_over: Any = None
         #: The id (member_id()) of each request decoded from a popped member, while alive.
         self.ids: weakref.WeakKeyDictionary[Request, str] = weakref.WeakKeyDictionary()
+        #: SCHEDULER_FLEET_EARLY: seconds before its slot's start a request may be taken,
+        #: if the worker holds it until then (:attr:`holds`, set by the pacing).
+        self.early = fleet_early(settings)
+        self.holds: Callable[[], bool] = lambda: False
+        #: Decoded requests handed out early: when each may start (time.monotonic()).
+        self.start_at: weakref.WeakKeyDictionary[Request, float] = weakref.WeakKeyDictionary()
 
     # -- the original's contract --------------------------------------------------------
 
@@ -141,6 +151,8 @@ class SlotQueue(Base):
             return self._decode_request(entry.data)
         request = self._decode_request(member_request(entry.data))
         self.ids[request] = member_id(entry.data)
+        if entry.start_at is not None:
+            self.start_at[request] = entry.start_at
         return request
 
     # -- pushing -------------------------------------------------------------------------
@@ -227,23 +239,38 @@ class SlotQueue(Base):
         only of slots without a delay and far from their concurrency (see pop_slots.lua)."""
         if self.carry_over is not None and self.carry_over.due():
             self.carry_over.move()
-        report = "drain" if self.drain else "1" if self.reports_starts else "0"
         room = count if self.room is None or self.drain else min(count, self.room())
         size = str(count) if room >= count else f"{room}+{count - room}"
-        keys, args = list(self.slot_keys[:4]), [size, report]
+        keys, args = list(self.slot_keys[:4]), [size, self._mode()]
         if ticket is not None:
             keys += [ticket.leases_key, ticket.deadlines_key, ticket.deliveries_key]
             args += [ticket.timeout_ms, ticket.id, *release_args(ticket.releases)]
-        packed, wait, delayed = script("pop_slots")(self.server, keys, args)
+        packed, wait, delayed, *times = script("pop_slots")(self.server, keys, args)
+        received = time.monotonic()
         wait = int(wait)
         if len(self.delayed_slots) > 10_000:
             self.delayed_slots.clear()
         self.delayed_slots.update(slot.decode("utf-8", "replace") for slot in delayed)
         self.next_start_in = None if wait < 0 else wait / 1000
-        entries: list[Entry] = [Member.of(member) for member in record_entries(packed)]
+        entries = [Member.of(member) for member in record_entries(packed)]
+        if times:  # (the server's clock, then each request's start on it)
+            now, starts = int(times[0]), times[1]
+            for entry, start in zip(entries, starts, strict=False):
+                if int(start) > now:  # counted from the reply: never before its start
+                    entry.start_at = received + (int(start) - now) / 1000
         if not entries:
             self.on_wait(self.next_start_in)
-        return entries
+        return list(entries)
+
+    def _mode(self) -> str:
+        """The pop script's ARGV[2]: drain, or whether starts are reported, and taken up to
+        how many ms early (see pop_slots.lua)."""
+        if self.drain:
+            return "drain"
+        if not self.reports_starts:
+            return "0"
+        early = round(self.early * 1000)
+        return f"1:{early}" if early > 0 and self.holds() else "1"
 
     def started(self, slot: str) -> float:
         """A download of ``slot`` reached the downloader: its next start is allowed no

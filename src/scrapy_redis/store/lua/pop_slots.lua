@@ -13,16 +13,24 @@
 --           what it will start within a fraction of a second, and a slot that limits
 --           anything is never taken ahead of need)
 -- ARGV[2] = "1" if the worker reports the starts of slots with a delay (slot_started.lua);
+--           "1:<ms>" if it also holds a request until its start: once the ready slots
+--           are taken, it takes (within its room, N) one request of the slot whose next
+--           start is the soonest within <ms>, starting then (its delay and the wait for
+--           its report count from then; no report pending, below the cap): one a pop,
+--           so that the workers asking at that time share them (a worker hands what it
+--           takes to its engine and middlewares one after the other);
 --           "drain" to take requests whatever their slots' limits, in slot order (a move
 --           of a stopped crawl: no place is taken, the slots are placed again as used)
 -- ARGV[3], ARGV[4] = (to lease) timeout in ms, the id to lease them under
 -- ARGV[5..n] = (to lease) this worker's leases whose work is done, released first:
 --              groups of (lease id, n, n positions), n = 0 for the whole lease
--- returns {record, wait, slots}: the record {op, key, key2, arg, entry...} packed (""
---         if none taken), entries in the order taken; wait = ms until the earliest slot
---         with requests may start one (0: one may now; -1: none may until a download
---         ends, or nothing is queued); the slots taken from that have a delay (whose
---         starts the worker reports, see slot_started.lua)
+-- returns {record, wait, slots, now, starts}: the record {op, key, key2, arg, entry...}
+--         packed ("" if none taken), entries in the order taken; wait = ms until the
+--         earliest slot with requests may start one (with "1:<ms>": may be taken; 0: one
+--         may now; -1: none may until a download ends, or nothing is queued); the slots
+--         taken from that have a delay (whose starts the worker reports, see
+--         slot_started.lua); the server's clock (ms); per request taken, the time (ms,
+--         server clock) from which it may start (after now if taken early)
 --#include _leases.lua
 
 -- Whether a slot limits nothing now: no delay of any kind, and at most half its
@@ -33,21 +41,56 @@ local function unbound(st, now)
     and (cap == 0 or 2 * (st[2] + 1) <= cap)
 end
 
+-- The state of a waiting slot whose next start is within `early` ms (a worker holding
+-- what it takes until its start may take it now), or nil; and whether it is left out
+-- only because the report of its last start is pending (to ask again soon).
+local function early_slot(k, slot, now, early)
+  local st = load_slot(k, slot)
+  if (st[9] or 0) > 0 and now < st[9] + st[8] + REPORT_GRACE then
+    return nil, true
+  end
+  if st[6] ~= 'w' or st[1] <= now or st[1] > now + early or (st[4] > 0 and st[2] >= st[4]) then
+    return nil, false
+  end
+  return st, false
+end
+
+-- The starts (ms) of the requests of a lease taken before (a retried pop): a request whose
+-- slot still waits for the report of its start at that start (if later), others now.
+local function lease_starts(k, packed, now)
+  local record, starts = cmsgpack.unpack(packed), {}
+  for i = 5, #record do
+    local slot = slot_of(record[i])
+    local st = load_slot(k, slot)
+    local held = st[14] == request_id(slot, record[i]) and (st[9] or 0) > now
+    starts[#starts + 1] = held and st[9] or now
+  end
+  return starts
+end
+
+local k = slot_keys(KEYS[1])
 local leasing = #KEYS >= 6
 if leasing then
   release_leases(KEYS[5], KEYS[6], 5, KEYS[7])
   -- A lease with this id exists: this call is a retry (its reply was lost).
   local leased = redis.call('HGET', KEYS[5], ARGV[4])
   if leased then
-    return {leased, 0, {}}
+    local at = now_ms()
+    return {leased, 0, {}, at, lease_starts(k, leased, at)}
   end
 end
 
-local k = slot_keys(KEYS[1])
 local room, extra = string.match(ARGV[1], '^(%d+)%+(%d+)$')
 local count = tonumber(room or ARGV[1])
 local most = count + tonumber(extra or 0)
-local report = ARGV[2]
+local report, early = ARGV[2], 0
+local mode, ahead = string.match(ARGV[2], '^(%d):(%d+)$')
+if mode then
+  report, early = mode, tonumber(ahead)
+end
+if not (leasing and report == '1') then
+  early = 0 -- (a held request must be leased, and its start reported)
+end
 local now, micros = now_ms()
 
 -- Slots whose wait is over are ready (at most what this call may take, and some more).
@@ -72,26 +115,54 @@ end
 
 local deliveries = leasing and suspects(KEYS[7]) or nil
 local busy = deliveries and holds_suspect(KEYS[5], deliveries, ARGV[4])
-local taken, skipped = {}, {}
+local taken, skipped, starts = {}, {}, {}
 local delayed, delayed_list = {}, {} -- the slots taken from whose starts wait for a report
+local candidates, next_candidate, pending, took_early = nil, 1, false, false
+
+-- The slot to take from next: the most urgent ready one (with its ready member), else,
+-- within the room, the waiting one that may start soonest within `early` ms; its state,
+-- and when its request may start.
+local function next_slot()
+  local top = redis.call('ZRANGE', k.ready, 0, 0)[1]
+  if top then
+    local slot = string.sub(top, 25)
+    return slot, load_slot(k, slot), now, top
+  end
+  if early == 0 or #taken >= count or took_early then
+    return nil -- one early request a pop: the workers asking at that time share them
+  end
+  candidates = candidates
+    or redis.call('ZRANGEBYSCORE', k.waiting, '(' .. now, now + early, 'LIMIT', 0, count + 64)
+  while next_candidate <= #candidates do
+    local slot = candidates[next_candidate]
+    next_candidate = next_candidate + 1
+    local st, unreported = early_slot(k, slot, now, early)
+    if st then
+      return slot, st, st[1], nil
+    end
+    pending = pending or unreported
+  end
+  return nil
+end
+
 for _ = 1, most + 64 do
   if #taken >= most then
     break
   end
-  local top = redis.call('ZRANGE', k.ready, 0, 0)[1]
-  if not top then
+  local slot, st, start, top = next_slot()
+  if not slot then
     break
   end
-  local slot = string.sub(top, 25)
-  local st = load_slot(k, slot)
   if #taken >= count and not unbound(st, now) then
     break -- the extra requests: only of slots that limit nothing now
   end
   local head, after = slot_head(k, slot, 2)
   local suspect = head and deliveries and redis.call('HEXISTS', deliveries, redis.sha1hex(head)) == 1
   if head and suspect and busy then
-    redis.call('ZREM', k.ready, top) -- this worker holds a suspect: not another one now
-    skipped[#skipped + 1] = top
+    if top then -- this worker holds a suspect: not another one now
+      redis.call('ZREM', k.ready, top)
+      skipped[#skipped + 1] = top
+    end
   elseif not head then
     unplace(k, slot, st)
     save_slot(k, slot, st)
@@ -106,10 +177,12 @@ for _ = 1, most + 64 do
       st[2] = st[2] + 1
     end
     st[13] = (st[13] or 0) + 1
-    count_start(st, now)
+    count_start(st, start)
+    starts[#taken] = start
+    took_early = took_early or start > now
     st[8] = next_delay(st, slot, micros)
-    st[1] = now + st[8]
-    st[9] = (leasing and st[8] > 0 and report == '1') and now or 0
+    st[1] = start + st[8]
+    st[9] = (leasing and st[8] > 0 and report == '1') and start or 0
     st[14] = st[9] > 0 and request_id(slot, head) or ''
     if st[8] > 0 and not delayed[slot] then
       delayed[slot] = true
@@ -126,6 +199,16 @@ end
 local wait = -1
 if redis.call('ZCARD', k.ready) > #skipped then
   wait = 0
+elseif early > 0 then
+  -- `early` before the first start beyond the window; soon if a slot within it waits
+  -- for a report
+  local first = redis.call('ZRANGEBYSCORE', k.waiting, '(' .. (now + early), '+inf', 'LIMIT', 0, 1, 'WITHSCORES')
+  if first[2] then
+    wait = math.max(0, tonumber(first[2]) - early - now)
+  end
+  if pending or (candidates and #candidates >= count + 64) then
+    wait = wait < 0 and REPORT_POLL or math.min(wait, REPORT_POLL)
+  end
 else
   local first = redis.call('ZRANGE', k.waiting, 0, 0, 'WITHSCORES')
   if first[2] then
@@ -133,10 +216,10 @@ else
   end
 end
 if #taken == 0 then
-  return {'', wait, {}}
+  return {'', wait, {}, now, {}}
 end
 local packed = pack_record('slot', KEYS[1], '', '', taken)
 if leasing then
   lease(KEYS[5], KEYS[6], ARGV[4], ARGV[3], packed)
 end
-return {packed, wait, delayed_list}
+return {packed, wait, delayed_list, now, starts}

@@ -29,6 +29,10 @@ local st = load_slot(k, slot)
 set_limits(st, {ARGV[2], ARGV[3], ARGV[4]})
 local now, micros = now_ms()
 
+if mode == 'held' and (st[9] or 0) > now then
+  -- the unreported start is one handed out early (pop_slots.lua): not before its time
+  return st[9] - now
+end
 if mode == 'held' and (st[9] or 0) > 0 then
   for i = 8, #ARGV do
     if st[14] == ARGV[i] then -- the start of a request waiting for this one: taken over
