@@ -17,7 +17,7 @@ from redis_server import RedisServer
 from scrapy_redis.fleet.move_crawl import main as move_main
 from scrapy_redis.fleet.move_crawl import move_due, push_once
 from scrapy_redis.fleet.operations import purge_queue
-from scrapy_redis.politeness.queue import member_slot
+from scrapy_redis.politeness.queue import member_slot, queued_members
 from scrapy_redis.queues.base import Candidate, Entry
 from scrapy_redis.scheduling.due import META_KEY
 from scrapy_redis.scheduling.lanes import lane_of
@@ -86,7 +86,7 @@ def test_requests_due_later_of_a_split_crawl_join_their_slots_lane(
     assert len(due.keys) == 4 and sum(server.zcard(key) for key in due.keys) == 8
     assert due.promote(now=True) == 8
     for number, lane in enumerate(scheduler.queue.lanes):
-        for member in server.zrange(lane.slot_keys[0], 0, -1):
+        for member in queued_members(server, lane.key, lane.on_cluster):
             slot = member_slot(member)
             assert lane_of(Candidate(None, Entry(b"", slot=slot)), 4) == number
     assert sorted(r.url for r in iter(scheduler.next_request, None)) == sorted(hosts)
