@@ -198,28 +198,44 @@ def fill(queue, slots: int, queued: int) -> None:
 
 def bulk_load(queue, slots: int, count: int, data) -> None:
     """Requests 0 .. ``count`` - 1 (``data(n)``: the encoded request n, of slot n % slots,
-    priority 0) written in the layout of ``queue``'s push script, without it: ZADD of the
-    members of the per-slot queue (``<slot> NUL <2^47-1 - priority><sequence> <request>``,
-    sequence n + 1) and its sequence counter, or RPUSH onto today's list of priority 0."""
-    from scrapy_redis.politeness.queue import SlotQueue
-    from scrapy_redis.store.keys import priority_list_key
+    priority 0, sequence n + 1) written in the layout of ``queue``'s push script, without
+    it: for the per-slot queues (lua/_slot_store.lua), a slot with LIST_FROM requests or
+    more gets its list (``RPUSH`` of ``<6 bytes sequence><request>``, indexed, counted), the
+    others' requests are members of ``pq`` (``<slot> NUL <2^47-1 - priority><sequence>
+    <request>``), and the sequence counter is set; or RPUSH onto today's list of priority 0."""
+    from scrapy_redis.politeness.queue import LIST_FROM, SlotQueue
+    from scrapy_redis.store.keys import priority_list_key, slot_list_key
 
     per_slot = isinstance(queue, SlotQueue)
     server, chunk = queue.server, 10_000
+    prefix = f"{(1 << 47) - 1:012x}"
+    listed = count >= LIST_FROM * slots  # every slot has count // slots requests or more
+
+    def group(n: int) -> bytes:
+        return f"site{n % slots:06d}.example\0{prefix}".encode()
+
     for start in range(0, count, chunk):
         numbers = range(start, min(count, start + chunk))
-        if per_slot:
-            pairs = {}
+        if per_slot and listed:
+            lists: dict[bytes, list[bytes]] = {}
             for n in numbers:
-                prefix = f"site{n % slots:06d}.example\0{(1 << 47) - 1:012x}{n + 1:012x}"
-                pairs[prefix.encode() + data(n)] = 0
-            server.zadd(queue.slot_keys[0], pairs)
+                lists.setdefault(group(n), []).append((n + 1).to_bytes(6, "big") + data(n))
+            pipe = server.pipeline(transaction=False)
+            for name, elements in lists.items():
+                pipe.rpush(slot_list_key(queue.key, name), *elements)
+            pipe.execute()
+        elif per_slot:
+            members = {group(n) + f"{n + 1:012x}".encode() + data(n): 0 for n in numbers}
+            server.zadd(queue.slot_keys[0], members)
         else:
             server.rpush(priority_list_key(queue.key, 0), *(data(n) for n in numbers))
         if start % 1_000_000 == 0 and start:
             log(f"  {start:,} loaded")
     if per_slot:
         server.set(queue.slot_keys[4], count)
+        if listed and count:
+            server.zadd(queue.store_keys[0], {group(n): 0 for n in range(min(slots, count))})
+            server.set(queue.store_keys[1], count)
 
 
 def pop_cost(server, queue, pops: int) -> tuple[float, float, float]:
@@ -243,6 +259,18 @@ def pop_cost(server, queue, pops: int) -> tuple[float, float, float]:
     return float(evalsha.get("usec_per_call", 0.0)), elapsed / pops * 1e6, taken / pops
 
 
+def requests_memory(server, queue) -> int:
+    """The bytes of the keys holding the queued requests (sampled: 5 elements a key)."""
+    from scrapy_redis.politeness.queue import SlotQueue
+    from scrapy_redis.store.keys import priority_list_key, slot_list_key
+
+    if not isinstance(queue, SlotQueue):
+        return int(server.memory_usage(priority_list_key(queue.key, 0)) or 0)
+    keys = [queue.slot_keys[0]]
+    keys += [slot_list_key(queue.key, g) for g in server.zrange(queue.store_keys[0], 0, -1)]
+    return sum(int(server.memory_usage(key) or 0) for key in keys)
+
+
 def scale_report(sizes: list[tuple[int, int]], pops: int, runs: int) -> list[str]:
     import redis
 
@@ -250,11 +278,10 @@ def scale_report(sizes: list[tuple[int, int]], pops: int, runs: int) -> list[str
     from redis_server import RedisServer
     from scrapy_redis.politeness.queue import SlotQueue
     from scrapy_redis.queue import PriorityQueue
-    from scrapy_redis.store.keys import priority_list_key
 
     lines = [
         "| queue | slots | queued | pop of 8, server (µs) | round trip (µs) | "
-        "taken per pop | memory per queued request (bytes) | of which the requests' key |",
+        "taken per pop | memory per queued request (bytes) | of which the requests' keys |",
         "|---|---|---|---|---|---|---|---|",
     ]
     # no delay, a cap above what one worker holds: every pop takes 8 (the cost per
@@ -272,10 +299,7 @@ def scale_report(sizes: list[tuple[int, int]], pops: int, runs: int) -> list[str
                     log(f"run {run + 1}: {kind.__name__}, {queued} requests, {slots} slots")
                     fill(queue, slots, queued)
                     per_request = (server.info("memory")["used_memory"] - before) / queued
-                    main = (
-                        queue.slot_keys[0] if kind is SlotQueue else priority_list_key(queue.key, 0)
-                    )
-                    own = server.memory_usage(main) / queued  # sampled (5 elements)
+                    own = requests_memory(server, queue) / queued
                     server_us, trip_us, per_pop = pop_cost(server, queue, pops)
                     key = (kind.__name__, slots, queued)
                     measures = (server_us, trip_us, per_pop, per_request, own)

@@ -202,3 +202,22 @@ def test_is_empty_and_len_count_inline_and_listed_requests(server, count):
     assert queue.is_empty() and len(queue) == 0
     push(queue, *(f"http://a/{n}" for n in range(count)))
     assert not queue.is_empty() and len(queue) == count
+
+
+def test_the_list_threshold_is_the_scripts():
+    from scrapy_redis.politeness.queue import LIST_FROM
+
+    lua = Path(__file__).parent.parent / "src/scrapy_redis/store/lua/_slot_store.lua"
+    assert f"local LIST_FROM = {LIST_FROM}\n" in lua.read_text()
+
+
+def test_a_member_not_of_ours_put_back_stays_inline_and_breaks_nothing(server):
+    queue = make_queue(server)
+    push(queue, *(f"http://a/{n}" for n in range(6)))
+    odd = b"a\0" + f"{(1 << 47) - 1:012x}".encode() + b"not-a-sequence"
+    queue.restore_entries([Member.of(odd)])
+    push(queue, "http://a/6")
+    assert len(queue) == 8 and inline_count(server, "a") == 1
+    ticket = LeaseBook(server, KEY, "w1", 30).ticket()
+    taken = [entry.data for entry in queue.pop_entries(100, ticket=ticket)]
+    assert len(taken) == 8 and odd in taken and len(queue) == 0

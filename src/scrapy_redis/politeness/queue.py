@@ -56,6 +56,8 @@ def member_slot(member: bytes) -> str:
     return member[: member.index(b"\0")].decode("utf-8", "replace")
 
 
+#: The requests of one slot and priority that make a list (LIST_FROM in lua/_slot_store.lua).
+LIST_FROM = 4
 #: Members or list elements read per command by :func:`queued_members`.
 READ_CHUNK = 1000
 
@@ -69,7 +71,7 @@ def queued_members(server: Any, queue_key: str, cluster: bool = False) -> Iterat
     inline = _chunks(lambda at: server.zrange(pq, at, at + READ_CHUNK - 1))
     groups = _chunks(lambda at: server.zrange(lists, at, at + READ_CHUNK - 1))
     listed = (
-        group + element
+        group + element[:6].hex().encode() + element[6:]  # (6 bytes of sequence: 12 hex)
         for group in groups
         for element in _chunks(
             lambda at, group=group: server.lrange(

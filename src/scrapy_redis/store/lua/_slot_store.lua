@@ -5,9 +5,10 @@
 -- "<group><12 hex: sequence number><request>". A group's requests are either
 --   inline: members of the sorted set pq (score 0; the layout of version 1, which a crawl
 --           persisted then still has: it is read as is), a small group's only layout, or
---   listed: elements "<12 hex sequence><request>" of the list "<base>q:<group>", oldest
---           first, its group a member of the sorted set "<base>lists" (score 0) while the
---           list is not empty.
+--   listed: elements "<6 bytes: sequence number, big-endian><request>" of the list
+--           "<base>q:<group>", oldest first, its group a member of the sorted set
+--           "<base>lists" (score 0) while the list is not empty.
+-- What follows the group in a member (12 hex sequence, request) is its "tail".
 -- A group whose inline requests reach LIST_FROM moves them to its list, MOVE_CHUNK per
 -- call at most (oldest first); while some are still inline, the list holds the oldest of
 -- the group: its elements all come before the group's inline members. A list element
@@ -19,10 +20,19 @@
 local LIST_FROM = 4
 local MOVE_CHUNK = 256
 
--- A queued request's sort key: its priority and sequence numbers (the 24 hex after NUL).
+-- The sequence number of a member's tail (nil: not 12 hex digits, not a member of ours).
+local TWELVE_HEX = '^' .. string.rep('[0-9a-f]', 12)
+
+local function tail_seq(tail)
+  return string.match(tail, TWELVE_HEX) and tonumber(string.sub(tail, 1, 12), 16) or nil
+end
+
+-- A queued request's sort key: its priority and sequence numbers (the 24 hex after NUL;
+-- 0 for what is no number: a member not of ours).
 local function id_of(member, slot)
   local at = #slot + 2
-  return tonumber(string.sub(member, at, at + 11), 16), tonumber(string.sub(member, at + 12, at + 23), 16)
+  local priority = tonumber(string.sub(member, at, at + 11), 16)
+  return priority or 0, tail_seq(string.sub(member, at + 12)) or 0
 end
 
 local function before(slot, a, b)
@@ -33,7 +43,21 @@ end
 
 -- The sequence number of a list element.
 local function seq_of(element)
-  return tonumber(string.sub(element, 1, 12), 16)
+  local a, b, c, d, e, f = string.byte(element, 1, 6)
+  return ((((a * 256 + b) * 256 + c) * 256 + d) * 256 + e) * 256 + f
+end
+
+-- A member's tail as a list element, and back.
+local function to_element(tail)
+  local bytes = {}
+  for i = 1, 11, 2 do
+    bytes[#bytes + 1] = tonumber(string.sub(tail, i, i + 1), 16)
+  end
+  return string.char(unpack(bytes)) .. string.sub(tail, 13)
+end
+
+local function to_tail(element)
+  return string.format('%02x%02x%02x%02x%02x%02x', string.byte(element, 1, 6)) .. string.sub(element, 7)
 end
 
 local function list_key(k, group)
@@ -54,7 +78,7 @@ local function slot_head(k, slot, n)
   local groups = redis.call('ZRANGEBYLEX', k.lists, low, high, 'LIMIT', 0, n)
   for _, group in ipairs(groups) do
     for _, element in ipairs(redis.call('LRANGE', list_key(k, group), 0, n - 1)) do
-      found[#found + 1] = group .. element
+      found[#found + 1] = group .. to_tail(element)
     end
   end
   if #groups > 0 then
@@ -71,13 +95,17 @@ local function settle(k, group)
   if redis.call('EXISTS', key) == 0 and redis.call('ZLEXCOUNT', k.pq, low, high) < LIST_FROM then
     return
   end
-  local moved = redis.call('ZRANGEBYLEX', k.pq, low, high, 'LIMIT', 0, MOVE_CHUNK)
+  local moved, elements = {}, {}
+  for _, member in ipairs(redis.call('ZRANGEBYLEX', k.pq, low, high, 'LIMIT', 0, MOVE_CHUNK)) do
+    local tail = string.sub(member, #group + 1)
+    if not tail_seq(tail) then
+      break -- not a member of ours: it and what follows stay inline
+    end
+    moved[#moved + 1] = member
+    elements[#elements + 1] = to_element(tail)
+  end
   if #moved == 0 then
     return
-  end
-  local elements = {}
-  for i, member in ipairs(moved) do
-    elements[i] = string.sub(member, #group + 1)
   end
   call_in_chunks('RPUSH', key, elements)
   call_in_chunks('ZREM', k.pq, moved)
@@ -97,7 +125,8 @@ end
 local function take_head(k, slot, head, after)
   local group = string.sub(head, 1, #slot + 13)
   local key = list_key(k, group)
-  if redis.call('LINDEX', key, 0) == string.sub(head, #group + 1) then
+  local tail = string.sub(head, #group + 1)
+  if tail_seq(tail) and redis.call('LINDEX', key, 0) == to_element(tail) then
     redis.call('LPOP', key)
     uncount(k, 1)
     if redis.call('EXISTS', key) == 0 then
@@ -111,21 +140,25 @@ local function take_head(k, slot, head, after)
   end
 end
 
--- Queue new requests of one group, `elements` in sequence order (newer than any queued).
-local function add_new(k, group, elements)
+-- Queue new requests of one group, their `tails` in sequence order (newer than any queued).
+local function add_new(k, group, tails)
   local key = list_key(k, group)
   local low, high = inline_range(group)
   local inline = redis.call('ZLEXCOUNT', k.pq, low, high)
-  if inline == 0 and (#elements >= LIST_FROM or redis.call('EXISTS', key) == 1) then
+  if inline == 0 and (#tails >= LIST_FROM or redis.call('EXISTS', key) == 1) then
+    local elements = {}
+    for i, tail in ipairs(tails) do
+      elements[i] = to_element(tail)
+    end
     call_in_chunks('RPUSH', key, elements)
     redis.call('ZADD', k.lists, 0, group)
     redis.call('INCRBY', k.more, #elements)
     return
   end
   local args = {}
-  for _, element in ipairs(elements) do
+  for _, tail in ipairs(tails) do
     args[#args + 1] = 0
-    args[#args + 1] = group .. element
+    args[#args + 1] = group .. tail
   end
   call_in_chunks('ZADD', k.pq, args)
   settle(k, group)
@@ -163,20 +196,20 @@ end
 local function put_back_member(k, slot, member)
   local group = string.sub(member, 1, #slot + 13)
   local key = list_key(k, group)
-  local element = string.sub(member, #group + 1)
   local head = redis.call('LINDEX', key, 0)
-  local seq = seq_of(element)
+  local seq = tail_seq(string.sub(member, #group + 1))
   if not (head and seq) then -- (no sequence: not a member of ours, kept inline as it is)
     redis.call('ZADD', k.pq, 0, member)
     return group
   end
+  local element = to_element(string.sub(member, #group + 1))
   if seq < seq_of(head) then
     redis.call('LPUSH', key, element)
     redis.call('INCR', k.more)
     return nil
   end
   local first = redis.call('ZRANGEBYLEX', k.pq, '(' .. group, '(' .. group .. '\255', 'LIMIT', 0, 1)[1]
-  if first and seq > seq_of(string.sub(first, #group + 1)) then
+  if first and seq > (tail_seq(string.sub(first, #group + 1)) or 0) then
     redis.call('ZADD', k.pq, 0, member)
     return group
   end
@@ -197,7 +230,7 @@ local function take_any(k, n)
     local key = list_key(k, group)
     local elements = redis.call('LPOP', key, n - #taken) or {}
     for _, element in ipairs(elements) do
-      taken[#taken + 1] = group .. element
+      taken[#taken + 1] = group .. to_tail(element)
     end
     uncount(k, #elements)
     if redis.call('EXISTS', key) == 0 then
