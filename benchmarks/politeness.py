@@ -200,7 +200,8 @@ def bulk_load(queue, slots: int, count: int, data) -> None:
     """Requests 0 .. ``count`` - 1 (``data(n)``: the encoded request n, of slot n % slots,
     priority 0, sequence n + 1) written in the layout of ``queue``'s push script, without
     it: for the per-slot queues (lua/_slot_store.lua), a slot with LIST_FROM requests or
-    more gets its list (``RPUSH`` of ``<6 bytes sequence><request>``, indexed, counted), the
+    more gets its list (``RPUSH`` of ``<6 bytes sequence><request>``; its group in ``pq``
+    and ``lists``; counted), the
     others' requests are members of ``pq`` (``<slot> NUL <2^47-1 - priority><sequence>
     <request>``), and the sequence counter is set; or RPUSH onto today's list of priority 0."""
     from scrapy_redis.politeness.queue import LIST_FROM, SlotQueue
@@ -234,8 +235,10 @@ def bulk_load(queue, slots: int, count: int, data) -> None:
     if per_slot:
         server.set(queue.slot_keys[4], count)
         if listed and count:
-            server.zadd(queue.store_keys[0], {group(n): 0 for n in range(min(slots, count))})
-            server.set(queue.store_keys[1], count)
+            groups = {group(n): 0 for n in range(min(slots, count))}
+            server.zadd(queue.slot_keys[0], groups)  # (a list's group points to it)
+            server.zadd(queue.store_keys[0], groups)
+            server.set(queue.store_keys[1], count - len(groups))
 
 
 def pop_cost(server, queue, pops: int) -> tuple[float, float, float]:

@@ -47,13 +47,22 @@ def drain_urls(queue: SlotQueue, book: LeaseBook) -> list[str]:
 
 
 def inline_count(server, slot: str) -> int:
-    pq = slot_queue_keys(KEY)[0]
-    return int(server.zlexcount(pq, b"[" + slot.encode() + b"\0", b"(" + slot.encode() + b"\1"))
+    """The slot's inline members (not the groups pointing to lists)."""
+    pq, low = slot_queue_keys(KEY)[0], slot.encode() + b"\0"
+    found = server.zrangebylex(pq, b"[" + low, b"(" + slot.encode() + b"\1")
+    return sum(len(member) != len(low) + 12 for member in found)
 
 
 def listed(server) -> dict[bytes, int]:
     groups = server.zrange(slot_store_keys(KEY)[0], 0, -1)
     return {group: server.llen(slot_list_key(KEY, group)) for group in groups}
+
+
+def consistent(queue: SlotQueue) -> int:
+    """len(queue) (ZCARD pq + more) is what the queue holds; how many."""
+    held = len(list(queued_members(queue.server, queue.key)))
+    assert len(queue) == held
+    return held
 
 
 def polite_keys(server) -> list[bytes]:
@@ -86,6 +95,7 @@ def test_a_small_group_stays_inline_and_a_bigger_one_becomes_a_list(server):
     assert list(listed(server).values()) == [4] and len(queue) == 6
     push(queue, *(f"http://a/{n}" for n in range(4, 10)))
     assert inline_count(server, "a") == 0 and list(listed(server).values()) == [10]
+    assert consistent(queue) == 12
     assert [member_request(m) for m in queued_members(server, KEY)][:1]  # readable
     assert drain_urls(queue, LeaseBook(server, KEY, "w1", 30)) == [
         "http://b/0",
@@ -106,7 +116,7 @@ def test_requests_put_back_go_to_their_place_once(server):
     assert [queue.decode(e).url for e in taken] == [f"http://a/{n}" for n in range(5)]
     for n in (3, 1, 4, 0, 2, 0, 3):  # ahead of the list, or into it by sequence; twice
         queue.restore_entries([taken[n]])
-    assert len(queue) == 10 and list(listed(server).values()) == [10]
+    assert consistent(queue) == 10 and list(listed(server).values()) == [10]
     book.taken_batch(ticket, 0)
     assert drain_urls(queue, book) == [f"http://a/{n}" for n in range(10)]
 
@@ -152,7 +162,7 @@ def test_a_crawl_queued_by_version_1_goes_on_and_moves_to_lists(server):
     assert list(listed(server).values()) == [301] and len(queue) == total + 1
     assert inline_count(server, "a.test") == 3  # priority 5's
     [view] = [v for v in slot_views(server, [KEY], False, 0) if v["slot"] == "a.test"]
-    assert view["queued"] == 304
+    assert view["queued"] == 304 and consistent(queue) == total + 1
     expected = v1_order()
     expected.insert(expected.index("http://c.test/-3/0"), "http://a.test/0/new")
     exported = [queue.decode(Member.of(m)).url for m in queued_members(server, KEY)]
@@ -176,6 +186,7 @@ def test_a_version_1_group_moves_to_its_list_as_it_is_popped(server):
     entries = queue.pop_entries(1, ticket=ticket)  # (a.test's priority 5 are leased)
     assert [queue.decode(e).url for e in entries] == ["http://a.test/0/1"]
     assert list(listed(server).values()) == [256]  # the next ones of its group moved
+    assert consistent(queue) == sum(c for _, _, c in data["groups"]) - data["leased"] - 1
     book.taken_batch(ticket, len(entries))
     assert drain_urls(queue, book) == v1_order()[data["leased"] + 1 :]
     assert len(queue) == 0 and listed(server) == {}
@@ -201,7 +212,7 @@ def test_is_empty_and_len_count_inline_and_listed_requests(server, count):
     queue = make_queue(server)
     assert queue.is_empty() and len(queue) == 0
     push(queue, *(f"http://a/{n}" for n in range(count)))
-    assert not queue.is_empty() and len(queue) == count
+    assert not queue.is_empty() and consistent(queue) == count
 
 
 def test_the_list_threshold_is_the_scripts():
@@ -217,7 +228,7 @@ def test_a_member_not_of_ours_put_back_stays_inline_and_breaks_nothing(server):
     odd = b"a\0" + f"{(1 << 47) - 1:012x}".encode() + b"not-a-sequence"
     queue.restore_entries([Member.of(odd)])
     push(queue, "http://a/6")
-    assert len(queue) == 8 and inline_count(server, "a") == 1
+    assert consistent(queue) == 8 and inline_count(server, "a") == 1
     ticket = LeaseBook(server, KEY, "w1", 30).ticket()
     taken = [entry.data for entry in queue.pop_entries(100, ticket=ticket)]
     assert len(taken) == 8 and odd in taken and len(queue) == 0

@@ -15,7 +15,6 @@ server's clock; see docs/politeness.rst.
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -64,22 +63,21 @@ READ_CHUNK = 1000
 
 def queued_members(server: Any, queue_key: str, cluster: bool = False) -> Iterator[bytes]:
     """Every member queued per slot under ``queue_key``, slot by slot, each slot's in its
-    pop order (priority, then sequence): the inline ones and the lists' merged. Read a
-    chunk at a time, not atomically (a crawl running meanwhile may move some)."""
+    pop order (priority, then sequence): ``pq`` in order, a list's requests in the place
+    of the group that points to it (see lua/_slot_store.lua). Read a chunk at a time, not
+    atomically (a crawl running meanwhile may move some)."""
     pq = slot_queue_keys(queue_key, cluster)[0]
-    lists = slot_store_keys(queue_key, cluster)[0]
-    inline = _chunks(lambda at: server.zrange(pq, at, at + READ_CHUNK - 1))
-    groups = _chunks(lambda at: server.zrange(lists, at, at + READ_CHUNK - 1))
-    listed = (
-        group + element[:6].hex().encode() + element[6:]  # (6 bytes of sequence: 12 hex)
-        for group in groups
-        for element in _chunks(
-            lambda at, group=group: server.lrange(
-                slot_list_key(queue_key, group, cluster), at, at + READ_CHUNK - 1
-            )
-        )
-    )
-    return heapq.merge(inline, listed)
+    for entry in _chunks(lambda at: server.zrange(pq, at, at + READ_CHUNK - 1)):
+        listed: Iterator[bytes] = iter(())
+        if len(entry) == entry.find(b"\0") + 13:  # a group: its list's requests
+            key = slot_list_key(queue_key, entry, cluster)
+            listed = _chunks(lambda at, key=key: server.lrange(key, at, at + READ_CHUNK - 1))
+        found = False
+        for element in listed:  # (6 bytes of sequence: 12 hex)
+            found = True
+            yield entry + element[:6].hex().encode() + element[6:]
+        if not found:
+            yield entry
 
 
 def _chunks(read: Callable[[int], list[bytes]]) -> Iterator[bytes]:

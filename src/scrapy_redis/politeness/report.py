@@ -36,8 +36,9 @@ def slot_views(
 
 
 def _queued(server: Any, queue_key: str, cluster: bool, slots: list[bytes]) -> list[int]:
-    """The requests queued per slot: its inline members, and its lists' lengths (one
-    list per priority with more than a few requests, see lua/_slot_store.lua)."""
+    """The requests queued per slot: its members of pq (inline requests, and one group
+    per list: a list per priority with more than a few requests, see
+    lua/_slot_store.lua), and what its lists hold beyond one each."""
     pq = slot_queue_keys(queue_key, cluster)[0]
     lists = slot_store_keys(queue_key, cluster)[0]
     pipe = server.pipeline(transaction=False)
@@ -53,7 +54,7 @@ def _queued(server: Any, queue_key: str, cluster: bool, slots: list[bytes]) -> l
         for _, group in found:
             pipe.llen(slot_list_key(queue_key, group, cluster))
         for (n, _), length in zip(found, pipe.execute(), strict=True):
-            counts[n] += int(length)
+            counts[n] += int(length) - 1  # (its group in pq counted one)
     return counts
 
 

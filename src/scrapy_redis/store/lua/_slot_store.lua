@@ -2,20 +2,23 @@
 -- are stored, read and removed. Not a script.
 -- A queued request belongs to a group: its slot and priority, "<slot> NUL <12 hex: 2^47 -
 -- priority>". Its member (what a pop returns, a lease holds and a put back gives back) is
--- "<group><12 hex: sequence number><request>". A group's requests are either
---   inline: members of the sorted set pq (score 0; the layout of version 1, which a crawl
---           persisted then still has: it is read as is), a small group's only layout, or
+-- "<group><12 hex: sequence number><request>"; what follows the group is its "tail". A
+-- group's requests are
+--   inline: members of the sorted set pq (score 0; the only layout of version 1, which a
+--           crawl persisted then still has: it is read as is), a small group's layout, or
 --   listed: elements "<6 bytes: sequence number, big-endian><request>" of the list
---           "<base>q:<group>", oldest first, its group a member of the sorted set
---           "<base>lists" (score 0) while the list is not empty.
--- What follows the group in a member (12 hex sequence, request) is its "tail".
--- A group whose inline requests reach LIST_FROM moves them to its list, MOVE_CHUNK per
--- call at most (oldest first); while some are still inline, the list holds the oldest of
--- the group: its elements all come before the group's inline members. A list element
--- costs about what an element of a PriorityQueue's list does (plus the sequence), an
--- inline member some 110 bytes more (a skiplist node, a hash table entry), a list about
--- 250 bytes (a key, and its member in "lists"): lists pay from a few requests on.
--- "<base>more" counts the listed requests (the queue's length is ZCARD pq + more).
+--           "<base>q:<group>", oldest first, while the group itself (its "pointer") is a
+--           member of pq, where it sorts just before the group's inline members, and of
+--           "<base>lists" (score 0: to find the lists without reading pq).
+-- So one ZRANGEBYLEX of pq finds a slot's head: its first entry, or the first element of
+-- the list the first entry points to. A group whose inline requests reach LIST_FROM moves
+-- them to its list, MOVE_CHUNK per call at most (oldest first); while some are still
+-- inline, the list holds the oldest of the group: its elements all come before the
+-- group's inline members. "<base>more" counts what the lists hold beyond one request each
+-- (the queue's length is ZCARD pq + more). A list element costs about what an element of
+-- a PriorityQueue's list does (plus 6 bytes), an inline member some 110 bytes more (a
+-- skiplist node, a hash table entry), a list some 500 bytes (a key, its pointer, its
+-- entry in "lists"): from LIST_FROM requests on, a list costs less.
 
 local LIST_FROM = 4
 local MOVE_CHUNK = 256
@@ -25,20 +28,6 @@ local TWELVE_HEX = '^' .. string.rep('[0-9a-f]', 12)
 
 local function tail_seq(tail)
   return string.match(tail, TWELVE_HEX) and tonumber(string.sub(tail, 1, 12), 16) or nil
-end
-
--- A queued request's sort key: its priority and sequence numbers (the 24 hex after NUL;
--- 0 for what is no number: a member not of ours).
-local function id_of(member, slot)
-  local at = #slot + 2
-  local priority = tonumber(string.sub(member, at, at + 11), 16)
-  return priority or 0, tail_seq(string.sub(member, at + 12)) or 0
-end
-
-local function before(slot, a, b)
-  local pa, sa = id_of(a, slot)
-  local pb, sb = id_of(b, slot)
-  return pa < pb or (pa == pb and sa < sb)
 end
 
 -- The sequence number of a list element.
@@ -64,27 +53,54 @@ local function list_key(k, group)
   return k.base .. 'q:' .. group
 end
 
--- The inline members of `group` (a lexicographic range of pq: the 12 hex after it).
+-- The inline members of `group` (a lexicographic range of pq: the 12 hex after it; its
+-- pointer, the group itself, is not in it).
 local function inline_range(group)
   return '(' .. group, '(' .. group .. '\255'
 end
+
+-- The lists hold `n` more requests (a list made holds its first in its pointer's count).
+local function count(k, n)
+  if n ~= 0 and redis.call('INCRBY', k.more, n) <= 0 then
+    redis.call('DEL', k.more)
+  end
+end
+
+-- The heads slot_head read from lists in this script call, until taken: member ->
+-- {list key, whether the list has more after it}.
+local listed_heads = {}
 
 -- The slot's `n` (default 1, at most 2) most urgent queued requests: the first, or nil,
 -- and the next (members, inline or listed).
 local function slot_head(k, slot, n)
   n = n or 1
-  local low, high = '[' .. slot .. '\0', '(' .. slot .. '\1'
-  local found = redis.call('ZRANGEBYLEX', k.pq, low, high, 'LIMIT', 0, n)
-  local groups = redis.call('ZRANGEBYLEX', k.lists, low, high, 'LIMIT', 0, n)
-  for _, group in ipairs(groups) do
-    for _, element in ipairs(redis.call('LRANGE', list_key(k, group), 0, n - 1)) do
-      found[#found + 1] = group .. to_tail(element)
+  local found = {}
+  for _, entry in ipairs(redis.call('ZRANGEBYLEX', k.pq, '[' .. slot .. '\0', '(' .. slot .. '\1', 'LIMIT', 0, n)) do
+    if #found >= n then
+      break
+    end
+    local key = #entry == #slot + 13 and list_key(k, entry)
+    local elements = key and redis.call('LRANGE', key, 0, n - #found - 1) or {}
+    for i, element in ipairs(elements) do
+      local member = entry .. to_tail(element)
+      found[#found + 1] = member
+      listed_heads[member] = {key, i < #elements}
+    end
+    if #elements == 0 then -- an inline member (or a pointer to nothing: not ours)
+      found[#found + 1] = entry
     end
   end
-  if #groups > 0 then
-    table.sort(found, function(a, b) return before(slot, a, b) end)
-  end
   return found[1], found[2]
+end
+
+-- `group`'s list just got `n` requests: its pointer and index entry if it is new.
+local function listed(k, group, n, new)
+  if new then
+    redis.call('ZADD', k.pq, 0, group)
+    redis.call('ZADD', k.lists, 0, group)
+    n = n - 1
+  end
+  count(k, n)
 end
 
 -- Move the oldest inline requests of `group` (at most MOVE_CHUNK) to the tail of its list,
@@ -92,7 +108,8 @@ end
 local function settle(k, group)
   local key = list_key(k, group)
   local low, high = inline_range(group)
-  if redis.call('EXISTS', key) == 0 and redis.call('ZLEXCOUNT', k.pq, low, high) < LIST_FROM then
+  local new = redis.call('EXISTS', key) == 0
+  if new and redis.call('ZLEXCOUNT', k.pq, low, high) < LIST_FROM then
     return
   end
   local moved, elements = {}, {}
@@ -104,19 +121,21 @@ local function settle(k, group)
     moved[#moved + 1] = member
     elements[#elements + 1] = to_element(tail)
   end
-  if #moved == 0 then
-    return
+  if #moved > 0 then
+    call_in_chunks('RPUSH', key, elements)
+    call_in_chunks('ZREM', k.pq, moved)
+    listed(k, group, #moved, new)
   end
-  call_in_chunks('RPUSH', key, elements)
-  call_in_chunks('ZREM', k.pq, moved)
-  redis.call('ZADD', k.lists, 0, group)
-  redis.call('INCRBY', k.more, #moved)
 end
 
--- `n` listed requests were taken: the count goes down (and away at 0).
-local function uncount(k, n)
-  if redis.call('DECRBY', k.more, n) <= 0 then
-    redis.call('DEL', k.more)
+-- A list lost `n` requests from its head: its pointer goes with its last one.
+local function unlisted(k, key, group, n, more)
+  if more or redis.call('EXISTS', key) == 1 then
+    count(k, -n)
+  else
+    redis.call('ZREM', k.pq, group)
+    redis.call('ZREM', k.lists, group)
+    count(k, 1 - n)
   end
 end
 
@@ -124,18 +143,16 @@ end
 -- (an inline group with more requests is settled: a crawl of version 1 moves to lists).
 local function take_head(k, slot, head, after)
   local group = string.sub(head, 1, #slot + 13)
-  local key = list_key(k, group)
-  local tail = string.sub(head, #group + 1)
-  if tail_seq(tail) and redis.call('LINDEX', key, 0) == to_element(tail) then
-    redis.call('LPOP', key)
-    uncount(k, 1)
-    if redis.call('EXISTS', key) == 0 then
-      redis.call('ZREM', k.lists, group)
-    end
-    return
+  local known = listed_heads[head]
+  if not known and redis.call('ZREM', k.pq, head) == 0 then -- (not read by slot_head)
+    local key, tail = list_key(k, group), string.sub(head, #group + 1)
+    known = tail_seq(tail) and redis.call('LINDEX', key, 0) == to_element(tail) and {key, false}
   end
-  redis.call('ZREM', k.pq, head)
-  if after and string.sub(after, 1, #group) == group then
+  if known then
+    listed_heads[head] = nil
+    redis.call('LPOP', known[1])
+    unlisted(k, known[1], group, 1, known[2])
+  elseif after and string.sub(after, 1, #group) == group then
     settle(k, group)
   end
 end
@@ -144,16 +161,17 @@ end
 local function add_new(k, group, tails)
   local key = list_key(k, group)
   local low, high = inline_range(group)
-  local inline = redis.call('ZLEXCOUNT', k.pq, low, high)
-  if inline == 0 and (#tails >= LIST_FROM or redis.call('EXISTS', key) == 1) then
-    local elements = {}
-    for i, tail in ipairs(tails) do
-      elements[i] = to_element(tail)
+  if redis.call('ZLEXCOUNT', k.pq, low, high) == 0 then
+    local new = redis.call('EXISTS', key) == 0
+    if #tails >= LIST_FROM or not new then
+      local elements = {}
+      for i, tail in ipairs(tails) do
+        elements[i] = to_element(tail)
+      end
+      call_in_chunks('RPUSH', key, elements)
+      listed(k, group, #elements, new)
+      return
     end
-    call_in_chunks('RPUSH', key, elements)
-    redis.call('ZADD', k.lists, 0, group)
-    redis.call('INCRBY', k.more, #elements)
-    return
   end
   local args = {}
   for _, tail in ipairs(tails) do
@@ -170,7 +188,7 @@ local function insert_by_seq(k, key, element, seq)
   local last = redis.call('LINDEX', key, -1)
   if seq > seq_of(last) then
     redis.call('RPUSH', key, element)
-    redis.call('INCR', k.more)
+    count(k, 1)
     return
   end
   local start = 0
@@ -182,7 +200,7 @@ local function insert_by_seq(k, key, element, seq)
         return
       elseif s > seq then
         redis.call('LINSERT', key, 'BEFORE', other, element)
-        redis.call('INCR', k.more)
+        count(k, 1)
         return
       end
     end
@@ -205,10 +223,11 @@ local function put_back_member(k, slot, member)
   local element = to_element(string.sub(member, #group + 1))
   if seq < seq_of(head) then
     redis.call('LPUSH', key, element)
-    redis.call('INCR', k.more)
+    count(k, 1)
     return nil
   end
-  local first = redis.call('ZRANGEBYLEX', k.pq, '(' .. group, '(' .. group .. '\255', 'LIMIT', 0, 1)[1]
+  local low, high = inline_range(group)
+  local first = redis.call('ZRANGEBYLEX', k.pq, low, high, 'LIMIT', 0, 1)[1]
   if first and seq > (tail_seq(string.sub(first, #group + 1)) or 0) then
     redis.call('ZADD', k.pq, 0, member)
     return group
@@ -217,25 +236,26 @@ local function put_back_member(k, slot, member)
   return nil
 end
 
--- Up to `n` queued requests, whatever their slots (a drain): inline ones first, then
--- listed ones, removed; their members.
+-- Up to `n` queued requests, whatever their slots (a drain), removed; their members.
 local function take_any(k, n)
-  local taken = redis.call('ZRANGE', k.pq, 0, n - 1)
-  call_in_chunks('ZREM', k.pq, taken)
-  local groups = #taken < n and redis.call('ZRANGE', k.lists, 0, n - #taken - 1) or {}
-  for _, group in ipairs(groups) do
+  local taken, inline = {}, {}
+  for _, entry in ipairs(redis.call('ZRANGE', k.pq, 0, n - 1)) do
     if #taken >= n then
       break
     end
-    local key = list_key(k, group)
-    local elements = redis.call('LPOP', key, n - #taken) or {}
+    local zero = string.find(entry, '\0', 1, true)
+    local key = zero and #entry == zero + 12 and list_key(k, entry)
+    local elements = key and redis.call('LPOP', key, n - #taken) or {}
     for _, element in ipairs(elements) do
-      taken[#taken + 1] = group .. to_tail(element)
+      taken[#taken + 1] = entry .. to_tail(element)
     end
-    uncount(k, #elements)
-    if redis.call('EXISTS', key) == 0 then
-      redis.call('ZREM', k.lists, group)
+    if #elements > 0 then
+      unlisted(k, key, entry, #elements, false)
+    else
+      inline[#inline + 1] = entry
+      taken[#taken + 1] = entry
     end
   end
+  call_in_chunks('ZREM', k.pq, inline)
   return taken
 end

@@ -168,8 +168,7 @@ local function put_back_slots(pq, members)
       inline[group] = true
     end
     touched[slot] = true
-    local _, seq = id_of(member, slot)
-    last = math.max(last, seq or 0)
+    last = math.max(last, tail_seq(string.sub(member, #slot + 14)) or 0)
   end
   for group, _ in pairs(inline) do
     settle(k, group)
