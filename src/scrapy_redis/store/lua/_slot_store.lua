@@ -46,7 +46,7 @@ local function to_element(tail)
 end
 
 local function to_tail(element)
-  return string.format('%02x%02x%02x%02x%02x%02x', string.byte(element, 1, 6)) .. string.sub(element, 7)
+  return string.format('%012x', seq_of(element)) .. string.sub(element, 7)
 end
 
 local function list_key(k, group)
@@ -128,19 +128,31 @@ local function settle(k, group)
   end
 end
 
--- A list lost `n` requests from its head: its pointer goes with its last one.
-local function unlisted(k, key, group, n, more)
-  if more or redis.call('EXISTS', key) == 1 then
-    count(k, -n)
-  else
+-- A list lost `n` requests from its head: its pointer goes with its last one. `later`:
+-- the count is changed by flush_count(k) (once for a pop's requests).
+local function unlisted(k, key, group, n, more, later)
+  local change = -n
+  if not (more or redis.call('EXISTS', key) == 1) then
     redis.call('ZREM', k.pq, group)
     redis.call('ZREM', k.lists, group)
-    count(k, 1 - n)
+    change = 1 - n
   end
+  if later then
+    k.uncounted = (k.uncounted or 0) + change
+  else
+    count(k, change)
+  end
+end
+
+-- The count changes take_head left for later (a pop script calls it once, at its end).
+local function flush_count(k)
+  count(k, k.uncounted or 0)
+  k.uncounted = 0
 end
 
 -- Remove the slot's head `head` (just read by slot_head); `after`: the next one, if any
 -- (an inline group with more requests is settled: a crawl of version 1 moves to lists).
+-- The caller calls flush_count(k) once done.
 local function take_head(k, slot, head, after)
   local group = string.sub(head, 1, #slot + 13)
   local known = listed_heads[head]
@@ -151,7 +163,7 @@ local function take_head(k, slot, head, after)
   if known then
     listed_heads[head] = nil
     redis.call('LPOP', known[1])
-    unlisted(k, known[1], group, 1, known[2])
+    unlisted(k, known[1], group, 1, known[2], true)
   elseif after and string.sub(after, 1, #group) == group then
     settle(k, group)
   end

@@ -118,6 +118,7 @@ for _ = 1, most + 64 do
     save_slot(k, slot, st)
   end
 end
+flush_count(k) -- (the requests taken from lists, counted once)
 for _, member in ipairs(skipped) do
   redis.call('ZADD', k.ready, 0, member)
 end
