@@ -219,11 +219,13 @@ def test_export_lists_the_requests_queued_per_download_slot(
     project, schedulers, settings_dict, server
 ):
     requests = [Request(f"http://a{n}.test/p") for n in range(5)]
-    leave(schedule(schedulers, {**settings_dict, **FLEET}, requests))
+    big = [Request(f"http://big.test/{n}") for n in range(9)]  # a list (lua/_slot_store.lua)
+    leave(schedule(schedulers, {**settings_dict, **FLEET}, [*requests, *big]))
     exported = project.run("export", "demo", "queue")
     assert exported.returncode == 0, exported.stderr
-    urls = sorted(json.loads(line)["url"] for line in exported.stdout.splitlines())
-    assert urls == sorted(request.url for request in requests)
+    urls = [json.loads(line)["url"] for line in exported.stdout.splitlines()]
+    assert sorted(urls) == sorted(request.url for request in [*requests, *big])
+    assert [url for url in urls if "big" in url] == [request.url for request in big]
 
 
 def test_requests_due_later_keep_a_spider_open_for_its_own_max_idle_time_only(
