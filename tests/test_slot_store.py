@@ -232,3 +232,20 @@ def test_a_member_not_of_ours_put_back_stays_inline_and_breaks_nothing(server):
     ticket = LeaseBook(server, KEY, "w1", 30).ticket()
     taken = [entry.data for entry in queue.pop_entries(100, ticket=ticket)]
     assert len(taken) == 8 and odd in taken and len(queue) == 0
+
+
+def test_lists_on_a_redis_cluster_stay_in_the_queues_slot(cluster):
+    queue = make_queue(cluster)
+    push(queue, *(f"http://a/{n}" for n in range(10)), "http://b/0")
+    [group] = cluster.zrange(queue.store_keys[0], 0, -1)
+    key = slot_list_key(queue.key, group, True)
+    assert cluster.keyslot(key) == cluster.keyslot(queue.slot_keys[0]) and cluster.llen(key) == 10
+    book = LeaseBook(cluster, queue.key, "w1", 30)
+    ticket = book.ticket()
+    taken = queue.pop_entries(3, ticket=ticket)
+    queue.restore_entries(taken[1:])  # (given back out of order: into the list)
+    book.taken_batch(ticket, len(taken))
+    got = drain_urls(queue, book)
+    assert sorted(got) == sorted([*(f"http://a/{n}" for n in range(1, 10)), "http://b/0"])
+    assert [url for url in got if "/a/" in url] == [f"http://a/{n}" for n in range(1, 10)]
+    assert len(queue) == 0 and queue.is_empty()

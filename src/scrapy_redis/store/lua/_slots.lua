@@ -5,7 +5,8 @@
 --           score 0, member <slot> "\0" <12 hex: 2^47 - priority> <12 hex: sequence
 --           number> <request>, so that a slot's requests are a lexicographic range, most
 --           urgent first (highest priority, then oldest); a group of more requests is a
---           list, indexed in "lists", counted in "more" (see _slot_store.lua)
+--           list, its group a member of pq in its place (see _slot_store.lua: also the
+--           keys lists and more)
 --   ready   sorted set of the slots that may start a download now, score 0, member
 --           <12 hex priority><12 hex sequence><slot> of the slot's first request: the
 --           first member is the most urgent request among those slots
