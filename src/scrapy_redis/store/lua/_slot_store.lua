@@ -74,19 +74,26 @@ local listed_heads = {}
 -- and the next (members, inline or listed).
 local function slot_head(k, slot, n)
   n = n or 1
+  local entries = redis.call('ZRANGEBYLEX', k.pq, '[' .. slot .. '\0', '(' .. slot .. '\1', 'LIMIT', 0, n)
+  local pointer = #slot + 13 -- the length of a group
+  local first, second = entries[1], entries[2]
+  if not first or (#first ~= pointer and not (second and #second == pointer)) then
+    return first, second -- inline requests only
+  end
   local found = {}
-  for _, entry in ipairs(redis.call('ZRANGEBYLEX', k.pq, '[' .. slot .. '\0', '(' .. slot .. '\1', 'LIMIT', 0, n)) do
+  for _, entry in ipairs(entries) do
     if #found >= n then
       break
     end
-    local key = #entry == #slot + 13 and list_key(k, entry)
-    local elements = key and redis.call('LRANGE', key, 0, n - #found - 1) or {}
-    for i, element in ipairs(elements) do
-      local member = entry .. to_tail(element)
-      found[#found + 1] = member
-      listed_heads[member] = {key, i < #elements}
-    end
-    if #elements == 0 then -- an inline member (or a pointer to nothing: not ours)
+    local key = #entry == pointer and list_key(k, entry)
+    local elements = key and redis.call('LRANGE', key, 0, n - #found - 1)
+    if elements and #elements > 0 then
+      for i, element in ipairs(elements) do
+        local member = entry .. to_tail(element)
+        found[#found + 1] = member
+        listed_heads[member] = {key, i < #elements}
+      end
+    else -- an inline member (or a pointer to nothing: not ours)
       found[#found + 1] = entry
     end
   end
