@@ -1,6 +1,6 @@
 """How the per-slot queues store their requests (lua/_slot_store.lua): a slot's requests of
 one priority in a list once there are a few, inline members of ``pq`` below that (and in
-a crawl persisted by version 1, converted as it goes on), on a real redis-server."""
+a crawl persisted before the lists: every request in ``pq``, converted as it goes on), on a real redis-server."""
 
 from __future__ import annotations
 
@@ -81,7 +81,7 @@ def test_a_slots_requests_of_one_priority_cost_about_what_a_priority_queues_do(s
         # what the keys hold (used_memory moves with the clients' buffers and scripts)
         keys = [key for key in server.keys("*") if b":writes:" not in key]
         used[kind] = sum(server.memory_usage(key, samples=0) for key in keys) / len(urls)
-    assert used[SlotQueue] < 1.5 * used[PriorityQueue], used  # (version 1: about 4 times)
+    assert used[SlotQueue] < 1.5 * used[PriorityQueue], used  # (all in pq: about 4 times)
 
 
 def test_a_small_group_stays_inline_and_a_bigger_one_becomes_a_list(server):

@@ -4,8 +4,8 @@
 -- priority>". Its member (what a pop returns, a lease holds and a put back gives back) is
 -- "<group><12 hex: sequence number><request>"; what follows the group is its "tail". A
 -- group's requests are
---   inline: members of the sorted set pq (score 0; the only layout of version 1, which a
---           crawl persisted then still has: it is read as is), a small group's layout, or
+--   inline: members of the sorted set pq (score 0; the only layout before the lists, a
+--           crawl persisted then has: it is read as is), a small group's layout, or
 --   listed: elements "<6 bytes: sequence number, big-endian><request>" of the list
 --           "<base>q:<group>", oldest first, while the group itself (its "pointer") is a
 --           member of pq, where it sorts just before the group's inline members, and of
@@ -158,7 +158,7 @@ local function flush_count(k)
 end
 
 -- Remove the slot's head `head` (just read by slot_head); `after`: the next one, if any
--- (an inline group with more requests is settled: a crawl of version 1 moves to lists).
+-- (an inline group with more requests is settled: a crawl from before the lists moves to them).
 -- The caller calls flush_count(k) once done.
 local function take_head(k, slot, head, after)
   local group = string.sub(head, 1, #slot + 13)
