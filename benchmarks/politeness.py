@@ -11,7 +11,9 @@ what a pop costs.
 3. **Fairness** (``--fairness``): a broad crawl of one site of 300 pages and 30 of 5,
    DOWNLOAD_DELAY = 0.2: the crawl's length against the ideal polite schedule (300 x
    0.2 s), and when the small sites were done, off and on.
-4. **Scale** (``--skip-scale``): the per-slot queues filled with Q requests over S
+4. **Groups** (``--group-sizes 1,2,3,4,6``, alone): Redis bytes per queued request of a
+   slot's requests of one priority inline (in ``pq``) and as a list, by their number.
+5. **Scale** (``--skip-scale``): the per-slot queues filled with Q requests over S
    slots (``--sizes SxQ,...``; by default 10^3 and 10^5 slots x 10^5 requests; see fill()
    for how: a bulk loader, then one request per slot through the push script), then
    the cost of one pop script call taking 8 requests under a lease (and releasing the
@@ -321,6 +323,57 @@ def scale_report(sizes: list[tuple[int, int]], pops: int, runs: int) -> list[str
     return lines
 
 
+def group_report(sizes: list[int], groups: int = 20_000) -> list[str]:
+    """Bytes per request (``used_memory`` delta) of ``groups`` groups (a slot's requests
+    of one priority) of k requests each, for each k of ``sizes``: inline (members of
+    ``pq``) against a list per group (with its member in ``pq`` and ``lists``), written
+    as the scripts write them (lua/_slot_store.lua): where lists start to pay."""
+    import redis
+    from scrapy import Request
+
+    from helpers import make_spider
+    from redis_server import RedisServer
+    from scrapy_redis.politeness.queue import SlotQueue
+    from scrapy_redis.store.keys import slot_list_key
+
+    lines = ["| requests per group | inline (bytes per request) | list |", "|---|---|---|"]
+    priority = f"{(1 << 47) - 1:012x}"
+    for k in sizes:
+        row = []
+        for listed in (False, True):
+            process = RedisServer().start()
+            try:
+                server = redis.Redis(port=process.port)
+                queue = SlotQueue(server, make_spider({}), "bench:requests")
+                data = queue.encode(Request("http://site000000.example/page/000000000.html")).data
+                before = server.info("memory")["used_memory"]
+                pipe, seq = server.pipeline(transaction=False), 0
+                for g in range(groups):
+                    group = f"site{g:06d}.example\0{priority}".encode()
+                    seqs = range(seq + 1, seq + k + 1)
+                    seq += k
+                    if listed:
+                        pipe.rpush(
+                            slot_list_key(queue.key, group),
+                            *(s.to_bytes(6, "big") + data for s in seqs),
+                        )
+                        pipe.zadd(queue.slot_keys[0], {group: 0})
+                        pipe.zadd(queue.store_keys[0], {group: 0})
+                    else:
+                        pipe.zadd(
+                            queue.slot_keys[0],
+                            {group + f"{s:012x}".encode() + data: 0 for s in seqs},
+                        )
+                    if g % 1000 == 999:
+                        pipe.execute()
+                pipe.execute()
+                row.append((server.info("memory")["used_memory"] - before) / (groups * k))
+            finally:
+                process.cleanup()
+        lines.append(f"| {k} | {row[0]:.0f} | {row[1]:.0f} |")
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--skip-sites", action="store_true")
@@ -336,9 +389,20 @@ def main() -> None:
         default="1000x100000,100000x100000",
         help="scale cases, SLOTSxQUEUED comma-separated (e.g. 1000x10000000)",
     )
+    parser.add_argument(
+        "--group-sizes",
+        default="",
+        help="only: bytes per request inline vs in lists, for groups of these sizes (1,2,3,4,6)",
+    )
     parser.add_argument("--pops", type=int, default=2000)
     parser.add_argument("--runs", type=int, default=3, help="runs of each scale case (median)")
     args = parser.parse_args()
+    if args.group_sizes:
+        sizes = [int(k) for k in args.group_sizes.split(",")]
+        print(
+            "\n".join(["## Per-slot queues: inline or a list per group", "", *group_report(sizes)])
+        )
+        return
     out = ["# Fleet-wide limits per download slot", ""]
     if not args.skip_sites:
         out += ["## What each site sees (4 workers, DOWNLOAD_DELAY = 0.5, no jitter)", ""]

@@ -1,6 +1,7 @@
 """How the per-slot queues store their requests (lua/_slot_store.lua): a slot's requests of
 one priority in a list once there are a few, inline members of ``pq`` below that (and in
-a crawl persisted before the lists: every request in ``pq``, converted as it goes on), on a real redis-server."""
+a crawl persisted before the lists: every request in ``pq``, converted as it goes on), on
+a real redis-server."""
 
 from __future__ import annotations
 
