@@ -250,3 +250,17 @@ def test_lists_on_a_redis_cluster_stay_in_the_queues_slot(cluster):
     assert sorted(got) == sorted([*(f"http://a/{n}" for n in range(1, 10)), "http://b/0"])
     assert [url for url in got if "/a/" in url] == [f"http://a/{n}" for n in range(1, 10)]
     assert len(queue) == 0 and queue.is_empty()
+
+
+def test_requests_moved_from_another_queue_stay_ahead_of_newer_ones(server):
+    source, target = make_queue(server, "source:requests"), make_queue(server)
+    push(source, *(f"http://x/{n}" for n in range(50)))  # the source's sequence moves on
+    push(source, *(f"http://a/{n}" for n in range(5)))
+    source.drain = True
+    ticket = LeaseBook(server, source.key, "mover", 30).ticket()
+    moved = [e for e in source.pop_entries(100, ticket=ticket) if e.data[:2] == b"a\0"]
+    target.push_entries(moved)  # members of the source: they keep their sequence (51-55)
+    push(target, "http://b/new")  # a sequence after theirs (56), not 1: it comes after
+    assert consistent(target) == 6
+    taken = drain_urls(target, LeaseBook(server, KEY, "w1", 30))
+    assert taken == [*(f"http://a/{n}" for n in range(5)), "http://b/new"]
