@@ -59,8 +59,16 @@ local function inline_range(group)
   return '(' .. group, '(' .. group .. '\255'
 end
 
--- The lists hold `n` more requests (a list made holds its first in its pointer's count).
+-- The lists hold `n` more requests (a list made holds its first in its pointer's count):
+-- counted by flush_count(k), which every caller of these functions calls once at its end
+-- (one INCRBY for a pop's or a push's requests).
 local function count(k, n)
+  k.uncounted = (k.uncounted or 0) + n
+end
+
+local function flush_count(k)
+  local n = k.uncounted or 0
+  k.uncounted = 0
   if n ~= 0 and redis.call('INCRBY', k.more, n) <= 0 then
     redis.call('DEL', k.more)
   end
@@ -111,13 +119,16 @@ local function listed(k, group, n, new)
 end
 
 -- Move the oldest inline requests of `group` (at most MOVE_CHUNK) to the tail of its list,
--- once it has LIST_FROM of them or a list already.
-local function settle(k, group)
+-- once it has LIST_FROM of them or a list already (`new`: whether it has none, when the
+-- caller knows that it should move them).
+local function settle(k, group, new)
   local key = list_key(k, group)
   local low, high = inline_range(group)
-  local new = redis.call('EXISTS', key) == 0
-  if new and redis.call('ZLEXCOUNT', k.pq, low, high) < LIST_FROM then
-    return
+  if new == nil then
+    new = redis.call('EXISTS', key) == 0
+    if new and redis.call('ZLEXCOUNT', k.pq, low, high) < LIST_FROM then
+      return
+    end
   end
   local moved, elements = {}, {}
   for _, member in ipairs(redis.call('ZRANGEBYLEX', k.pq, low, high, 'LIMIT', 0, MOVE_CHUNK)) do
@@ -135,31 +146,20 @@ local function settle(k, group)
   end
 end
 
--- A list lost `n` requests from its head: its pointer goes with its last one. `later`:
--- the count is changed by flush_count(k) (once for a pop's requests).
-local function unlisted(k, key, group, n, more, later)
-  local change = -n
-  if not (more or redis.call('EXISTS', key) == 1) then
+-- A list lost `n` requests from its head: its pointer goes with its last one.
+local function unlisted(k, key, group, n, more)
+  if more or redis.call('EXISTS', key) == 1 then
+    count(k, -n)
+  else
     redis.call('ZREM', k.pq, group)
     redis.call('ZREM', k.lists, group)
-    change = 1 - n
+    count(k, 1 - n)
   end
-  if later then
-    k.uncounted = (k.uncounted or 0) + change
-  else
-    count(k, change)
-  end
-end
-
--- The count changes take_head left for later (a pop script calls it once, at its end).
-local function flush_count(k)
-  count(k, k.uncounted or 0)
-  k.uncounted = 0
 end
 
 -- Remove the slot's head `head` (just read by slot_head); `after`: the next one, if any
--- (an inline group with more requests is settled: a crawl from before the lists moves to them).
--- The caller calls flush_count(k) once done.
+-- (an inline group with more requests is settled: a crawl from before the lists moves to
+-- them).
 local function take_head(k, slot, head, after)
   local group = string.sub(head, 1, #slot + 13)
   local known = listed_heads[head]
@@ -170,35 +170,49 @@ local function take_head(k, slot, head, after)
   if known then
     listed_heads[head] = nil
     redis.call('LPOP', known[1])
-    unlisted(k, known[1], group, 1, known[2], true)
+    unlisted(k, known[1], group, 1, known[2])
   elseif after and string.sub(after, 1, #group) == group then
     settle(k, group)
   end
 end
 
--- Queue new requests of one group, their `tails` in sequence order (newer than any queued).
-local function add_new(k, group, tails)
-  local key = list_key(k, group)
-  local low, high = inline_range(group)
-  if redis.call('ZLEXCOUNT', k.pq, low, high) == 0 then
-    local new = redis.call('EXISTS', key) == 0
-    if #tails >= LIST_FROM or not new then
-      local elements = {}
-      for i, tail in ipairs(tails) do
-        elements[i] = to_element(tail)
-      end
-      call_in_chunks('RPUSH', key, elements)
-      listed(k, group, #elements, new)
-      return
+-- Queue new requests of one group, their `tails` in sequence order (newer than any
+-- queued): onto its list, or inline (their members added to `args`, ZADD's arguments,
+-- for the caller to add). Whether to settle the group once they are added.
+local function add_new(k, group, tails, args)
+  local found = redis.call('ZRANGEBYLEX', k.pq, '[' .. group, '(' .. group .. '\255', 'LIMIT', 0, LIST_FROM)
+  local has_list = found[1] == group
+  local inline = #found - (has_list and 1 or 0) -- (or more, at LIST_FROM - 1 and up)
+  if inline == 0 and (has_list or #tails >= LIST_FROM) then
+    local elements = {}
+    for i, tail in ipairs(tails) do
+      elements[i] = to_element(tail)
     end
+    call_in_chunks('RPUSH', list_key(k, group), elements)
+    listed(k, group, #elements, not has_list)
+    return false
   end
-  local args = {}
   for _, tail in ipairs(tails) do
     args[#args + 1] = 0
     args[#args + 1] = group .. tail
   end
+  return has_list or inline + #tails >= LIST_FROM, not has_list
+end
+
+-- Queue new requests: `groups` maps each group of `order` to its tails (see add_new).
+local function add_new_groups(k, order, groups)
+  local args, unsettled = {}, {}
+  for _, group in ipairs(order) do
+    local move, new = add_new(k, group, groups[group], args)
+    if move then
+      unsettled[group] = new
+    end
+  end
   call_in_chunks('ZADD', k.pq, args)
-  settle(k, group)
+  for group, new in pairs(unsettled) do
+    settle(k, group, new)
+  end
+  flush_count(k)
 end
 
 -- Insert `element` (sequence `seq`) into the list `key` by its sequence (a put back of a
@@ -276,5 +290,6 @@ local function take_any(k, n)
     end
   end
   call_in_chunks('ZREM', k.pq, inline)
+  flush_count(k)
   return taken
 end

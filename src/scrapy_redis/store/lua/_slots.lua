@@ -174,6 +174,7 @@ local function put_back_slots(pq, members)
   for group, _ in pairs(inline) do
     settle(k, group)
   end
+  flush_count(k)
   if last > tonumber(redis.call('GET', k.seq) or 0) then
     redis.call('SET', k.seq, last) -- (moved from another queue) newer requests come after
   end
@@ -247,9 +248,7 @@ local function push_new_slots(k, conf, entries)
     table.insert(groups[group], string.format('%012x', seq) .. e[3])
     touched[e[1]] = true
   end
-  for _, group in ipairs(order) do
-    add_new(k, group, groups[group])
-  end
+  add_new_groups(k, order, groups)
   local now = now_ms()
   for slot, _ in pairs(touched) do
     local st = load_slot(k, slot)
