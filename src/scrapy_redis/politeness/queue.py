@@ -4,9 +4,9 @@ Every queued request is named ``<slot> NUL <priority> <sequence> <request>`` (it
 so that one slot's requests are a lexicographic range, most urgent first: a member of
 one sorted set, ``<queue key>:polite:pq``, while its slot has few requests of its
 priority, else an element ``<sequence> <request>`` of that slot and priority's list
-(``:polite:q:<slot> NUL <priority>``, see ``lua/_slot_store.lua``); the slots that may
-start a download now are
-a heap of their most urgent request (``:polite:ready``), those that must wait a heap
+(``:polite:q:<slot> NUL <priority>``, named in ``pq`` by ``<slot> NUL <priority>``: see
+``lua/_slot_store.lua``); the slots that may start a download now are a heap of their
+most urgent request (``:polite:ready``), those that must wait a heap
 of the time they may (``:polite:waiting``), each slot's delay, concurrency, next start
 and downloads in flight a field of ``:polite:slots``. The scripts (``lua/_slots.lua``,
 ``pop_slots.lua``, ``push_slots.lua``, ``dedup_push_slots.lua``) keep them on the Redis
