@@ -11,7 +11,9 @@ what a pop costs.
 3. **Fairness** (``--fairness``): a broad crawl of one site of 300 pages and 30 of 5,
    DOWNLOAD_DELAY = 0.2: the crawl's length against the ideal polite schedule (300 x
    0.2 s), and when the small sites were done, off and on.
-4. **Scale** (``--skip-scale``): the per-slot queues filled with Q requests over S
+4. **Groups** (``--group-sizes 1,2,3,4,6``, alone): Redis bytes per queued request of a
+   slot's requests of one priority inline (in ``pq``) and as a list, by their number.
+5. **Scale** (``--skip-scale``): the per-slot queues filled with Q requests over S
    slots (``--sizes SxQ,...``; by default 10^3 and 10^5 slots x 10^5 requests; see fill()
    for how: a bulk loader, then one request per slot through the push script), then
    the cost of one pop script call taking 8 requests under a lease (and releasing the
@@ -198,28 +200,47 @@ def fill(queue, slots: int, queued: int) -> None:
 
 def bulk_load(queue, slots: int, count: int, data) -> None:
     """Requests 0 .. ``count`` - 1 (``data(n)``: the encoded request n, of slot n % slots,
-    priority 0) written in the layout of ``queue``'s push script, without it: ZADD of the
-    members of the per-slot queue (``<slot> NUL <2^47-1 - priority><sequence> <request>``,
-    sequence n + 1) and its sequence counter, or RPUSH onto today's list of priority 0."""
-    from scrapy_redis.politeness.queue import SlotQueue
-    from scrapy_redis.store.keys import priority_list_key
+    priority 0, sequence n + 1) written in the layout of ``queue``'s push script, without
+    it: for the per-slot queues (lua/_slot_store.lua), a slot with LIST_FROM requests or
+    more gets its list (``RPUSH`` of ``<6 bytes sequence><request>``; its group in ``pq``
+    and ``lists``; counted), the
+    others' requests are members of ``pq`` (``<slot> NUL <2^47-1 - priority><sequence>
+    <request>``), and the sequence counter is set; or RPUSH onto today's list of priority 0."""
+    from scrapy_redis.politeness.queue import LIST_FROM, SlotQueue
+    from scrapy_redis.store.keys import priority_list_key, slot_list_key
 
     per_slot = isinstance(queue, SlotQueue)
     server, chunk = queue.server, 10_000
+    prefix = f"{(1 << 47) - 1:012x}"
+    listed = count >= LIST_FROM * slots  # every slot has count // slots requests or more
+
+    def group(n: int) -> bytes:
+        return f"site{n % slots:06d}.example\0{prefix}".encode()
+
     for start in range(0, count, chunk):
         numbers = range(start, min(count, start + chunk))
-        if per_slot:
-            pairs = {}
+        if per_slot and listed:
+            lists: dict[bytes, list[bytes]] = {}
             for n in numbers:
-                prefix = f"site{n % slots:06d}.example\0{(1 << 47) - 1:012x}{n + 1:012x}"
-                pairs[prefix.encode() + data(n)] = 0
-            server.zadd(queue.slot_keys[0], pairs)
+                lists.setdefault(group(n), []).append((n + 1).to_bytes(6, "big") + data(n))
+            pipe = server.pipeline(transaction=False)
+            for name, elements in lists.items():
+                pipe.rpush(slot_list_key(queue.key, name), *elements)
+            pipe.execute()
+        elif per_slot:
+            members = {group(n) + f"{n + 1:012x}".encode() + data(n): 0 for n in numbers}
+            server.zadd(queue.slot_keys[0], members)
         else:
             server.rpush(priority_list_key(queue.key, 0), *(data(n) for n in numbers))
         if start % 1_000_000 == 0 and start:
             log(f"  {start:,} loaded")
     if per_slot:
         server.set(queue.slot_keys[4], count)
+        if listed and count:
+            groups = {group(n): 0 for n in range(min(slots, count))}
+            server.zadd(queue.slot_keys[0], groups)  # (a list's group points to it)
+            server.zadd(queue.store_keys[0], groups)
+            server.set(queue.store_keys[1], count - len(groups))
 
 
 def pop_cost(server, queue, pops: int) -> tuple[float, float, float]:
@@ -243,6 +264,18 @@ def pop_cost(server, queue, pops: int) -> tuple[float, float, float]:
     return float(evalsha.get("usec_per_call", 0.0)), elapsed / pops * 1e6, taken / pops
 
 
+def requests_memory(server, queue) -> int:
+    """The bytes of the keys holding the queued requests (sampled: 5 elements a key)."""
+    from scrapy_redis.politeness.queue import SlotQueue
+    from scrapy_redis.store.keys import priority_list_key, slot_list_key
+
+    if not isinstance(queue, SlotQueue):
+        return int(server.memory_usage(priority_list_key(queue.key, 0)) or 0)
+    keys = [queue.slot_keys[0]]
+    keys += [slot_list_key(queue.key, g) for g in server.zrange(queue.store_keys[0], 0, -1)]
+    return sum(int(server.memory_usage(key) or 0) for key in keys)
+
+
 def scale_report(sizes: list[tuple[int, int]], pops: int, runs: int) -> list[str]:
     import redis
 
@@ -250,11 +283,10 @@ def scale_report(sizes: list[tuple[int, int]], pops: int, runs: int) -> list[str
     from redis_server import RedisServer
     from scrapy_redis.politeness.queue import SlotQueue
     from scrapy_redis.queue import PriorityQueue
-    from scrapy_redis.store.keys import priority_list_key
 
     lines = [
         "| queue | slots | queued | pop of 8, server (µs) | round trip (µs) | "
-        "taken per pop | memory per queued request (bytes) | of which the requests' key |",
+        "taken per pop | memory per queued request (bytes) | of which the requests' keys |",
         "|---|---|---|---|---|---|---|---|",
     ]
     # no delay, a cap above what one worker holds: every pop takes 8 (the cost per
@@ -272,10 +304,7 @@ def scale_report(sizes: list[tuple[int, int]], pops: int, runs: int) -> list[str
                     log(f"run {run + 1}: {kind.__name__}, {queued} requests, {slots} slots")
                     fill(queue, slots, queued)
                     per_request = (server.info("memory")["used_memory"] - before) / queued
-                    main = (
-                        queue.slot_keys[0] if kind is SlotQueue else priority_list_key(queue.key, 0)
-                    )
-                    own = server.memory_usage(main) / queued  # sampled (5 elements)
+                    own = requests_memory(server, queue) / queued
                     server_us, trip_us, per_pop = pop_cost(server, queue, pops)
                     key = (kind.__name__, slots, queued)
                     measures = (server_us, trip_us, per_pop, per_request, own)
@@ -294,6 +323,57 @@ def scale_report(sizes: list[tuple[int, int]], pops: int, runs: int) -> list[str
     return lines
 
 
+def group_report(sizes: list[int], groups: int = 20_000) -> list[str]:
+    """Bytes per request (``used_memory`` delta) of ``groups`` groups (a slot's requests
+    of one priority) of k requests each, for each k of ``sizes``: inline (members of
+    ``pq``) against a list per group (with its member in ``pq`` and ``lists``), written
+    as the scripts write them (lua/_slot_store.lua): where lists start to pay."""
+    import redis
+    from scrapy import Request
+
+    from helpers import make_spider
+    from redis_server import RedisServer
+    from scrapy_redis.politeness.queue import SlotQueue
+    from scrapy_redis.store.keys import slot_list_key
+
+    lines = ["| requests per group | inline (bytes per request) | list |", "|---|---|---|"]
+    priority = f"{(1 << 47) - 1:012x}"
+    for k in sizes:
+        row = []
+        for listed in (False, True):
+            process = RedisServer().start()
+            try:
+                server = redis.Redis(port=process.port)
+                queue = SlotQueue(server, make_spider({}), "bench:requests")
+                data = queue.encode(Request("http://site000000.example/page/000000000.html")).data
+                before = server.info("memory")["used_memory"]
+                pipe, seq = server.pipeline(transaction=False), 0
+                for g in range(groups):
+                    group = f"site{g:06d}.example\0{priority}".encode()
+                    seqs = range(seq + 1, seq + k + 1)
+                    seq += k
+                    if listed:
+                        pipe.rpush(
+                            slot_list_key(queue.key, group),
+                            *(s.to_bytes(6, "big") + data for s in seqs),
+                        )
+                        pipe.zadd(queue.slot_keys[0], {group: 0})
+                        pipe.zadd(queue.store_keys[0], {group: 0})
+                    else:
+                        pipe.zadd(
+                            queue.slot_keys[0],
+                            {group + f"{s:012x}".encode() + data: 0 for s in seqs},
+                        )
+                    if g % 1000 == 999:
+                        pipe.execute()
+                pipe.execute()
+                row.append((server.info("memory")["used_memory"] - before) / (groups * k))
+            finally:
+                process.cleanup()
+        lines.append(f"| {k} | {row[0]:.0f} | {row[1]:.0f} |")
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--skip-sites", action="store_true")
@@ -309,9 +389,20 @@ def main() -> None:
         default="1000x100000,100000x100000",
         help="scale cases, SLOTSxQUEUED comma-separated (e.g. 1000x10000000)",
     )
+    parser.add_argument(
+        "--group-sizes",
+        default="",
+        help="only: bytes per request inline vs in lists, for groups of these sizes (1,2,3,4,6)",
+    )
     parser.add_argument("--pops", type=int, default=2000)
     parser.add_argument("--runs", type=int, default=3, help="runs of each scale case (median)")
     args = parser.parse_args()
+    if args.group_sizes:
+        sizes = [int(k) for k in args.group_sizes.split(",")]
+        print(
+            "\n".join(["## Per-slot queues: inline or a list per group", "", *group_report(sizes)])
+        )
+        return
     out = ["# Fleet-wide limits per download slot", ""]
     if not args.skip_sites:
         out += ["## What each site sees (4 workers, DOWNLOAD_DELAY = 0.5, no jitter)", ""]

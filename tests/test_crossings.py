@@ -17,7 +17,7 @@ from redis_server import RedisServer
 from scrapy_redis.fleet.move_crawl import main as move_main
 from scrapy_redis.fleet.move_crawl import move_due, push_once
 from scrapy_redis.fleet.operations import purge_queue
-from scrapy_redis.politeness.queue import member_slot
+from scrapy_redis.politeness.queue import member_slot, queued_members
 from scrapy_redis.queues.base import Candidate, Entry
 from scrapy_redis.scheduling.due import META_KEY
 from scrapy_redis.scheduling.lanes import lane_of
@@ -86,7 +86,7 @@ def test_requests_due_later_of_a_split_crawl_join_their_slots_lane(
     assert len(due.keys) == 4 and sum(server.zcard(key) for key in due.keys) == 8
     assert due.promote(now=True) == 8
     for number, lane in enumerate(scheduler.queue.lanes):
-        for member in server.zrange(lane.slot_keys[0], 0, -1):
+        for member in queued_members(server, lane.key, lane.on_cluster):
             slot = member_slot(member)
             assert lane_of(Candidate(None, Entry(b"", slot=slot)), 4) == number
     assert sorted(r.url for r in iter(scheduler.next_request, None)) == sorted(hosts)
@@ -219,11 +219,13 @@ def test_export_lists_the_requests_queued_per_download_slot(
     project, schedulers, settings_dict, server
 ):
     requests = [Request(f"http://a{n}.test/p") for n in range(5)]
-    leave(schedule(schedulers, {**settings_dict, **FLEET}, requests))
+    big = [Request(f"http://big.test/{n}") for n in range(9)]  # a list (lua/_slot_store.lua)
+    leave(schedule(schedulers, {**settings_dict, **FLEET}, [*requests, *big]))
     exported = project.run("export", "demo", "queue")
     assert exported.returncode == 0, exported.stderr
-    urls = sorted(json.loads(line)["url"] for line in exported.stdout.splitlines())
-    assert urls == sorted(request.url for request in requests)
+    urls = [json.loads(line)["url"] for line in exported.stdout.splitlines()]
+    assert sorted(urls) == sorted(request.url for request in [*requests, *big])
+    assert [url for url in urls if "big" in url] == [request.url for request in big]
 
 
 def test_requests_due_later_keep_a_spider_open_for_its_own_max_idle_time_only(

@@ -167,7 +167,7 @@ def test_a_kept_crawl_moves_into_slot_lanes_each_slot_in_one_lane_its_pages_know
 ):
     """Into a cluster whose workers queue per download slot: the scheduler keeps a slot's
     requests, and their fingerprints, in the slot's lane; a move must too."""
-    from scrapy_redis.politeness.queue import member_slot
+    from scrapy_redis.politeness.queue import member_slot, queued_members
 
     scheduler = open_scheduler(settings(redis_url))
     crawled = [f"http://h{n % 6}.test/done/{n}" for n in range(30)]
@@ -188,7 +188,7 @@ def test_a_kept_crawl_moves_into_slot_lanes_each_slot_in_one_lane_its_pages_know
     target = schedulers({**settings(redis_cluster.url), "SCHEDULER_FLEET_LIMITS": True})
     lanes_of: dict[str, set[int]] = {}
     for number, lane in enumerate(target.queue.lanes):
-        for member in cluster.zrange(lane.slot_keys[0], 0, -1):
+        for member in queued_members(cluster, lane.key, lane.on_cluster):
             lanes_of.setdefault(member_slot(member), set()).add(number)
     assert len(lanes_of) == 6 and all(len(lanes) == 1 for lanes in lanes_of.values())
     for url in crawled:

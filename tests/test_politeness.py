@@ -11,7 +11,7 @@ from scrapy import Request
 from helpers import make_spider
 from scrapy_redis.exceptions import ConfigurationError
 from scrapy_redis.politeness.limits import SlotLimits
-from scrapy_redis.politeness.queue import SlotQueue, member_slot
+from scrapy_redis.politeness.queue import SlotQueue, member_slot, queued_members
 from scrapy_redis.politeness.setup import fleet_queue
 from scrapy_redis.queue import PriorityQueue
 from scrapy_redis.queues.base import Candidate
@@ -170,7 +170,7 @@ def test_push_new_checks_fingerprints_and_is_applied_once(server):
     assert queue.push_new(candidates, "polite:dupefilter", write=write) == [True] * 4  # resent
     assert len(queue) == 4
     assert queue.push_new(candidates[:1], "polite:dupefilter") == [False]
-    assert {member_slot(m) for m in server.zrange(slot_queue_keys(KEY)[0], 0, -1)} == {"h0", "h1"}
+    assert {member_slot(m) for m in queued_members(server, KEY)} == {"h0", "h1"}
 
 
 def test_slot_limits_as_scrapy_computes_them():
@@ -347,7 +347,7 @@ def lanes_of_slots(scheduler) -> dict[str, set[int]]:
     """Per slot, the lanes its queued requests are in."""
     found: dict[str, set[int]] = {}
     for number, lane in enumerate(scheduler.queue.lanes):
-        for member in lane.server.zrange(lane.slot_keys[0], 0, -1):
+        for member in queued_members(lane.server, lane.key, lane.on_cluster):
             found.setdefault(member_slot(member), set()).add(number)
     return found
 

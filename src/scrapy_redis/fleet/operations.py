@@ -21,6 +21,7 @@ from scrapy_redis.store.keys import (
     moving_key,
     priority_list_key,
     slot_queue_keys,
+    slot_store_keys,
 )
 from scrapy_redis.store.scripts import script
 from scrapy_redis.utils import bytes_to_str
@@ -119,11 +120,13 @@ def purge_queue(
     many keys were deleted."""
     cluster = is_cluster(server)
     extra = [*lease_flush_keys(queue_key, cluster), *slot_queue_keys(queue_key, cluster)]
+    extra += slot_store_keys(queue_key, cluster)  # (its index's lists: the script finds them)
     # its requests due later (scheduling/due.py) and a move's marks (fleet/move_crawl.py)
     extra += [due_key(queue_key, cluster), moving_key(queue_key, cluster)]
     extra += other_keys  # (the per-slot queues: SCHEDULER_FLEET_LIMITS)
     if orphans:
         extra += scan_keys(server, derived_pattern(queue_key, "prio:", cluster))
+        extra += scan_keys(server, derived_pattern(queue_key, "polite:q:", cluster))
     members: list[bytes] = []
     for _ in range(PURGE_ATTEMPTS):
         lists = [_list_of(queue_key, member, cluster) for member in members]

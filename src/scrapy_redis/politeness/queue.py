@@ -1,9 +1,12 @@
 """``SlotQueue``: requests queued per download slot, taken under fleet-wide limits.
 
-Every queued request is a member of one sorted set, ``<queue key>:polite:pq``, named
-``<slot> NUL <priority> <sequence> <request>`` so that one slot's requests are a
-lexicographic range, most urgent first; the slots that may start a download now are
-a heap of their most urgent request (``:polite:ready``), those that must wait a heap
+Every queued request is named ``<slot> NUL <priority> <sequence> <request>`` (its member)
+so that one slot's requests are a lexicographic range, most urgent first: a member of
+one sorted set, ``<queue key>:polite:pq``, while its slot has few requests of its
+priority, else an element ``<sequence> <request>`` of that slot and priority's list
+(``:polite:q:<slot> NUL <priority>``, named in ``pq`` by ``<slot> NUL <priority>``: see
+``lua/_slot_store.lua``); the slots that may start a download now are a heap of their
+most urgent request (``:polite:ready``), those that must wait a heap
 of the time they may (``:polite:waiting``), each slot's delay, concurrency, next start
 and downloads in flight a field of ``:polite:slots``. The scripts (``lua/_slots.lua``,
 ``pop_slots.lua``, ``push_slots.lua``, ``dedup_push_slots.lua``) keep them on the Redis
@@ -14,7 +17,7 @@ from __future__ import annotations
 
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from scrapy_redis.politeness.limits import SlotLimits, Throttle, fleet_early
@@ -32,7 +35,7 @@ from scrapy_redis.queues.base import (
 from scrapy_redis.queues.leases import Ticket, release_args
 from scrapy_redis.queues.records import record_entries
 from scrapy_redis.serializers import Serializer
-from scrapy_redis.store.keys import slot_queue_keys
+from scrapy_redis.store.keys import slot_list_key, slot_queue_keys, slot_store_keys
 from scrapy_redis.store.scripts import script
 
 if TYPE_CHECKING:
@@ -58,6 +61,41 @@ def member_id(member: bytes) -> str:
 def member_slot(member: bytes) -> str:
     """The download slot of a queued member."""
     return member[: member.index(b"\0")].decode("utf-8", "replace")
+
+
+#: The requests of one slot and priority that make a list (LIST_FROM in lua/_slot_store.lua).
+LIST_FROM = 4
+#: Members or list elements read per command by :func:`queued_members`.
+READ_CHUNK = 1000
+
+
+def queued_members(server: Any, queue_key: str, cluster: bool = False) -> Iterator[bytes]:
+    """Every member queued per slot under ``queue_key``, slot by slot, each slot's in its
+    pop order (priority, then sequence): ``pq`` in order, a list's requests in the place
+    of the group that points to it (see lua/_slot_store.lua). Read a chunk at a time, not
+    atomically (a crawl running meanwhile may move some)."""
+    pq = slot_queue_keys(queue_key, cluster)[0]
+    for entry in _chunks(lambda at: server.zrange(pq, at, at + READ_CHUNK - 1)):
+        listed: Iterator[bytes] = iter(())
+        if len(entry) == entry.find(b"\0") + 13:  # a group: its list's requests
+            key = slot_list_key(queue_key, entry, cluster)
+            listed = _chunks(lambda at, key=key: server.lrange(key, at, at + READ_CHUNK - 1))
+        found = False
+        for element in listed:  # (6 bytes of sequence: 12 hex)
+            found = True
+            yield entry + element[:6].hex().encode() + element[6:]
+        if not found:
+            yield entry
+
+
+def _chunks(read: Callable[[int], list[bytes]]) -> Iterator[bytes]:
+    at = 0
+    while True:
+        chunk = read(at)
+        yield from chunk
+        if len(chunk) < READ_CHUNK:
+            return
+        at += READ_CHUNK
 
 
 class Member(Entry):
@@ -103,6 +141,8 @@ class SlotQueue(Base):
             settings = Settings()
         self.limits = SlotLimits(settings, spider)
         self.slot_keys = slot_queue_keys(self.key, self.on_cluster)
+        #: The lists' index and count (lua/_slot_store.lua; not passed to the scripts).
+        self.store_keys = slot_store_keys(self.key, self.on_cluster)
         #: Seconds until the earliest slot with requests may start one, after the last
         #: pop that took nothing (None: none may until a download ends, or none queued).
         self.next_start_in: float | None = None
@@ -133,13 +173,20 @@ class SlotQueue(Base):
     # -- the original's contract --------------------------------------------------------
 
     def __len__(self) -> int:
-        return int(self.server.zcard(self.slot_keys[0]))
+        pipe = self.server.pipeline(transaction=False)
+        pipe.zcard(self.slot_keys[0])
+        pipe.get(self.store_keys[1])
+        inline, listed = pipe.execute()
+        return int(inline) + int(listed or 0)
 
     def is_empty(self) -> bool:
-        return not self.server.exists(self.slot_keys[0])
+        return not self.server.exists(self.slot_keys[0], self.store_keys[0])
 
     def flush_keys(self) -> list[str]:
-        return list(self.slot_keys)
+        """Its keys, with every list its index names."""
+        groups = self.server.zrange(self.store_keys[0], 0, -1)
+        lists = [slot_list_key(self.key, g, self.on_cluster).decode() for g in groups]
+        return [*self.slot_keys, *self.store_keys, *lists]
 
     def encode(self, request: Request) -> Entry:
         entry = Entry(self._encode_request(request), request.priority)

@@ -11,7 +11,7 @@ from typing import Any
 
 import msgpack  # type: ignore[import-untyped]
 
-from scrapy_redis.store.keys import slot_queue_keys
+from scrapy_redis.store.keys import slot_list_key, slot_queue_keys, slot_store_keys
 
 #: Slots read per lane at most (HSCAN).
 SCAN_LIMIT = 10_000
@@ -25,17 +25,37 @@ def slot_views(
     """The ``top`` slots with the most queued requests (``now``: the server's clock, s)."""
     views: list[dict[str, Any]] = []
     for queue_key in queue_keys:
-        pq, _, _, slots_key, _ = slot_queue_keys(queue_key, cluster)
-        states = _states(server, slots_key)
+        states = _states(server, slot_queue_keys(queue_key, cluster)[3])
         if not states:
             continue
-        pipe = server.pipeline(transaction=False)
-        for slot in states:
-            pipe.zlexcount(pq, b"[" + slot + b"\0", b"(" + slot + b"\1")
-        for (slot, state), queued in zip(states.items(), pipe.execute(), strict=True):
-            views.append(_view(slot, state, int(queued), now))
+        queued = _queued(server, queue_key, cluster, list(states))
+        for (slot, state), count in zip(states.items(), queued, strict=True):
+            views.append(_view(slot, state, count, now))
     views.sort(key=lambda view: (-view["queued"], -view["in_flight"], view["slot"]))
     return views[:top]
+
+
+def _queued(server: Any, queue_key: str, cluster: bool, slots: list[bytes]) -> list[int]:
+    """The requests queued per slot: its members of pq (inline requests, and one group
+    per list: a list per priority with more than a few requests, see
+    lua/_slot_store.lua), and what its lists hold beyond one each."""
+    pq = slot_queue_keys(queue_key, cluster)[0]
+    lists = slot_store_keys(queue_key, cluster)[0]
+    pipe = server.pipeline(transaction=False)
+    for slot in slots:
+        low, high = b"[" + slot + b"\0", b"(" + slot + b"\1"
+        pipe.zlexcount(pq, low, high)
+        pipe.zrangebylex(lists, low, high)
+    replies = pipe.execute()
+    counts = [int(inline) for inline in replies[::2]]
+    found = [(n, group) for n, groups in enumerate(replies[1::2]) for group in groups]
+    if found:
+        pipe = server.pipeline(transaction=False)
+        for _, group in found:
+            pipe.llen(slot_list_key(queue_key, group, cluster))
+        for (n, _), length in zip(found, pipe.execute(), strict=True):
+            counts[n] += int(length) - 1  # (its group in pq counted one)
+    return counts
 
 
 def _states(server: Any, slots_key: str) -> dict[bytes, list[Any]]:

@@ -20,7 +20,7 @@ from scrapy_redis.exceptions import ConfigurationError, UndecodableRequestError
 from scrapy_redis.queues.base import Base, Entry
 from scrapy_redis.queues.leases import LeaseBook
 from scrapy_redis.scheduling.workers import new_worker_id
-from scrapy_redis.store.keys import slot_queue_keys
+from scrapy_redis.store.keys import slot_queue_keys, slot_store_keys
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
@@ -45,12 +45,13 @@ def fleet_queue(scheduler: Any, spider: Any, queue: Any) -> Any:
     :class:`SlotQueue` at its key, which carries over what ``queue`` holds."""
     crawler = scheduler.crawler
     if not fleet_limits_on(crawler.settings if crawler is not None else None):
+        cluster = is_cluster(scheduler.server)
         pending = (
-            slot_queue_keys(queue.key, is_cluster(scheduler.server))[0]
+            [slot_queue_keys(queue.key, cluster)[0], slot_store_keys(queue.key, cluster)[0]]
             if isinstance(queue, Base)
             else None
         )
-        if pending is not None and scheduler.server.exists(pending):
+        if pending is not None and scheduler.server.exists(*pending):
             raise ConfigurationError(
                 f"{queue.key} holds requests queued per download slot by workers with "
                 "SCHEDULER_FLEET_LIMITS = True, which this worker would not read: set "

@@ -140,6 +140,19 @@ def slot_queue_keys(queue_key: str, cluster: bool = False) -> list[str]:
     ]
 
 
+def slot_store_keys(queue_key: str, cluster: bool = False) -> list[str]:
+    """The keys of the per-slot queues' lists (see ``lua/_slot_store.lua``), in the slot
+    of :func:`slot_queue_keys`: the index of the lists (a sorted set of their groups) and
+    the count of the requests they hold."""
+    return [derived(queue_key, f"polite:{name}", cluster) for name in ("lists", "more")]
+
+
+def slot_list_key(queue_key: str, group: bytes, cluster: bool = False) -> bytes:
+    """The list of one group (``<slot> NUL <12 hex priority>``) of the per-slot queues:
+    ``<queue key>:polite:q:<group>``."""
+    return derived(queue_key, "polite:q:", cluster).encode() + group
+
+
 def forgotten_key(filter_key: str, cluster: bool = False) -> str:
     """A counter of a filter's forget calls (see fleet/forget.py): workers that remember
     fingerprints they met (SeenCache) drop that memory when it changes."""

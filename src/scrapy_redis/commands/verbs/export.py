@@ -30,9 +30,14 @@ from scrapy_redis.dupefilter import RFPDupeFilter
 from scrapy_redis.dupefilters.bloom import BloomDupeFilter
 from scrapy_redis.dupefilters.lean import LeanDupeFilter
 from scrapy_redis.fleet.queue_lengths import index_priority, queue_lengths
-from scrapy_redis.politeness.queue import member_request
+from scrapy_redis.politeness.queue import member_request, queued_members
 from scrapy_redis.queue import FifoQueue, LifoQueue, PriorityQueue
-from scrapy_redis.store.keys import invalid_entries_key, priority_list_key, slot_queue_keys
+from scrapy_redis.store.keys import (
+    invalid_entries_key,
+    priority_list_key,
+    slot_queue_keys,
+    slot_store_keys,
+)
 from scrapy_redis.store.redis_values import Reader, printable_json
 
 if TYPE_CHECKING:
@@ -171,8 +176,10 @@ def _entries(server: Any, queue: Any) -> Iterator[tuple[str, bytes]]:
     """``(key, entry)`` of ``queue`` in the order its entries are popped (queued per
     download slot, SCHEDULER_FLEET_LIMITS: slot by slot, each in its pop order)."""
     per_slot = slot_queue_keys(queue.key, queue.on_cluster)[0]
-    if Reader(server).type(queue.key) == "none" and Reader(server).zcard(per_slot):
-        yield from ((per_slot, member_request(m)) for m in _zset_range(server, per_slot))
+    lists = slot_store_keys(queue.key, queue.on_cluster)[0]
+    if Reader(server).type(queue.key) == "none" and server.exists(per_slot, lists):
+        members = queued_members(server, queue.key, queue.on_cluster)
+        yield from ((per_slot, member_request(m)) for m in members)
     elif isinstance(queue, PriorityQueue):
         for member in Reader(server).zrange(queue.key):
             priority = index_priority(queue.key, member)
@@ -237,14 +244,3 @@ def _request(queue: Any, key: str, data: bytes) -> dict[str, Any]:
         return {"key": key, "error": f"cannot be decoded with SCHEDULER_SERIALIZER: {exc}"}
     first = {name: fields[name] for name in FIRST_FIELDS if name in fields}
     return {**first, **{name: v for name, v in fields.items() if name not in first}}
-
-
-def _zset_range(server: Any, key: str) -> Iterator[bytes]:
-    """The members of the sorted set ``key`` in order, CHUNK at a time."""
-    start = 0
-    while True:
-        chunk = server.zrange(key, start, start + CHUNK - 1)
-        yield from chunk
-        if len(chunk) < CHUNK:
-            return
-        start += CHUNK

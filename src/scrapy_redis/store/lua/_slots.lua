@@ -1,10 +1,12 @@
 -- Included (scrapy_redis.store.scripts) by the scripts of the per-slot queues (fleet-wide
 -- limits per download slot, scrapy_redis.politeness): not a script.
 -- Keys, all derived from one base "<queue key>:polite:" (one hash tag on a Redis Cluster):
---   pq      sorted set, every queued request; score 0, member
---           <slot> "\0" <12 hex: 2^47 - priority> <12 hex: sequence number> <request>,
---           so that a slot's requests are a lexicographic range, most urgent first
---           (highest priority, then oldest)
+--   pq      sorted set, the queued requests of small groups (a slot and a priority);
+--           score 0, member <slot> "\0" <12 hex: 2^47 - priority> <12 hex: sequence
+--           number> <request>, so that a slot's requests are a lexicographic range, most
+--           urgent first (highest priority, then oldest); a group of more requests is a
+--           list, its group a member of pq in its place (see _slot_store.lua: also the
+--           keys lists and more)
 --   ready   sorted set of the slots that may start a download now, score 0, member
 --           <12 hex priority><12 hex sequence><slot> of the slot's first request: the
 --           first member is the most urgent request among those slots
@@ -30,6 +32,7 @@
 --           again when a download ends), "i" (no request queued)
 --   seq     string, the last sequence number given
 --#include _chunks.lua
+--#include _slot_store.lua
 
 local PRIORITY_BIAS = 140737488355327 -- 2^47 - 1: priorities are clamped to +-(2^47 - 1)
 -- How long a slot waits at most for the report of its last start (ms), and how often a
@@ -41,7 +44,8 @@ local REPORT_POLL = 20
 local function slot_keys(pq)
   local base = string.sub(pq, 1, -3)
   return {pq = pq, ready = base .. 'ready', waiting = base .. 'waiting',
-          slots = base .. 'slots', seq = base .. 'seq'}
+          slots = base .. 'slots', seq = base .. 'seq', base = base,
+          lists = base .. 'lists', more = base .. 'more'}
 end
 
 -- The Redis server's clock, in ms, and its microseconds (a seed for the random delay).
@@ -56,10 +60,10 @@ local function slot_of(member)
   return string.sub(member, 1, zero - 1)
 end
 
--- A new request's member.
-local function slot_member(slot, priority, seq, data)
+-- A new request's group (its slot and priority, see _slot_store.lua).
+local function slot_group(slot, priority)
   local p = math.max(-PRIORITY_BIAS, math.min(PRIORITY_BIAS, tonumber(priority)))
-  return slot .. '\0' .. string.format('%012x%012x', PRIORITY_BIAS - p, seq) .. data
+  return slot .. '\0' .. string.format('%012x', PRIORITY_BIAS - p)
 end
 
 -- The id of a queued request's member: its priority and sequence (24 hex, unique).
@@ -69,12 +73,6 @@ end
 
 local function ready_member(slot, head)
   return string.sub(head, #slot + 2, #slot + 25) .. slot
-end
-
--- The slot's `n` (default 1) most urgent queued requests: the first, or nil, and the next.
-local function slot_head(k, slot, n)
-  local found = redis.call('ZRANGEBYLEX', k.pq, '[' .. slot .. '\0', '(' .. slot .. '\1', 'LIMIT', 0, n or 1)
-  return found[1], found[2]
 end
 
 local function load_slot(k, slot)
@@ -147,7 +145,7 @@ local function place(k, slot, st, now, known)
   end
 end
 
--- Place again the slots of `members`, just added to pq (a slot in waiting or full stays).
+-- Place again the slots of members just queued (a slot in waiting or full stays).
 local function replace_slots(k, slots, now)
   for slot, _ in pairs(slots) do
     local st = load_slot(k, slot)
@@ -163,10 +161,22 @@ end
 local function put_back_slots(pq, members)
   local k = slot_keys(pq)
   local now = now_ms()
-  local touched = {}
+  local touched, inline, last = {}, {}, 0
   for _, member in ipairs(members) do
-    redis.call('ZADD', k.pq, 0, member)
-    touched[slot_of(member)] = true
+    local slot = slot_of(member)
+    local group = put_back_member(k, slot, member)
+    if group then
+      inline[group] = true
+    end
+    touched[slot] = true
+    last = math.max(last, tail_seq(string.sub(member, #slot + 14)) or 0)
+  end
+  for group, _ in pairs(inline) do
+    settle(k, group)
+  end
+  flush_count(k)
+  if last > tonumber(redis.call('GET', k.seq) or 0) then
+    redis.call('SET', k.seq, last) -- (moved from another queue) newer requests come after
   end
   replace_slots(k, touched, now)
 end
@@ -227,14 +237,18 @@ local function push_new_slots(k, conf, entries)
     return
   end
   local seq = redis.call('INCRBY', k.seq, #entries) - #entries
-  local args, touched = {}, {}
+  local groups, order, touched = {}, {}, {}
   for _, e in ipairs(entries) do
     seq = seq + 1
-    args[#args + 1] = 0
-    args[#args + 1] = slot_member(e[1], e[2], seq, e[3])
+    local group = slot_group(e[1], e[2])
+    if not groups[group] then
+      groups[group] = {}
+      order[#order + 1] = group
+    end
+    table.insert(groups[group], string.format('%012x', seq) .. e[3])
     touched[e[1]] = true
   end
-  call_in_chunks('ZADD', k.pq, args)
+  add_new_groups(k, order, groups)
   local now = now_ms()
   for slot, _ in pairs(touched) do
     local st = load_slot(k, slot)

@@ -1,5 +1,6 @@
 -- Record the fingerprints of a batch of requests and push the new ones onto the
--- per-slot queues (scrapy_redis.politeness; keys and members: see _slots.lua).
+-- per-slot queues (scrapy_redis.politeness; keys and members: see _slots.lua and
+-- _slot_store.lua).
 -- KEYS[1..5] = the queued requests (<queue key>:polite:pq), ready, waiting, slots, seq
 -- KEYS[6] = the record key of this queue's writes to the fingerprint sets (see _once.lua)
 -- KEYS[7..] = the duplicate filter's keys (see open_filter() in _dedup.lua)
@@ -31,6 +32,9 @@ local kinds = {'zset', 'zset', 'zset', 'hash', 'string'}
 for i = 1, 5 do
   wanted[#wanted + 1] = {KEYS[i], kinds[i]}
 end
+local k = slot_keys(KEYS[1])
+wanted[#wanted + 1] = {k.lists, 'zset'}
+wanted[#wanted + 1] = {k.more, 'string'}
 check_types(wanted)
 local batch = cmsgpack.unpack(ARGV[3])
 local numbers, members, entries = {}, {}, {}
@@ -46,7 +50,7 @@ for i, is_new in ipairs(new) do
     pushed[#pushed + 1] = entries[i]
   end
 end
-push_new_slots(slot_keys(KEYS[1]), cmsgpack.unpack(ARGV[4]), pushed)
+push_new_slots(k, cmsgpack.unpack(ARGV[4]), pushed)
 filter.record()
 announce(ARGV[1], ARGV[2], #pushed)
 local reply = flags(new)

@@ -101,11 +101,10 @@ for _, slot in ipairs(redis.call('ZRANGEBYSCORE', k.waiting, '-inf', now, 'LIMIT
 end
 
 if report == 'drain' then -- a move of a stopped crawl: every request, whatever its limits
-  local taken = redis.call('ZRANGE', k.pq, 0, most - 1)
+  local taken = take_any(k, most)
   if #taken == 0 then
     return {'', -1, {}}
   end
-  call_in_chunks('ZREM', k.pq, taken)
   local packed = pack_record('slot', KEYS[1], '', '', taken)
   if leasing then
     lease(KEYS[5], KEYS[6], ARGV[4], ARGV[3], packed)
@@ -167,7 +166,7 @@ for _ = 1, most + 64 do
     unplace(k, slot, st)
     save_slot(k, slot, st)
   else
-    redis.call('ZREM', k.pq, head)
+    take_head(k, slot, head, after)
     taken[#taken + 1] = head
     if suspect then
       busy = true
@@ -192,6 +191,7 @@ for _ = 1, most + 64 do
     save_slot(k, slot, st)
   end
 end
+flush_count(k) -- (the requests taken from lists, counted once)
 for _, member in ipairs(skipped) do
   redis.call('ZADD', k.ready, 0, member)
 end
