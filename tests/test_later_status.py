@@ -171,14 +171,15 @@ def test_status_shows_the_lean_filters_live_generations(
 
 
 def _estimate(server, key: str, requests: list[Request]) -> int:
-    """What counting :data:`later.SAMPLE` evenly spread buckets of the lean filter ``key``
-    estimates it holds, ``requests`` recorded (distinct fingerprints)."""
+    """What counting :data:`later.SAMPLE` evenly spread buckets of the lean filter ``key``'s
+    generations estimates they hold, ``requests`` recorded (distinct fingerprints)."""
     meta = lean_meta_key(key)
-    layout = layout_from_meta({k.decode(): v for k, v in server.hgetall(meta).items()}, meta)
-    step = layout.buckets // later.SAMPLE
-    buckets = [layout.locate(request_fingerprint(r))[0] for r in requests]
-    counted = sum(1 for bucket in buckets if bucket % step == 0)
-    return round(counted * layout.buckets / later.SAMPLE)
+    fields = {k.decode(): v for k, v in server.hgetall(meta).items()}
+    layout, buckets = layout_from_meta(fields, meta), int(fields["gen_buckets"])
+    step = buckets // later.SAMPLE
+    located = layout.locate_parts([request_fingerprint(r) for r in requests], buckets)
+    counted = sum(1 for _, _, bucket in located if bucket % step == 0)
+    return round(counted * buckets / len(range(0, buckets, step)))
 
 
 def test_status_counts_a_lean_filters_fingerprints_with_a_lifetime(redis_url, server, schedulers):

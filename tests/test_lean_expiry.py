@@ -73,7 +73,7 @@ def test_the_own_buckets_are_not_asked_while_nothing_is_kept_forever(server):
     bucket, member = df.layout.locate(df.request_fingerprint(Request(URL)))
     server.sadd(df.layout.bucket_key(df.bucket_base, bucket), member)
     assert df.request_seen(Request(URL)) is False
-    assert server.hget(f"{KEY}:lean", "expiry_layout") == b"2"
+    assert server.hget(f"{KEY}:lean", "expiry_layout") == b"3"
 
 
 def test_a_filter_an_older_version_gave_a_lifetime_keeps_what_it_kept_forever(server):
@@ -125,19 +125,18 @@ def test_a_clock_estimate_off_by_a_window_reads_the_clock_again(server, off_by_s
 @pytest.mark.parametrize("planted", ["every generation", "its own generation"])
 def test_a_batch_that_fails_on_a_wrong_type_key_records_nothing(server, planted):
     """Generation keys of another type (planted by hand) for a later bucket of the batch,
-    asked (every generation) or only written (the one its request goes to): the call
-    fails before any write, so the first request, alone in its bucket (recorded at once
-    otherwise), is still new."""
-    df = _lean(server, capacity=16)
+    asked (every generation) or only the one its request goes to: the call fails before
+    any write, so the first request, in another bucket, is still new."""
+    df = _lean(server, capacity=40_000)  # generations of 58 buckets
     assert df.generations.lifetime_ms == HOUR_MS  # stores the lifetime with the filter
     first = df.request_fingerprint(Request(URL))
-    bucket = df.layout.locate(first)[0]
+    bucket = df.layout.locate_parts([first], df.generations.buckets)[0][2]
     later = next(
         fp
         for fp in (df.request_fingerprint(Request(f"{URL}/{i}")) for i in range(100))
-        if df.layout.locate(fp)[0] != bucket
+        if df.layout.locate_parts([fp], df.generations.buckets)[0][2] != bucket
     )
-    keys = df.generation_keys_of(df.layout.locate(later)[0])  # live - 1 .. live + G + 1
+    keys = df.generation_keys_of(later)  # live - 1 .. live + G + 1, one part each
     assert len(keys) == 5
     for key in keys if planted == "every generation" else keys[3:4]:  # its own: live + G
         server.set(key, "planted")
