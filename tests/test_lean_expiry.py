@@ -5,7 +5,11 @@ wrote."""
 
 from __future__ import annotations
 
+import math
 import random
+import re
+import time
+from collections import Counter
 
 import pytest
 import redis
@@ -14,6 +18,7 @@ from scrapy import Request
 from helpers import record_dropped
 from scrapy_redis.core.lifetime import META_KEY, Expiry
 from scrapy_redis.dupefilter import LeanDupeFilter
+from scrapy_redis.dupefilters.lean_expiry import GENERATIONS
 
 KEY = "demo:dupefilter"
 URL = "http://example.com/a"
@@ -143,3 +148,79 @@ def test_a_batch_that_fails_on_a_wrong_type_key_records_nothing(server, planted)
     with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
         df.seen_expiring([first, later], [HOUR_MS, HOUR_MS])
     assert df.seen_expiring([first], [HOUR_MS]) == [False]
+
+
+def test_generations_are_sized_for_their_share_of_the_capacity(server):
+    """A steady crawl at capacity puts half of it in each window: a generation's buckets
+    are sized for that (with room to spare), fewer than the filter's own, filled a few
+    hundred each; any number of them, not a power of two."""
+    df = _lean(server, capacity=1_000_000)
+    generations = df.generations
+    assert df.layout.buckets == 4096
+    assert generations.buckets == math.ceil(1_000_000 * 1.125 / 2 / 393) == 1432
+    assert generations.part_capacity == 1432 * 393
+    fields = server.hmget(f"{KEY}:lean", "gen_buckets", "gen_part", "expiry_layout")
+    assert fields == [b"1432", str(1432 * 393).encode(), b"3"]
+    rnd = random.Random(3)
+    fingerprints = [f"{rnd.getrandbits(160):040x}" for _ in range(20_000)]
+    buckets = Counter(gen for _, _, gen in df.layout.locate_parts(fingerprints, 1432))
+    assert len(buckets) == 1432 and max(buckets.values()) < 3 * 20_000 / 1432
+
+
+def test_a_generation_that_receives_more_grows_by_parts(server):
+    """A burst of three parts' worth into one generation: each part's buckets stay intsets
+    (none past a part's capacity by more than a batch), every fingerprint is found in
+    whichever part it went to, by this worker and by one that opened the filter before
+    (its view of the parts is stale: the script says so, it reads them again)."""
+    df, other = _lean(server, capacity=2000), _lean(server, capacity=2000)
+    assert other.request_seen(Request("http://example.com/first")) is False
+    generations = df.generations
+    assert (generations.buckets, generations.part_capacity) == (3, 3 * 393)
+    rnd = random.Random(5)
+    fingerprints = [f"{rnd.getrandbits(160):040x}" for _ in range(3400)]
+    for start in range(0, len(fingerprints), 100):
+        batch = fingerprints[start : start + 100]
+        assert df.seen_expiring(batch, [HOUR_MS] * 100) == [False] * 100
+    keys = server.keys(f"{KEY}:lean:g*")
+    parts = Counter(key.split(b":")[-2].split(b".")[1] for key in keys)
+    assert parts == {b"0": 3, b"1": 3, b"2": 3}
+    assert {server.object("encoding", key) for key in keys} == {b"intset"}
+    assert max(server.scard(key) for key in keys) <= 393 + 100
+    assert other.seen_expiring(fingerprints, [HOUR_MS] * 3400) == [True] * 3400
+    assert df.request_seen(Request("http://example.com/first")) is True
+    assert df.request_seen(Request("http://example.com/new")) is False
+    first = df.request_fingerprint(Request("http://example.com/first"))
+    assert len(df.generation_keys_of(fingerprints[0])) == 3 + 4  # 3 parts, 4 more one each
+    assert df.forget_fingerprint(fingerprints[-1]) and df.forget_fingerprint(first)
+    assert other.seen_expiring([fingerprints[-1], first], [HOUR_MS] * 2) == [False, False]
+
+
+def test_the_counts_of_ended_generations_are_dropped(server):
+    """Each generation counts its fingerprints in the meta hash; the first write to a new
+    generation drops the fields of those whose window has ended."""
+    df = _lean(server, lifetime_ms=400)
+    assert df.request_seen(Request(URL)) is False
+    first = _generation_fields(server)
+    assert len(first) == 1
+    deadline = time.monotonic() + 10
+    fields = first
+    while fields & first and time.monotonic() < deadline:
+        df.request_seen(Request(f"{URL}/{time.monotonic()}"))
+        fields = _generation_fields(server)
+    assert fields and not fields & first and len(fields) <= GENERATIONS + 1
+
+
+def test_a_filter_of_an_earlier_generation_layout_says_what_it_leaves(server, caplog):
+    """Generations written before layout 3 (one part of as many buckets as the filter)
+    are not read any more: the log says what that means; the filter goes on in layout 3."""
+    _lean(server).request_seen(Request(URL))
+    server.hset(f"{KEY}:lean", mapping={"expiry_layout": 2, "gen_buckets": 7})
+    df = _lean(server)
+    assert df.request_seen(Request("http://example.com/b")) is False
+    assert "generations of an earlier layout" in caplog.text
+    assert server.hget(f"{KEY}:lean", "expiry_layout") == b"3"
+    assert df.generations.buckets == 15 and server.hget(f"{KEY}:lean", "gen_buckets") == b"15"
+
+
+def _generation_fields(server) -> set[bytes]:
+    return {f for f in server.hkeys(f"{KEY}:lean") if re.fullmatch(rb"g[0-9]+", f)}
