@@ -224,3 +224,24 @@ def test_a_filter_of_an_earlier_generation_layout_says_what_it_leaves(server, ca
 
 def _generation_fields(server) -> set[bytes]:
     return {f for f in server.hkeys(f"{KEY}:lean") if re.fullmatch(rb"g[0-9]+", f)}
+
+
+def test_a_generation_that_counts_nothing_is_not_asked(server, caplog):
+    """What makes a fresh generation cheap: a member put behind the filter's back in a
+    generation that counts no fingerprint is not asked about; a count that is not one
+    (planted) is logged and taken for 0, and the next write replaces it."""
+    df = _lean(server, capacity=16)
+    generations = df.generations
+    fingerprint = df.request_fingerprint(Request(URL))
+    _, member, bucket = df.layout.locate_parts([fingerprint], generations.buckets)[0]
+    assert df.request_seen(Request("http://example.com/b")) is False  # reads the clock
+    live = df._clock.now_ms() // generations.span_ms + 1
+    for k in range(live, live + GENERATIONS):  # not the newest: its count is 1 now
+        server.sadd(generations.key(df.bucket_base, k, 0, bucket), member)
+    assert _generation_fields(server) == {f"g{live + GENERATIONS}".encode()}
+    assert df.seen_expiring([fingerprint], [HOUR_MS]) == [False]
+    server.hset(f"{KEY}:lean", f"g{live + GENERATIONS}", "planted")
+    other = _lean(server, capacity=16)
+    assert other.request_seen(Request("http://example.com/c")) is False
+    assert "not a count: taken for 0" in caplog.text
+    assert server.hget(f"{KEY}:lean", f"g{live + GENERATIONS}") == b"1"

@@ -257,6 +257,14 @@ class LeanExpiry:
         if view is None or view[0] != live:
             fields = [f"g{k}" for k in range(live, live + GENERATIONS + 1)]
             held = self.server.hmget(self.meta_key, fields)
+            for name, count in zip(fields, held, strict=True):
+                if count is not None and not _is_count(count):
+                    logger.warning(
+                        "The lean filter's meta hash %(key)s has %(field)s = %(value)r, not "
+                        "a count: taken for 0 (that generation is not asked) until the next "
+                        "write replaces it.",
+                        {"key": self.meta_key, "field": name, "value": count[:40]},
+                    )
             parts = tuple(self.generations.parts_of(_stored_int(count)) for count in held)
             view = self._parts_view = (live, parts)
         return view[1]
@@ -300,6 +308,10 @@ def _stored_int(value: Any) -> int:
         return int(value or 0)
     except (TypeError, ValueError):
         return 0
+
+
+def _is_count(value: bytes) -> bool:
+    return value.isdigit() and len(value) < 16
 
 
 def _text(value: bytes | str) -> str:

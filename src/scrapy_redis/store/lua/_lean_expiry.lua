@@ -114,7 +114,9 @@ end
 
 -- The alive members among those of the requests `group` of generation bucket `bucket`:
 -- each place asked once, about those not found yet (the own buckets, then the newest
--- generation's parts first). A member asked nowhere (found before) was written nowhere.
+-- generation's parts first). A member asked nowhere (found before) is written nowhere. A
+-- generation that counts no fingerprint holds none (every write counts what it adds, a
+-- forget takes nothing from the count): it is not asked.
 local function lean_alive_of(state, bucket, group, members)
   local alive, missing = {}, {}
   if state.ask_own then
@@ -128,7 +130,7 @@ local function lean_alive_of(state, bucket, group, members)
     end
   end
   for k = state.live + state.gens, state.live, -1 do
-    for part = state.parts[k] - 1, 0, -1 do
+    for part = (state.held[k] > 0 and state.parts[k] or 0) - 1, 0, -1 do
       if #missing == 0 then
         return alive
       end
@@ -140,8 +142,8 @@ end
 
 -- Whether each request is new (see find_new() in _dedup.lua), and the new ones to record
 -- (lean_expiry_record()). Every key a new request goes to was read (a generation's
--- bucket) or is checked (an own bucket not asked): a key of another type fails the call
--- before anything is written.
+-- bucket) or is checked (an own bucket not asked, a bucket of a generation that counts
+-- nothing): a key of another type fails the call before anything is written.
 local function lean_expiry_find_new(state, numbers, members, lifetimes, now)
   local groups, unread = {}, {}
   for i, n in ipairs(numbers) do
@@ -149,8 +151,11 @@ local function lean_expiry_find_new(state, numbers, members, lifetimes, now)
       local bucket = members[i][1]
       groups[bucket] = groups[bucket] or {}
       table.insert(groups[bucket], i)
-      if not state.ask_own and (tonumber(lifetimes[i]) or 0) <= 0 then
+      local target = lean_generation(state, lifetimes[i], now)
+      if not target and not state.ask_own then
         unread[own_key(state, members[i][3])] = true
+      elseif target and state.held[target] == 0 then
+        unread[generation_key(state, bucket, target, 0)] = true
       end
     end
   end
