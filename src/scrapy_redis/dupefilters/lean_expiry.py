@@ -14,9 +14,9 @@ call per batch: ``lua/_lean_expiry.lua``). A lifetime longer than DUPEFILTER_LIF
 cut to it.
 
 A generation is sized for what it holds in a steady crawl at capacity: its share of the
-capacity (1 / GENERATIONS, with :data:`HEADROOM`), in as many buckets as keep them a few
-hundred full (:func:`generation_size`; any number, not a power of two: the fingerprint's
-top 32 bits choose). Each bucket key costs ~170 bytes besides its members, and the
+capacity (1 / GENERATIONS), in as many buckets as keep them a few hundred full, with room
+to spare (:func:`generation_size`; any number, not a power of two: the fingerprint's top
+32 bits choose). Each bucket key costs ~170 bytes besides its members, and the
 ``GENERATIONS + 1`` live generations each have their buckets: fewer, fuller buckets are
 what keeps the bytes per live URL near the filter's own. A generation that receives more
 (a crawl that finds most of its URLs within one window) grows by *parts*, each of the
@@ -50,9 +50,6 @@ logger = logging.getLogger(__name__)
 #: Generations per lifetime: a fingerprint lives at most 1/GENERATIONS longer than asked.
 #: More would be more exact and cost more lookups (each live generation is asked).
 GENERATIONS = 2
-#: Room a generation's part has over its share of the capacity (a steady crawl at capacity
-#: fills one part per generation, not a bit more).
-HEADROOM = 1.125
 #: Seconds between two readings of the server's clock (its offset from this one's).
 CLOCK_EVERY = 60.0
 #: How often a batch is sent again while its generations are found stale.
@@ -110,13 +107,22 @@ class Generations:
 
 def generation_size(layout: LeanLayout, intset_entries: int) -> tuple[int, int]:
     """The buckets of a generation's part and the fingerprints it holds, for a filter of
-    ``layout``: its share of the capacity (with :data:`HEADROOM`) at the fill the filter's
-    own buckets are sized for (:func:`~scrapy_redis.dupefilters.lean_layout.target_fill`),
-    in no more buckets than the filter's."""
-    fill = target_fill(intset_entries)
-    share = layout.capacity * HEADROOM / GENERATIONS
-    buckets = min(layout.buckets, max(1, math.ceil(share / fill)))
-    return buckets, buckets * fill
+    ``layout``: its share of the capacity in buckets filled as the filter's own at
+    capacity (:func:`~scrapy_redis.dupefilters.lean_layout.target_fill`), no more than the
+    filter's; a part holds up to :func:`part_fill` a bucket on average (the room a steady
+    crawl at capacity needs to stay in one part)."""
+    share = layout.capacity / GENERATIONS
+    buckets = min(layout.buckets, max(1, math.ceil(share / target_fill(intset_entries))))
+    return buckets, buckets * part_fill(buckets, intset_entries)
+
+
+def part_fill(buckets: int, intset_entries: int) -> int:
+    """The largest average fill f of ``buckets`` buckets whose fullest (Poisson fills:
+    f + (√(2 ln buckets) + 1)·√f) stays within ``intset_entries``; at least the filter's
+    own target fill (the fullest of up to 2^28 buckets within it)."""
+    spread = math.sqrt(2 * math.log(max(buckets, 1))) + 1
+    root = (-spread + math.sqrt(spread * spread + 4 * max(intset_entries, 1))) / 2
+    return max(target_fill(intset_entries), int(root * root))
 
 
 class ServerClock:
