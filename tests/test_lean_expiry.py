@@ -18,7 +18,7 @@ from scrapy import Request
 from helpers import record_dropped
 from scrapy_redis.core.lifetime import META_KEY, Expiry
 from scrapy_redis.dupefilter import LeanDupeFilter
-from scrapy_redis.dupefilters.lean_expiry import GENERATIONS, part_fill
+from scrapy_redis.dupefilters.lean_expiry import GENERATIONS, part_fill, steady_fill
 
 KEY = "demo:dupefilter"
 URL = "http://example.com/a"
@@ -132,7 +132,7 @@ def test_a_batch_that_fails_on_a_wrong_type_key_records_nothing(server, planted)
     """Generation keys of another type (planted by hand) for a later bucket of the batch,
     asked (every generation) or only the one its request goes to: the call fails before
     any write, so the first request, in another bucket, is still new."""
-    df = _lean(server, capacity=40_000)  # generations of 51 buckets
+    df = _lean(server, capacity=40_000)  # generations of 56 buckets
     assert df.generations.lifetime_ms == HOUR_MS  # stores the lifetime with the filter
     first = df.request_fingerprint(Request(URL))
     bucket = df.layout.locate_parts([first], df.generations.buckets)[0][2]
@@ -152,21 +152,23 @@ def test_a_batch_that_fails_on_a_wrong_type_key_records_nothing(server, planted)
 
 def test_generations_are_sized_for_their_share_of_the_capacity(server):
     """A steady crawl at capacity puts half of it in each window: a generation's buckets
-    are sized for that (filled as the filter's own at capacity), fewer than the filter's
-    own; any number of them, not a power of two. A part holds a little more (its fullest
-    bucket still within the intset limit): the room a steady crawl needs."""
+    are sized for that, fewer than the filter's own, a few hundred each (362 at the
+    default limit: their intsets fit 1,536 bytes), any number of them, not a power of
+    two. A part holds more (its fullest bucket still within the intset limit): the room
+    a steady crawl needs."""
     df = _lean(server, capacity=1_000_000)
     generations = df.generations
-    assert df.layout.buckets == 4096
-    assert generations.buckets == math.ceil(1_000_000 / 2 / 393) == 1273
-    fill = generations.part_capacity / 1273
-    assert fill == part_fill(1273, 512) and 393 < fill < 512 - 4.8 * math.sqrt(fill)
+    assert df.layout.buckets == 4096 and steady_fill(512) == 362
+    assert 8 + 4 * (362 + math.sqrt(362)) <= 1536 < 8 + 4 * (363 + math.sqrt(363))
+    assert generations.buckets == math.ceil(1_000_000 / 2 / 362) == 1382
+    fill = generations.part_capacity / 1382
+    assert fill == part_fill(1382, 512) and 393 < fill < 512 - 4.8 * math.sqrt(fill)
     fields = server.hmget(f"{KEY}:lean", "gen_buckets", "gen_part", "expiry_layout")
-    assert fields == [b"1273", str(generations.part_capacity).encode(), b"3"]
+    assert fields == [b"1382", str(generations.part_capacity).encode(), b"3"]
     rnd = random.Random(3)
     fingerprints = [f"{rnd.getrandbits(160):040x}" for _ in range(20_000)]
-    buckets = Counter(gen for _, _, gen in df.layout.locate_parts(fingerprints, 1273))
-    assert len(buckets) == 1273 and max(buckets.values()) < 3 * 20_000 / 1273
+    buckets = Counter(gen for _, _, gen in df.layout.locate_parts(fingerprints, 1382))
+    assert len(buckets) == 1382 and max(buckets.values()) < 3 * 20_000 / 1382
 
 
 def test_a_generation_that_receives_more_grows_by_parts(server):
@@ -221,7 +223,7 @@ def test_a_filter_of_an_earlier_generation_layout_says_what_it_leaves(server, ca
     assert df.request_seen(Request("http://example.com/b")) is False
     assert "generations of an earlier layout" in caplog.text
     assert server.hget(f"{KEY}:lean", "expiry_layout") == b"3"
-    assert df.generations.buckets == 13 and server.hget(f"{KEY}:lean", "gen_buckets") == b"13"
+    assert df.generations.buckets == 14 and server.hget(f"{KEY}:lean", "gen_buckets") == b"14"
 
 
 def _generation_fields(server) -> set[bytes]:

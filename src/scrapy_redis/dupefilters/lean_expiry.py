@@ -107,13 +107,26 @@ class Generations:
 
 def generation_size(layout: LeanLayout, intset_entries: int) -> tuple[int, int]:
     """The buckets of a generation's part and the fingerprints it holds, for a filter of
-    ``layout``: its share of the capacity in buckets filled as the filter's own at
-    capacity (:func:`~scrapy_redis.dupefilters.lean_layout.target_fill`), no more than the
-    filter's; a part holds up to :func:`part_fill` a bucket on average (the room a steady
+    ``layout``: its share of the capacity in buckets of :func:`steady_fill` (no more than
+    the filter's); a part holds up to :func:`part_fill` a bucket on average (the room a steady
     crawl at capacity needs to stay in one part)."""
     share = layout.capacity / GENERATIONS
-    buckets = min(layout.buckets, max(1, math.ceil(share / target_fill(intset_entries))))
+    buckets = min(layout.buckets, max(1, math.ceil(share / steady_fill(intset_entries))))
     return buckets, buckets * part_fill(buckets, intset_entries)
+
+
+def steady_fill(intset_entries: int) -> int:
+    """The fill of a generation's buckets in a steady crawl at capacity: at most the
+    filter's own (:func:`~scrapy_redis.dupefilters.lean_layout.target_fill`), and such
+    that an intset one standard deviation fuller (8 + 4·(f + √f) bytes) still fits the
+    allocator's size class below (jemalloc's: four a doubling), not the next one up: at
+    the default limit, 362 members (1,536-byte intsets) rather than 393 (mostly 1,792)."""
+    fill = target_fill(intset_entries)
+    size = 8 + 4 * (fill + math.sqrt(fill))
+    step = 2 ** max(3, math.floor(math.log2(max(size - 1, 1))) - 2)
+    room = (math.floor(size / step) * step - 8) / 4  # f + √f within the class below
+    root = (-1 + math.sqrt(1 + 4 * room)) / 2
+    return max(1, min(fill, int(root * root)))
 
 
 def part_fill(buckets: int, intset_entries: int) -> int:
