@@ -18,9 +18,9 @@ are the filters'. Usage::
 
 ``--prefill``: the lean filters are sized for ``2 n`` and hold ``n`` other fingerprints
 before the run (so they are at capacity after it): without a lifetime in their own
-buckets, with one half in each of the two older live generations (lifetimes of 1 ms and
-half the lifetime), so that every lookup asks all three, as in a steady crawl; the run's
-requests go to the newest.
+buckets, with one in the live generations but the newest, spread evenly (lifetimes of
+1 ms, 1/GENERATIONS of the lifetime...), so that every lookup asks all of them, as in a
+steady crawl; the run's requests go to the newest.
 """
 
 from __future__ import annotations
@@ -78,7 +78,9 @@ PREFILL = """
 import random, sys, redis
 from scrapy_redis.core.lifetime import Expiry
 from scrapy_redis.dupefilter import LeanDupeFilter
+from scrapy_redis.dupefilters.lean_expiry import GENERATIONS
 url, n, capacity, lifetime_ms = sys.argv[1], *(int(a) for a in sys.argv[2:])
+older = [1] + [lifetime_ms * j // GENERATIONS for j in range(1, GENERATIONS)]
 expiry = Expiry(lifetime_ms) if lifetime_ms else None
 df = LeanDupeFilter(redis.Redis.from_url(url), "bench:dupefilter", capacity=capacity, expiry=expiry)
 rnd = random.Random(11)
@@ -88,7 +90,7 @@ for at in range(0, n, 1000):
     if expiry is None:
         df.record_fingerprints(batch)
     else:
-        df.seen_expiring(batch, [1, lifetime_ms // 2] * (len(batch) // 2))
+        df.seen_expiring(batch, [older[i % len(older)] for i in range(len(batch))])
 """
 
 
