@@ -15,6 +15,7 @@ from helpers import DemoSpider
 from scrapy_redis.core.lifetime import META_KEY as LIFETIME
 from scrapy_redis.dashboard import metrics
 from scrapy_redis.dupefilter import request_fingerprint
+from scrapy_redis.dupefilters.lean_expiry import GENERATIONS
 from scrapy_redis.dupefilters.lean_layout import layout_from_meta
 from scrapy_redis.fleet import later
 from scrapy_redis.fleet.status import crawl_status
@@ -150,11 +151,11 @@ def test_status_shows_the_lean_filters_live_generations(
     view = status.expiring
     assert view["layout"] == "lean" and view["lifetime"] == 7200
     generations = view["generations"]
-    assert len(generations) == 3  # the live ones: GENERATIONS + 1
+    assert len(generations) == GENERATIONS + 1  # the live ones
     assert all(0 <= gen["expires_in"] <= 3 * 3600 for gen in generations)
-    assert [gen["estimated"] for gen in generations] == [estimated] * 3
+    assert [gen["estimated"] for gen in generations] == [estimated] * (GENERATIONS + 1)
     held = [g["fingerprints"] for g in generations]
-    assert held.count(0) == 2  # one lifetime: every fingerprint in one generation
+    assert held.count(0) == GENERATIONS  # one lifetime: every fingerprint in one generation
     if not estimated:
         assert view["alive"] == 200 and sum(held) == 200
     else:  # 64 of 4,096 buckets counted, evenly spread: the 200 URLs' fingerprints are
@@ -166,7 +167,7 @@ def test_status_shows_the_lean_filters_live_generations(
     assert lines[1].startswith(f"generation {generations[0]['generation']}: ")
     samples = metrics.render([status.to_json()]).splitlines()
     sizes = [s for s in samples if s.startswith("scrapy_redis_fingerprint_generation_size{")]
-    assert len(sizes) == 3 and all('spider="demo",generation="' in s for s in sizes)
+    assert len(sizes) == GENERATIONS + 1 and all('spider="demo",generation="' in s for s in sizes)
     assert f'scrapy_redis_fingerprints{{spider="demo"}} {view["alive"]}' in samples
 
 

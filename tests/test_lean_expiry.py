@@ -18,7 +18,12 @@ from scrapy import Request
 from helpers import record_dropped
 from scrapy_redis.core.lifetime import META_KEY, Expiry
 from scrapy_redis.dupefilter import LeanDupeFilter
-from scrapy_redis.dupefilters.lean_expiry import GENERATIONS, part_fill, steady_fill
+from scrapy_redis.dupefilters.lean_expiry import (
+    BATCH_ROOM,
+    GENERATIONS,
+    part_fill,
+    steady_fill,
+)
 
 KEY = "demo:dupefilter"
 URL = "http://example.com/a"
@@ -132,7 +137,7 @@ def test_a_batch_that_fails_on_a_wrong_type_key_records_nothing(server, planted)
     """Generation keys of another type (planted by hand) for a later bucket of the batch,
     asked (every generation) or only the one its request goes to: the call fails before
     any write, so the first request, in another bucket, is still new."""
-    df = _lean(server, capacity=40_000)  # generations of 56 buckets
+    df = _lean(server, capacity=40_000)  # generations of 37 buckets
     assert df.generations.lifetime_ms == HOUR_MS  # stores the lifetime with the filter
     first = df.request_fingerprint(Request(URL))
     bucket = df.layout.locate_parts([first], df.generations.buckets)[0][2]
@@ -142,8 +147,9 @@ def test_a_batch_that_fails_on_a_wrong_type_key_records_nothing(server, planted)
         if df.layout.locate_parts([fp], df.generations.buckets)[0][2] != bucket
     )
     keys = df.generation_keys_of(later)  # live - 1 .. live + G + 1, one part each
-    assert len(keys) == 5
-    for key in keys if planted == "every generation" else keys[3:4]:  # its own: live + G
+    assert len(keys) == GENERATIONS + 3
+    its_own = GENERATIONS + 1  # live + G
+    for key in keys if planted == "every generation" else keys[its_own : its_own + 1]:
         server.set(key, "planted")
     with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
         df.seen_expiring([first, later], [HOUR_MS, HOUR_MS])
@@ -151,7 +157,7 @@ def test_a_batch_that_fails_on_a_wrong_type_key_records_nothing(server, planted)
 
 
 def test_generations_are_sized_for_their_share_of_the_capacity(server):
-    """A steady crawl at capacity puts half of it in each window: a generation's buckets
+    """A steady crawl at capacity puts a third of it in each window: a generation's buckets
     are sized for that, fewer than the filter's own, a few hundred each (362 at the
     default limit: their intsets fit 1,536 bytes), any number of them, not a power of
     two. A part holds more (its fullest bucket still within the intset limit): the room
@@ -160,15 +166,17 @@ def test_generations_are_sized_for_their_share_of_the_capacity(server):
     generations = df.generations
     assert df.layout.buckets == 4096 and steady_fill(512) == 362
     assert 8 + 4 * (362 + math.sqrt(362)) <= 1536 < 8 + 4 * (363 + math.sqrt(363))
-    assert generations.buckets == math.ceil(1_000_000 / 2 / 362) == 1382
-    fill = generations.part_capacity / 1382
-    assert fill == part_fill(1382, 512) and 393 < fill < 512 - 4.8 * math.sqrt(fill)
+    assert GENERATIONS == 3
+    assert generations.buckets == math.ceil(1_000_000 / 3 / 362) == 921
+    fill = part_fill(921, 512)  # less room for the batch that fills a part:
+    assert generations.part_capacity == 921 * fill - BATCH_ROOM
+    assert 393 < fill < 512 - 4.6 * math.sqrt(fill)
     fields = server.hmget(f"{KEY}:lean", "gen_buckets", "gen_part", "expiry_layout")
-    assert fields == [b"1382", str(generations.part_capacity).encode(), b"3"]
+    assert fields == [b"921", str(generations.part_capacity).encode(), b"3"]
     rnd = random.Random(3)
     fingerprints = [f"{rnd.getrandbits(160):040x}" for _ in range(20_000)]
-    buckets = Counter(gen for _, _, gen in df.layout.locate_parts(fingerprints, 1382))
-    assert len(buckets) == 1382 and max(buckets.values()) < 3 * 20_000 / 1382
+    buckets = Counter(gen for _, _, gen in df.layout.locate_parts(fingerprints, 921))
+    assert len(buckets) == 921 and max(buckets.values()) < 3 * 20_000 / 921
 
 
 def test_a_generation_that_receives_more_grows_by_parts(server):
@@ -179,22 +187,24 @@ def test_a_generation_that_receives_more_grows_by_parts(server):
     df, other = _lean(server, capacity=2000), _lean(server, capacity=2000)
     assert other.request_seen(Request("http://example.com/first")) is False
     generations = df.generations
-    assert (generations.buckets, generations.part_capacity) == (3, 3 * 458)
+    assert (generations.buckets, generations.part_capacity) == (2, 465)
     rnd = random.Random(5)
-    fingerprints = [f"{rnd.getrandbits(160):040x}" for _ in range(3400)]
+    n = (2 * generations.part_capacity // 100 + 3) * 100  # batches into parts 0, 1 and 2
+    fingerprints = [f"{rnd.getrandbits(160):040x}" for _ in range(n)]
     for start in range(0, len(fingerprints), 100):
         batch = fingerprints[start : start + 100]
         assert df.seen_expiring(batch, [HOUR_MS] * 100) == [False] * 100
     keys = server.keys(f"{KEY}:lean:g*")
     parts = Counter(key.split(b":")[-2].split(b".")[1] for key in keys)
-    assert parts == {b"0": 3, b"1": 3, b"2": 3}
+    assert parts == {b"0": 2, b"1": 2, b"2": 2}
     assert {server.object("encoding", key) for key in keys} == {b"intset"}
     assert max(server.scard(key) for key in keys) <= 512
-    assert other.seen_expiring(fingerprints, [HOUR_MS] * 3400) == [True] * 3400
+    assert other.seen_expiring(fingerprints, [HOUR_MS] * n) == [True] * n
     assert df.request_seen(Request("http://example.com/first")) is True
     assert df.request_seen(Request("http://example.com/new")) is False
     first = df.request_fingerprint(Request("http://example.com/first"))
-    assert len(df.generation_keys_of(fingerprints[0])) == 3 + 4  # 3 parts, 4 more one each
+    parts_and_others = 3 + GENERATIONS + 2  # 3 parts, the others one each
+    assert len(df.generation_keys_of(fingerprints[0])) == parts_and_others
     assert df.forget_fingerprint(fingerprints[-1]) and df.forget_fingerprint(first)
     assert other.seen_expiring([fingerprints[-1], first], [HOUR_MS] * 2) == [False, False]
 
@@ -223,7 +233,7 @@ def test_a_filter_of_an_earlier_generation_layout_says_what_it_leaves(server, ca
     assert df.request_seen(Request("http://example.com/b")) is False
     assert "generations of an earlier layout" in caplog.text
     assert server.hget(f"{KEY}:lean", "expiry_layout") == b"3"
-    assert df.generations.buckets == 14 and server.hget(f"{KEY}:lean", "gen_buckets") == b"14"
+    assert df.generations.buckets == 10 and server.hget(f"{KEY}:lean", "gen_buckets") == b"10"
 
 
 def _generation_fields(server) -> set[bytes]:

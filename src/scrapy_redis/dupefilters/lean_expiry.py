@@ -49,7 +49,11 @@ logger = logging.getLogger(__name__)
 
 #: Generations per lifetime: a fingerprint lives at most 1/GENERATIONS longer than asked.
 #: More would be more exact and cost more lookups (each live generation is asked).
-GENERATIONS = 2
+GENERATIONS = 3
+#: Most fingerprints one write adds to a generation past its part's capacity (the batch
+#: that fills a part is written to it whole): :meth:`LeanExpiry.seen_expiring` sends no more
+#: at once, the scheduler's batches are smaller (SCHEDULER_ENQUEUE_BATCH_SIZE).
+BATCH_ROOM = 1000
 #: Seconds between two readings of the server's clock (its offset from this one's).
 CLOCK_EVERY = 60.0
 #: How often a batch is sent again while its generations are found stale.
@@ -108,11 +112,13 @@ class Generations:
 def generation_size(layout: LeanLayout, intset_entries: int) -> tuple[int, int]:
     """The buckets of a generation's part and the fingerprints it holds, for a filter of
     ``layout``: its share of the capacity in buckets of :func:`steady_fill` (no more than
-    the filter's); a part holds up to :func:`part_fill` a bucket on average (the room a steady
-    crawl at capacity needs to stay in one part)."""
+    the filter's); a part holds up to :func:`part_fill` a bucket on average (the room a
+    steady crawl at capacity needs to stay in one part), less :data:`BATCH_ROOM` (the
+    batch that fills a part is written to it whole)."""
     share = layout.capacity / GENERATIONS
     buckets = min(layout.buckets, max(1, math.ceil(share / steady_fill(intset_entries))))
-    return buckets, buckets * part_fill(buckets, intset_entries)
+    held = buckets * part_fill(buckets, intset_entries)
+    return buckets, max(held // 2, held - BATCH_ROOM)
 
 
 def steady_fill(intset_entries: int) -> int:
@@ -252,11 +258,16 @@ class LeanExpiry:
         return SeenExpiring(self.key, keys, ["lean_expire", every, config], members)
 
     def seen_expiring(self, fingerprints: Sequence[str], lifetimes: Sequence[int]) -> list[bool]:
-        """Record ``fingerprints`` (``lifetimes`` in ms, 0 = forever) in one script call
-        applied once (sent again while it finds its generations stale); for each, whether
-        it was seen (alive)."""
-        if not fingerprints:
-            return []
+        """Record ``fingerprints`` (``lifetimes`` in ms, 0 = forever), in script calls of at
+        most :data:`BATCH_ROOM`, each applied once (sent again while it finds its
+        generations stale); for each, whether it was seen (alive)."""
+        seen: list[bool] = []
+        for at in range(0, len(fingerprints), BATCH_ROOM):
+            end = at + BATCH_ROOM
+            seen += self._seen_expiring(fingerprints[at:end], lifetimes[at:end])
+        return seen
+
+    def _seen_expiring(self, fingerprints: Sequence[str], lifetimes: Sequence[int]) -> list[bool]:
         writes = self.writes
         number = writes.take_for((*fingerprints, *lifetimes))
         for _ in range(_STALE_TRIES):
