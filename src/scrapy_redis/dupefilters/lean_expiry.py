@@ -324,7 +324,7 @@ class LeanExpiry:
         keys = [self.meta_key, *layout.keys_of(self.bucket_base, own_index)]
         keys += generations.live_keys(self.bucket_base, gen_index, live, parts)
         span, longest, cap = generations.span_ms, generations.lifetime_ms, generations.part_capacity
-        config = [live, span, longest, int(own), len(own_index), len(gen_index)]
+        config: list[Any] = [live, span, longest, int(own), len(own_index), len(gen_index)]
         config += [GENERATIONS, list(parts), cap]
         return keys, members, batch_arg(config)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 from scrapy_redis.dupefilters.bloom_expiry import GENERATIONS as BLOOM_GENERATIONS
@@ -175,8 +176,7 @@ def _lean(reader: Reader, key: str, cluster: bool, now: float, lifetime_ms: int)
     sampled = _sampled(buckets)
     generations, alive, soon = [], 0, 0
     for k in range(live, live + GENERATIONS + 1):
-        recorded = reader.parse(lambda k=k: integer(fields.get(f"g{k}", 0), meta, f"g{k}"), 0)
-        parts = range(max(0, recorded) // part + 1)
+        parts = range(max(0, _recorded(reader, fields, meta, k)) // part + 1)
         keys = [lean_generation_key(base, k, j, b, buckets) for b in sampled for j in parts]
         held = _estimate(reader, keys, buckets * len(parts))
         ends_in = max(0.0, round(k * span / 1000 - now, 3))
@@ -193,6 +193,12 @@ def _lean(reader: Reader, key: str, cluster: bool, now: float, lifetime_ms: int)
     view = _no_lean(lifetime_ms)
     view.update(alive=alive, expiring_soon=soon, generations=generations)
     return view
+
+
+def _recorded(reader: Reader, fields: dict[str, Any], meta: str, generation: int) -> int:
+    """The fingerprints the meta hash counts in ``generation`` (0 if none, or unreadable)."""
+    name = f"g{generation}"
+    return reader.parse(partial(integer, fields.get(name, 0), meta, name), 0)
 
 
 def _no_lean(lifetime_ms: int, layout: str = "lean") -> dict:
