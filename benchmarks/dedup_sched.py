@@ -14,6 +14,13 @@ are the filters'. Usage::
 
     .venv/bin/python benchmarks/dedup_sched.py [--n 20000] [--rounds 5] [--queue FifoQueue]
         [--filters RFPDupeFilter+lifetime]   (RFPDupeFilter, the base, always runs)
+        [--prefill]
+
+``--prefill``: the lean filters are sized for ``2 n`` and hold ``n`` other fingerprints
+before the run (so they are at capacity after it): without a lifetime in their own
+buckets, with one in the live generations but the newest, spread evenly (lifetimes of
+1 ms, 1/GENERATIONS of the lifetime...), so that every lookup asks all of them, as in a
+steady crawl; the run's requests go to the newest.
 """
 
 from __future__ import annotations
@@ -66,9 +73,46 @@ def filters(n: int) -> dict[str, list[str]]:
     }
 
 
-def run_once(redis: Redis, queue: str, n: int, settings: list[str]) -> dict[str, Any]:
+#: Fills a lean filter before a run (--prefill), in the run's interpreter and package.
+PREFILL = """
+import random, sys, redis
+from scrapy_redis.core.lifetime import Expiry
+from scrapy_redis.dupefilter import LeanDupeFilter
+from scrapy_redis.dupefilters.lean_expiry import GENERATIONS
+url, n, capacity, lifetime_ms = sys.argv[1], *(int(a) for a in sys.argv[2:])
+older = [1] + [lifetime_ms * j // GENERATIONS for j in range(1, GENERATIONS)]
+expiry = Expiry(lifetime_ms) if lifetime_ms else None
+df = LeanDupeFilter(redis.Redis.from_url(url), "bench:dupefilter", capacity=capacity, expiry=expiry)
+rnd = random.Random(11)
+fingerprints = [f"{rnd.getrandbits(160):040x}" for _ in range(n)]
+for at in range(0, n, 1000):
+    batch = fingerprints[at : at + 1000]
+    if expiry is None:
+        df.record_fingerprints(batch)
+    else:
+        df.seen_expiring(batch, [older[i % len(older)] for i in range(len(batch))])
+"""
+
+
+def prefilled(settings: list[str], redis: Redis, n: int, env: dict[str, str]) -> list[str]:
+    """``settings`` of a lean filter sized for ``2 n``, which holds ``n`` fingerprints."""
+    values = dict(pair.split("=", 1) for pair in settings)
+    if not values["DUPEFILTER_CLASS"].endswith("LeanDupeFilter"):
+        return settings
+    values["DUPEFILTER_LEAN_CAPACITY"] = str(2 * n)
+    lifetime_ms = int(float(values.get("DUPEFILTER_LIFETIME", 0)) * 1000)
+    command = [sys.executable, "-c", PREFILL, redis.url, str(n), str(2 * n), str(lifetime_ms)]
+    subprocess.run(command, env=env, check=True)
+    return [f"{name}={value}" for name, value in values.items()]
+
+
+def run_once(
+    redis: Redis, queue: str, n: int, settings: list[str], prefill: bool = False
+) -> dict[str, Any]:
     redis.flush()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE.parent / "src"), str(HERE)])}
+    if prefill:
+        settings = prefilled(settings, redis, n, env)
     command = [sys.executable, str(HERE / "sched_bench.py"), "--redis-url", redis.url]
     command += ["--queue", queue, "--n", str(n), "--skip-dup"]
     for pair in settings:
@@ -92,6 +136,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--queue", default="FifoQueue")
     parser.add_argument("--filters", default="", help="comma-separated names (default: all)")
+    parser.add_argument("--prefill", action="store_true", help="lean filters hold n already")
     args = parser.parse_args()
     variants = filters(args.n)
     if args.filters:
@@ -102,11 +147,12 @@ def main() -> None:
     try:
         for _ in range(args.rounds):
             for name, settings in variants.items():
-                results[name].append(run_once(redis, args.queue, args.n, settings))
+                results[name].append(run_once(redis, args.queue, args.n, settings, args.prefill))
     finally:
         redis.stop()
     base = statistics.median(r["enqueue_rate"] for r in results["RFPDupeFilter"])
     title = f"{args.queue}, n = {args.n:,}, {args.rounds} rounds"
+    title += ", lean filters prefilled" if args.prefill else ""
     print(f"# Our filters through our scheduler ({title})\n")
     print(
         "| filter | enqueue req/s | vs RFPDupeFilter | client CPU µs/req "

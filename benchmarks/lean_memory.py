@@ -88,7 +88,7 @@ def steady(server: Redis, capacity: int, count: int, lifetime: float) -> str:
     """``count`` new fingerprints per ``lifetime`` seconds, evenly, for 3 lifetimes; from
     the end of the first lifetime plus a generation's span (the steady state) on, Redis's
     memory per *live* URL (recorded within the last lifetime: those the filter must
-    answer "seen" for), sampled 4 times a span: its mean and its highest."""
+    answer "seen" for), sampled 16 times a span: its mean and its highest."""
     server.flush()
     client = redis.Redis(port=server.port)
     expiry = Expiry(int(lifetime * 1000))
@@ -109,7 +109,7 @@ def steady(server: Redis, capacity: int, count: int, lifetime: float) -> str:
         if now >= next_sample:
             live = batch * sum(1 for at in sent_at if at > now - lifetime)
             samples.append((server.info("memory")["used_memory"] - before) / live)
-            next_sample += span / 4
+            next_sample += span / 16
     late = time.monotonic() - start - 3 * lifetime
     keys = list(client.scan_iter(match="bench:dupefilter:lean:g*", count=10000))
     alive = sum(int(n) for n in _pipelined(client, "scard", keys))

@@ -15,6 +15,7 @@ from helpers import DemoSpider
 from scrapy_redis.core.lifetime import META_KEY as LIFETIME
 from scrapy_redis.dashboard import metrics
 from scrapy_redis.dupefilter import request_fingerprint
+from scrapy_redis.dupefilters.lean_expiry import GENERATIONS
 from scrapy_redis.dupefilters.lean_layout import layout_from_meta
 from scrapy_redis.fleet import later
 from scrapy_redis.fleet.status import crawl_status
@@ -162,11 +163,11 @@ def test_status_shows_the_lean_filters_live_generations(
     view = status.expiring
     assert view["layout"] == "lean" and view["lifetime"] == 7200
     generations = view["generations"]
-    assert len(generations) == 3  # the live ones: GENERATIONS + 1
+    assert len(generations) == GENERATIONS + 1  # the live ones
     assert all(0 <= gen["expires_in"] <= 3 * 3600 for gen in generations)
-    assert [gen["estimated"] for gen in generations] == [estimated] * 3
+    assert [gen["estimated"] for gen in generations] == [estimated] * (GENERATIONS + 1)
     held = [g["fingerprints"] for g in generations]
-    assert held.count(0) == 2  # one lifetime: every fingerprint in one generation
+    assert held.count(0) == GENERATIONS  # one lifetime: every fingerprint in one generation
     if not estimated:
         assert view["alive"] == 200 and sum(held) == 200
     else:  # 64 of 4,096 buckets counted, evenly spread: the 200 URLs' fingerprints are
@@ -179,20 +180,22 @@ def test_status_shows_the_lean_filters_live_generations(
     samples = metrics.render([status.to_json()]).splitlines()
     sizes = [s for s in samples if s.startswith("scrapy_redis_fingerprint_generation_size{")]
     assert [s.split(" ")[0] for s in sizes] == [
-        f'scrapy_redis_fingerprint_generation_size{{spider="demo",age="{age}"}}' for age in range(3)
+        f'scrapy_redis_fingerprint_generation_size{{spider="demo",age="{age}"}}'
+        for age in range(GENERATIONS + 1)
     ]
     assert f'scrapy_redis_fingerprints{{spider="demo"}} {view["alive"]}' in samples
 
 
 def _estimate(server, key: str, requests: list[Request]) -> int:
-    """What counting :data:`later.SAMPLE` evenly spread buckets of the lean filter ``key``
-    estimates it holds, ``requests`` recorded (distinct fingerprints)."""
+    """What counting :data:`later.SAMPLE` evenly spread buckets of the lean filter ``key``'s
+    generations estimates they hold, ``requests`` recorded (distinct fingerprints)."""
     meta = lean_meta_key(key)
-    layout = layout_from_meta({k.decode(): v for k, v in server.hgetall(meta).items()}, meta)
-    step = layout.buckets // later.SAMPLE
-    buckets = [layout.locate(request_fingerprint(r))[0] for r in requests]
-    counted = sum(1 for bucket in buckets if bucket % step == 0)
-    return round(counted * layout.buckets / later.SAMPLE)
+    fields = {k.decode(): v for k, v in server.hgetall(meta).items()}
+    layout, buckets = layout_from_meta(fields, meta), int(fields["gen_buckets"])
+    step = buckets // later.SAMPLE
+    located = layout.locate_parts([request_fingerprint(r) for r in requests], buckets)
+    counted = sum(1 for _, _, bucket in located if bucket % step == 0)
+    return round(counted * buckets / len(range(0, buckets, step)))
 
 
 def test_status_counts_a_lean_filters_fingerprints_with_a_lifetime(redis_url, server, schedulers):

@@ -5,7 +5,11 @@ wrote."""
 
 from __future__ import annotations
 
+import math
 import random
+import re
+import time
+from collections import Counter
 
 import pytest
 import redis
@@ -14,6 +18,12 @@ from scrapy import Request
 from helpers import record_dropped
 from scrapy_redis.core.lifetime import META_KEY, Expiry
 from scrapy_redis.dupefilter import LeanDupeFilter
+from scrapy_redis.dupefilters.lean_expiry import (
+    BATCH_ROOM,
+    GENERATIONS,
+    part_fill,
+    steady_fill,
+)
 
 KEY = "demo:dupefilter"
 URL = "http://example.com/a"
@@ -73,7 +83,7 @@ def test_the_own_buckets_are_not_asked_while_nothing_is_kept_forever(server):
     bucket, member = df.layout.locate(df.request_fingerprint(Request(URL)))
     server.sadd(df.layout.bucket_key(df.bucket_base, bucket), member)
     assert df.request_seen(Request(URL)) is False
-    assert server.hget(f"{KEY}:lean", "expiry_layout") == b"2"
+    assert server.hget(f"{KEY}:lean", "expiry_layout") == b"3"
 
 
 def test_a_filter_an_older_version_gave_a_lifetime_keeps_what_it_kept_forever(server):
@@ -125,22 +135,127 @@ def test_a_clock_estimate_off_by_a_window_reads_the_clock_again(server, off_by_s
 @pytest.mark.parametrize("planted", ["every generation", "its own generation"])
 def test_a_batch_that_fails_on_a_wrong_type_key_records_nothing(server, planted):
     """Generation keys of another type (planted by hand) for a later bucket of the batch,
-    asked (every generation) or only written (the one its request goes to): the call
-    fails before any write, so the first request, alone in its bucket (recorded at once
-    otherwise), is still new."""
-    df = _lean(server, capacity=16)
+    asked (every generation) or only the one its request goes to: the call fails before
+    any write, so the first request, in another bucket, is still new."""
+    df = _lean(server, capacity=40_000)  # generations of 37 buckets
     assert df.generations.lifetime_ms == HOUR_MS  # stores the lifetime with the filter
     first = df.request_fingerprint(Request(URL))
-    bucket = df.layout.locate(first)[0]
+    bucket = df.layout.locate_parts([first], df.generations.buckets)[0][2]
     later = next(
         fp
         for fp in (df.request_fingerprint(Request(f"{URL}/{i}")) for i in range(100))
-        if df.layout.locate(fp)[0] != bucket
+        if df.layout.locate_parts([fp], df.generations.buckets)[0][2] != bucket
     )
-    keys = df.generation_keys_of(df.layout.locate(later)[0])  # live - 1 .. live + G + 1
-    assert len(keys) == 5
-    for key in keys if planted == "every generation" else keys[3:4]:  # its own: live + G
+    keys = df.generation_keys_of(later)  # live - 1 .. live + G + 1, one part each
+    assert len(keys) == GENERATIONS + 3
+    its_own = GENERATIONS + 1  # live + G
+    for key in keys if planted == "every generation" else keys[its_own : its_own + 1]:
         server.set(key, "planted")
     with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
         df.seen_expiring([first, later], [HOUR_MS, HOUR_MS])
     assert df.seen_expiring([first], [HOUR_MS]) == [False]
+
+
+def test_generations_are_sized_for_their_share_of_the_capacity(server):
+    """A steady crawl at capacity puts a third of it in each window: a generation's buckets
+    are sized for that, fewer than the filter's own, a few hundred each (362 at the
+    default limit: their intsets fit 1,536 bytes), any number of them, not a power of
+    two. A part holds more (its fullest bucket still within the intset limit): the room
+    a steady crawl needs."""
+    df = _lean(server, capacity=1_000_000)
+    generations = df.generations
+    assert df.layout.buckets == 4096 and steady_fill(512) == 362
+    assert 8 + 4 * (362 + math.sqrt(362)) <= 1536 < 8 + 4 * (363 + math.sqrt(363))
+    assert GENERATIONS == 3
+    assert generations.buckets == math.ceil(1_000_000 / 3 / 362) == 921
+    fill = part_fill(921, 512)  # less room for the batch that fills a part:
+    assert generations.part_capacity == 921 * fill - BATCH_ROOM
+    assert 393 < fill < 512 - 4.6 * math.sqrt(fill)
+    fields = server.hmget(f"{KEY}:lean", "gen_buckets", "gen_part", "expiry_layout")
+    assert fields == [b"921", str(generations.part_capacity).encode(), b"3"]
+    rnd = random.Random(3)
+    fingerprints = [f"{rnd.getrandbits(160):040x}" for _ in range(20_000)]
+    buckets = Counter(gen for _, _, gen in df.layout.locate_parts(fingerprints, 921))
+    assert len(buckets) == 921 and max(buckets.values()) < 3 * 20_000 / 921
+
+
+def test_a_generation_that_receives_more_grows_by_parts(server):
+    """A burst of three parts' worth into one generation: each part's buckets stay intsets
+    (none past a part's capacity by more than a batch), every fingerprint is found in
+    whichever part it went to, by this worker and by one that opened the filter before
+    (its view of the parts is stale: the script says so, it reads them again)."""
+    df, other = _lean(server, capacity=2000), _lean(server, capacity=2000)
+    assert other.request_seen(Request("http://example.com/first")) is False
+    generations = df.generations
+    assert (generations.buckets, generations.part_capacity) == (2, 465)
+    rnd = random.Random(5)
+    n = (2 * generations.part_capacity // 100 + 3) * 100  # batches into parts 0, 1 and 2
+    fingerprints = [f"{rnd.getrandbits(160):040x}" for _ in range(n)]
+    for start in range(0, len(fingerprints), 100):
+        batch = fingerprints[start : start + 100]
+        assert df.seen_expiring(batch, [HOUR_MS] * 100) == [False] * 100
+    keys = server.keys(f"{KEY}:lean:g*")
+    parts = Counter(key.split(b":")[-2].split(b".")[1] for key in keys)
+    assert parts == {b"0": 2, b"1": 2, b"2": 2}
+    assert {server.object("encoding", key) for key in keys} == {b"intset"}
+    assert max(server.scard(key) for key in keys) <= 512
+    assert other.seen_expiring(fingerprints, [HOUR_MS] * n) == [True] * n
+    assert df.request_seen(Request("http://example.com/first")) is True
+    assert df.request_seen(Request("http://example.com/new")) is False
+    first = df.request_fingerprint(Request("http://example.com/first"))
+    parts_and_others = 3 + GENERATIONS + 2  # 3 parts, the others one each
+    assert len(df.generation_keys_of(fingerprints[0])) == parts_and_others
+    assert df.forget_fingerprint(fingerprints[-1]) and df.forget_fingerprint(first)
+    assert other.seen_expiring([fingerprints[-1], first], [HOUR_MS] * 2) == [False, False]
+
+
+def test_the_counts_of_ended_generations_are_dropped(server):
+    """Each generation counts its fingerprints in the meta hash; the first write to a new
+    generation drops the fields of those whose window has ended."""
+    df = _lean(server, lifetime_ms=400)
+    assert df.request_seen(Request(URL)) is False
+    first = _generation_fields(server)
+    assert len(first) == 1
+    deadline = time.monotonic() + 10
+    fields = first
+    while fields & first and time.monotonic() < deadline:
+        df.request_seen(Request(f"{URL}/{time.monotonic()}"))
+        fields = _generation_fields(server)
+    assert fields and not fields & first and len(fields) <= GENERATIONS + 1
+
+
+def test_a_filter_of_an_earlier_generation_layout_says_what_it_leaves(server, caplog):
+    """Generations written before layout 3 (one part of as many buckets as the filter)
+    are not read any more: the log says what that means; the filter goes on in layout 3."""
+    _lean(server).request_seen(Request(URL))
+    server.hset(f"{KEY}:lean", mapping={"expiry_layout": 2, "gen_buckets": 7})
+    df = _lean(server)
+    assert df.request_seen(Request("http://example.com/b")) is False
+    assert "generations of an earlier layout" in caplog.text
+    assert server.hget(f"{KEY}:lean", "expiry_layout") == b"3"
+    assert df.generations.buckets == 10 and server.hget(f"{KEY}:lean", "gen_buckets") == b"10"
+
+
+def _generation_fields(server) -> set[bytes]:
+    return {f for f in server.hkeys(f"{KEY}:lean") if re.fullmatch(rb"g[0-9]+", f)}
+
+
+def test_a_generation_that_counts_nothing_is_not_asked(server, caplog):
+    """What makes a fresh generation cheap: a member put behind the filter's back in a
+    generation that counts no fingerprint is not asked about; a count that is not one
+    (planted) is logged and taken for 0, and the next write replaces it."""
+    df = _lean(server, capacity=16)
+    generations = df.generations
+    fingerprint = df.request_fingerprint(Request(URL))
+    _, member, bucket = df.layout.locate_parts([fingerprint], generations.buckets)[0]
+    assert df.request_seen(Request("http://example.com/b")) is False  # reads the clock
+    live = df._clock.now_ms() // generations.span_ms + 1
+    for k in range(live, live + GENERATIONS):  # not the newest: its count is 1 now
+        server.sadd(generations.key(df.bucket_base, k, 0, bucket), member)
+    assert _generation_fields(server) == {f"g{live + GENERATIONS}".encode()}
+    assert df.seen_expiring([fingerprint], [HOUR_MS]) == [False]
+    server.hset(f"{KEY}:lean", f"g{live + GENERATIONS}", "planted")
+    other = _lean(server, capacity=16)
+    assert other.request_seen(Request("http://example.com/c")) is False
+    assert "not a count: taken for 0" in caplog.text
+    assert server.hget(f"{KEY}:lean", f"g{live + GENERATIONS}") == b"1"

@@ -95,7 +95,7 @@ class LeanDupeFilter(LeanExpiry, RFPDupeFilter):
         lane = super().for_lane(key, lanes)
         lane.capacity = checked_capacity(max(1, -(-self.capacity // lanes)))
         lane._layout, lane._warned, lane._batches = None, frozenset(), 0
-        lane._generations, lane._clock = None, None
+        lane._generations, lane._clock, lane._parts_view = None, None, None
         return lane
 
     # -- layout ------------------------------------------------------------------------
@@ -243,7 +243,7 @@ class LeanDupeFilter(LeanExpiry, RFPDupeFilter):
         layout = self.layout
         bucket, member = layout.locate(fingerprint)
         keys = [self.meta_key, layout.bucket_key(self.bucket_base, bucket)]
-        keys += self.generation_keys_of(bucket)  # fingerprints that expire (DUPEFILTER_LIFETIME)
+        keys += self.generation_keys_of(fingerprint)  # those that expire (DUPEFILTER_LIFETIME)
         return bool(script("lean_forget")(self.server, keys, [member]))
 
     def clear(self) -> None:
@@ -256,7 +256,7 @@ class LeanDupeFilter(LeanExpiry, RFPDupeFilter):
         for chunk in _chunks(self.server.scan_iter(match=pattern, count=1000), 1000):
             self.server.unlink(*chunk)  # the generations of fingerprints that expire
         self.server.unlink(self.meta_key)
-        self._layout, self._generations = None, None
+        self._layout, self._generations, self._parts_view = None, None, None
 
     def _bucket_keys_to_clear(self) -> Iterator[str]:
         try:

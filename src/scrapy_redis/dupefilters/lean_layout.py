@@ -78,6 +78,18 @@ class LeanLayout:
             located.append((top >> bucket_shift, member))
         return located
 
+    def locate_parts(self, fingerprints: Iterable[str], buckets: int) -> list[tuple[int, int, int]]:
+        """``(bucket, member, generation bucket)`` of each of ``fingerprints``: :meth:`locate`,
+        and its bucket among ``buckets`` (a generation's, see lean_expiry.py), from the top
+        32 bits, so that a generation's buckets are evenly filled whatever their number."""
+        bucket_shift, member_shift = 64 - self.bucket_bits, 32 - self.bucket_bits
+        located = []
+        for fingerprint in fingerprints:
+            top = top64(fingerprint)
+            member = ((top >> member_shift) & 0xFFFFFFFF) - _INT32_OFFSET
+            located.append((top >> bucket_shift, member, ((top >> 32) * buckets) >> 32))
+        return located
+
     def bucket_key(self, base: str, bucket: int) -> str:
         """The key of ``bucket`` of the filter ``base``."""
         return lean_bucket_key(base, bucket, self.bucket_bits)

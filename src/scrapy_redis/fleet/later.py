@@ -4,7 +4,8 @@ the fingerprints that expire (DUPEFILTER_LIFETIME, see docs/incremental.rst).
 
 Every read is cheap whatever the size of the keys: ``ZCARD``, ``ZCOUNT`` and the first
 member of the sorted sets (O(log n)); for a lean filter's generations, ``SCARD`` of at
-most :data:`SAMPLE` buckets per live generation, the rest estimated from them (the
+most :data:`SAMPLE` buckets per live generation (in each of its parts), the rest
+estimated from them (the
 fingerprints spread evenly over the buckets). Times are the Redis server's (``now``).
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 from scrapy_redis.dupefilters.bloom_expiry import GENERATIONS as BLOOM_GENERATIONS
@@ -156,26 +158,34 @@ def _sorted_set(reader: Reader, key: str, now: float) -> dict:
 
 def _lean(reader: Reader, key: str, cluster: bool, now: float, lifetime_ms: int) -> dict:
     meta = lean_meta_key(key, cluster)
+    fields = {text_of(k): v for k, v in reader.hgetall(meta).items()}
+    if "gen_buckets" not in fields:  # no worker has opened its generations yet
+        return {**_no_lean(lifetime_ms), "alive": 0, "expiring_soon": 0}
     try:
-        layout = layout_from_meta({text_of(k): v for k, v in reader.hgetall(meta).items()}, meta)
+        layout = layout_from_meta(fields, meta)
+        buckets = min(
+            integer(fields.get("gen_buckets"), meta, "gen_buckets", low=1), layout.buckets
+        )
+        part = integer(fields.get("gen_part"), meta, "gen_part", low=1)
     except (UnreadableValueError, ValueError) as exc:
         problem = exc if isinstance(exc, UnreadableValueError) else None
         return reader.failed(problem or UnreadableValueError(meta, str(exc)), _no_lean(lifetime_ms))
     span = -(-lifetime_ms // GENERATIONS)
     live = int(now * 1000) // span + 1
     base = slot_base(key, cluster)
-    sampled = _sampled(layout.buckets)
+    sampled = _sampled(buckets)
     generations, alive, soon = [], 0, 0
     for k in range(live, live + GENERATIONS + 1):
-        keys = [lean_generation_key(base, k, b, layout.bucket_bits) for b in sampled]
-        held = _estimate(reader, keys, layout.buckets)
+        parts = range(max(0, _recorded(reader, fields, meta, k)) // part + 1)
+        keys = [lean_generation_key(base, k, j, b, buckets) for b in sampled for j in parts]
+        held = _estimate(reader, keys, buckets * len(parts))
         ends_in = max(0.0, round(k * span / 1000 - now, 3))
         generations.append(
             {
                 "generation": k,
                 "expires_in": ends_in,
                 "fingerprints": held,
-                "estimated": len(sampled) < layout.buckets,
+                "estimated": len(sampled) < buckets,
             }
         )
         alive += held
@@ -183,6 +193,12 @@ def _lean(reader: Reader, key: str, cluster: bool, now: float, lifetime_ms: int)
     view = _no_lean(lifetime_ms)
     view.update(alive=alive, expiring_soon=soon, generations=generations)
     return view
+
+
+def _recorded(reader: Reader, fields: dict[str, Any], meta: str, generation: int) -> int:
+    """The fingerprints the meta hash counts in ``generation`` (0 if none, or unreadable)."""
+    name = f"g{generation}"
+    return reader.parse(partial(integer, fields.get(name, 0), meta, name), 0)
 
 
 def _no_lean(lifetime_ms: int, layout: str = "lean") -> dict:

@@ -279,11 +279,13 @@ def lean_bucket_keys(
 
 
 def lean_generation_key(
-    filter_key: str, generation: int, bucket: int, bucket_bits: int, cluster: bool = False
+    filter_key: str, generation: int, part: int, bucket: int, buckets: int, cluster: bool = False
 ) -> str:
-    """One bucket of one generation of a lean filter's fingerprints that expire (see
-    lean_expiry.py): ``<key>:lean:g<generation>:<bucket in hex>``; it expires whole."""
-    return derived(filter_key, f"lean:g{generation}:{bucket:0{(bucket_bits + 3) // 4}x}", cluster)
+    """One bucket of one part of one generation of a lean filter's fingerprints that expire
+    (see lean_expiry.py): ``<key>:lean:g<generation>.<part>:<bucket in hex>``, the bucket
+    in as many hex digits as the generation's ``buckets`` need; it expires whole."""
+    width = len(f"{max(buckets - 1, 0):x}")
+    return derived(filter_key, f"lean:g{generation}.{part}:{bucket:0{width}x}", cluster)
 
 
 def bloom_blocks_key(filter_key: str, cluster: bool = False) -> str:

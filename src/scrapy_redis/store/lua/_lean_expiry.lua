@@ -2,29 +2,49 @@
 -- fingerprints that expire (see scrapy_redis/dupefilters/lean_expiry.py): not a script.
 -- A fingerprint kept forever is a member of the filter's own bucket; one that expires, a
 -- member of its bucket of the generation in which it expires (a window of `span` ms by
--- this server's clock); a generation's buckets expire whole at the end of its window.
--- A request's member is {its bucket (1-based, among the batch's buckets), its member
--- there}: a generation's buckets are cut like the filter's own (the same bits).
+-- this server's clock); a generation's buckets expire whole at the end of its window. A
+-- generation has fewer buckets than the filter (sized for its share of the capacity) and
+-- grows by *parts*: once it holds a part's capacity (its count, field g<generation> of the
+-- meta hash), the next batches write to its next part, so its buckets stay intsets.
+-- A request's member is {its generation bucket (1-based, among the batch's), its member
+-- (the same integer as in the own buckets), its own bucket (1-based, if those are sent)}.
 --#include _expiry.lua
 
 -- The filter's keys from KEYS[first]: `config` (msgpack) is {k, span in ms, the longest
--- lifetime in ms, how many buckets B, generations G, whether the own buckets are sent};
--- the keys are the filter's meta hash, the B own buckets (if sent), then for each bucket
--- G + 1 keys: its buckets of the live generations k .. k + G. The own buckets may hold
--- members if the meta hash counts some (`count`, written without a lifetime) or says so
--- (`forever`, see lean_lifetime_open.lua); they are asked then only. nil (the client is to
--- look again and send again, nothing written) unless k is the live generation by this
--- server's clock (the client's estimate is off: near the end of a window) and the own
--- buckets are sent if they may hold members.
+-- lifetime in ms, whether the own buckets are sent, how many own buckets O, how many
+-- generation buckets B, generations G, {parts of generation k .. k + G}, a part's
+-- capacity}; the keys are the filter's meta hash, the O own buckets, then for each
+-- generation bucket, for each live generation k .. k + G, its buckets of that
+-- generation's parts. The own buckets may hold members if the meta hash counts some
+-- (`count`, written without a lifetime) or says so (`forever`, see lean_lifetime_open.lua);
+-- they are asked then only. nil (the client is to look again and send again, nothing
+-- written) unless k is the live generation by this server's clock (the client's estimate
+-- is off: near the end of a window), the own buckets are sent if they may hold members,
+-- and every part a live generation has is sent.
 local function lean_expiry_open(first, config, now)
-  local k, span = tonumber(config[1]), tonumber(config[2])
-  local meta = redis.call('HMGET', KEYS[first], 'count', 'forever')
-  local state = {first = first + 1, live = k, span = span, longest = tonumber(config[3]),
-    buckets = tonumber(config[4]), gens = tonumber(config[5]), own = config[6] == 1,
-    meta = KEYS[first], ask_own = (tonumber(meta[1]) or 0) > 0 or meta[2] == '1'}
+  local k, span, gens = tonumber(config[1]), tonumber(config[2]), tonumber(config[7])
+  local fields = {'count', 'forever'}
+  for g = k, k + gens do
+    fields[#fields + 1] = 'g' .. g
+  end
+  local meta = redis.call('HMGET', KEYS[first], unpack(fields))
+  local state = {meta = KEYS[first], live = k, span = span, longest = tonumber(config[3]),
+    own = config[4] == 1, gens = gens, cap = math.max(1, tonumber(config[9])),
+    ask_own = (tonumber(meta[1]) or 0) > 0 or meta[2] == '1', parts = {}, offsets = {},
+    held = {}, first = first + 1, first_gen = first + 1 + tonumber(config[5])}
   if math.floor(now / span) + 1 ~= k or (state.ask_own and not state.own) then
     return nil
   end
+  local offset = 0
+  for g = 0, gens do
+    local sent, held = tonumber(config[8][g + 1]), math.max(0, tonumber(meta[3 + g]) or 0)
+    if math.floor(held / state.cap) + 1 > sent then
+      return nil
+    end
+    state.parts[k + g], state.offsets[k + g], state.held[k + g] = sent, offset, held
+    offset = offset + sent
+  end
+  state.per_bucket = offset
   return state
 end
 
@@ -35,9 +55,8 @@ local function own_key(state, bucket)
   return KEYS[state.first + bucket - 1]
 end
 
-local function generation_key(state, bucket, k)
-  local first = state.first + (state.own and state.buckets or 0)
-  return KEYS[first + (bucket - 1) * (state.gens + 1) + (k - state.live)]
+local function generation_key(state, bucket, k, part)
+  return KEYS[state.first_gen + (bucket - 1) * state.per_bucket + state.offsets[k] + part]
 end
 
 -- The generation a fingerprint of `lifetime` ms recorded at `now` goes to (nil: forever).
@@ -68,22 +87,9 @@ local function lean_ask(key, missing, alive)
   return still
 end
 
--- Per bucket of the batch, the requests asked (`numbers[i]` 0: not asked).
-local function lean_groups(numbers, members)
-  local groups = {}
-  for i, n in ipairs(numbers) do
-    if n ~= 0 then
-      local bucket = members[i][1]
-      groups[bucket] = groups[bucket] or {}
-      table.insert(groups[bucket], i)
-    end
-  end
-  return groups
-end
-
 -- Raise WRONGTYPE unless each of `keys` is a set or missing.
 local function lean_check_sets(keys)
-  for _, key in ipairs(keys) do
+  for key in pairs(keys) do
     local found = redis.call('TYPE', key)['ok']
     if found ~= 'none' and found ~= 'set' then
       error({err = 'WRONGTYPE ' .. key .. ' holds a ' .. found .. ', not a set (a key of ' ..
@@ -92,37 +98,30 @@ local function lean_check_sets(keys)
   end
 end
 
--- Whether the one request of its bucket is alive in a place it may be (the own bucket,
--- the live generations) but the one it goes to (`target`: SADD there answers for that
--- one, see lean_write_one()).
-local function lean_one_alive(state, bucket, member, target)
-  if target and state.ask_own and redis.call('SISMEMBER', own_key(state, bucket), member) == 1 then
-    return true
+-- Ask the own buckets of the requests `group` about their members (when they may hold
+-- some): each own bucket once, about all its members.
+local function lean_ask_own(state, group, members, alive)
+  local by_bucket = {}
+  for _, i in ipairs(group) do
+    local bucket = members[i][3]
+    by_bucket[bucket] = by_bucket[bucket] or {}
+    table.insert(by_bucket[bucket], members[i][2])
   end
-  for k = state.live + state.gens, state.live, -1 do
-    if k ~= target and redis.call('SISMEMBER', generation_key(state, bucket, k), member) == 1 then
-      return true
-    end
+  for bucket, asked in pairs(by_bucket) do
+    lean_ask(own_key(state, bucket), asked, alive)
   end
-  return false
 end
 
--- Record the one request of its bucket in `key`, its place (checked before: this cannot
--- fail): whether it is new there; a generation's bucket expires with its window.
-local function lean_write_one(state, key, member, target)
-  if redis.call('SADD', key, member) == 0 then
-    return false
-  end
-  if target then
-    redis.call('PEXPIREAT', key, target * state.span)
-  end
-  return true
-end
-
--- The alive members among those of the requests `group` of `bucket` (several: each place
--- asked once, about those not found yet, newest generation first).
+-- The alive members among those of the requests `group` of generation bucket `bucket`:
+-- each place asked once, about those not found yet (the own buckets, then the newest
+-- generation's parts first). A member asked nowhere (found before) is written nowhere. A
+-- generation that counts no fingerprint holds none (every write counts what it adds, a
+-- forget takes nothing from the count): it is not asked.
 local function lean_alive_of(state, bucket, group, members)
   local alive, missing = {}, {}
+  if state.ask_own then
+    lean_ask_own(state, group, members, alive)
+  end
   for _, i in ipairs(group) do
     local member = members[i][2]
     if alive[member] == nil then
@@ -130,63 +129,46 @@ local function lean_alive_of(state, bucket, group, members)
       missing[#missing + 1] = member
     end
   end
-  if state.ask_own then
-    missing = lean_ask(own_key(state, bucket), missing, alive)
-  end
   for k = state.live + state.gens, state.live, -1 do
-    if #missing == 0 then
-      break
+    for part = (state.held[k] > 0 and state.parts[k] or 0) - 1, 0, -1 do
+      if #missing == 0 then
+        return alive
+      end
+      missing = lean_ask(generation_key(state, bucket, k, part), missing, alive)
     end
-    missing = lean_ask(generation_key(state, bucket, k), missing, alive)
   end
   return alive
 end
 
--- The one requests of their buckets not alive elsewhere, each {i, its place, its
--- generation}; and the keys to write that were not read (their places; the own buckets
--- if sent but not asked: lean_expiry_record() may keep a request forever there).
-local function lean_ones(state, groups, members, lifetimes, now)
-  local ones, unread = {}, {}
-  for bucket, group in pairs(groups) do
-    local i = group[1]
-    local target = #group == 1 and lean_generation(state, lifetimes[i], now)
-    if #group == 1 and not lean_one_alive(state, bucket, members[i][2], target) then
-      local key = target and generation_key(state, bucket, target) or own_key(state, bucket)
-      ones[#ones + 1], unread[#unread + 1] = {i, key, target}, key
-    end
-    if state.own and not state.ask_own then
-      unread[#unread + 1] = own_key(state, bucket)
-    end
-  end
-  return ones, unread
-end
-
 -- Whether each request is new (see find_new() in _dedup.lua), and the new ones to record
--- (lean_expiry_record()). Every place is read, and every key to write that was not read
--- is checked, before the one request of its bucket is recorded (at once, with SADD, which
--- answers for it): a key of another type fails the call before anything is written.
+-- (lean_expiry_record()). Every key a new request goes to was read (a generation's
+-- bucket) or is checked (an own bucket not asked, a bucket of a generation that counts
+-- nothing): a key of another type fails the call before anything is written.
 local function lean_expiry_find_new(state, numbers, members, lifetimes, now)
-  local new, added, known = {}, {}, {}
-  state.ends, state.kept = {}, false
-  local groups = lean_groups(numbers, members)
-  for bucket, group in pairs(groups) do
-    if #group > 1 then
-      known[bucket] = lean_alive_of(state, bucket, group, members)
-    else
-      new[group[1]] = false  -- unless lean_ones() finds it not alive elsewhere
+  local groups, unread = {}, {}
+  for i, n in ipairs(numbers) do
+    if n ~= 0 then
+      local bucket = members[i][1]
+      groups[bucket] = groups[bucket] or {}
+      table.insert(groups[bucket], i)
+      local target = lean_generation(state, lifetimes[i], now)
+      if not target and not state.ask_own then
+        unread[own_key(state, members[i][3])] = true
+      elseif target and state.held[target] == 0 then
+        unread[generation_key(state, bucket, target, 0)] = true
+      end
     end
   end
-  local ones, unread = lean_ones(state, groups, members, lifetimes, now)
-  lean_check_sets(unread)
-  for _, one in ipairs(ones) do
-    local i = one[1]
-    new[i] = lean_write_one(state, one[2], members[i][2], one[3])
-    state.kept = state.kept or (new[i] and not one[3])
+  local known = {}
+  for bucket, group in pairs(groups) do
+    known[bucket] = lean_alive_of(state, bucket, group, members)
   end
+  lean_check_sets(unread)
+  local new, added = {}, {}
   for i, n in ipairs(numbers) do
     if n == 0 then
       new[i] = true
-    elseif new[i] == nil then
+    else
       local alive = known[members[i][1]]
       new[i] = not alive[members[i][2]]
       if new[i] then
@@ -198,21 +180,39 @@ local function lean_expiry_find_new(state, numbers, members, lifetimes, now)
   return new, added
 end
 
+-- Count `added` fingerprints in generation `k`'s field of the meta hash (written whole:
+-- a planted value is replaced); once a generation is first written, drop the fields of
+-- the generations whose window has ended.
+local function lean_count_generation(state, k, added)
+  redis.call('HSET', state.meta, 'g' .. k, state.held[k] + added)
+  if state.held[k] > 0 then
+    return
+  end
+  for _, field in ipairs(redis.call('HKEYS', state.meta)) do
+    local old = tonumber(string.match(field, '^g(%d+)$'))
+    if old and old < state.live then
+      redis.call('HDEL', state.meta, field)
+    end
+  end
+end
+
 -- Record the requests lean_expiry_find_new() left to record, each where its lifetime
--- (`lifetimes[i]`, ms, 0: forever; cut to the longest) puts it, one SADD per key; let each
--- generation bucket written expire at the end of its window; and say in the meta hash that
--- the own buckets hold members once one is kept forever.
+-- (`lifetimes[i]`, ms, 0: forever; cut to the longest) puts it (in its generation, the
+-- part being filled), one SADD per key; let each generation bucket written expire at the
+-- end of its window; count them per generation; and say in the meta hash that the own
+-- buckets hold members once one is kept forever.
 local function lean_expiry_record(state, added, members, lifetimes, now)
-  local groups = {}
+  local groups, ends, counts, kept = {}, {}, {}, false
   for _, i in ipairs(added) do
-    local bucket = members[i][1]
     local target = lean_generation(state, lifetimes[i], now)
     local key
     if target then
-      key = generation_key(state, bucket, target)
-      state.ends[key] = target * state.span
+      local part = math.floor(state.held[target] / state.cap)
+      key = generation_key(state, members[i][1], target, part)
+      ends[key] = target * state.span
+      counts[target] = (counts[target] or 0) + 1
     else
-      key, state.kept = own_key(state, bucket), true
+      key, kept = own_key(state, members[i][3]), true
     end
     groups[key] = groups[key] or {}
     table.insert(groups[key], members[i][2])
@@ -220,10 +220,13 @@ local function lean_expiry_record(state, added, members, lifetimes, now)
   for key, group in pairs(groups) do
     call_in_chunks('SADD', key, group)
   end
-  for key, at in pairs(state.ends) do
+  for key, at in pairs(ends) do
     redis.call('PEXPIREAT', key, at)
   end
-  if state.kept and not state.ask_own then
+  for k, count in pairs(counts) do
+    lean_count_generation(state, k, count)
+  end
+  if kept and not state.ask_own then
     redis.call('HSET', state.meta, 'forever', 1)
   end
 end

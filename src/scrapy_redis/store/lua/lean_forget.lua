@@ -2,8 +2,10 @@
 -- scheduled again), keeping the filter's count; nothing if it is not there.
 -- KEYS[1] = the filter's meta hash (field "count")
 -- KEYS[2] = the fingerprint's bucket
--- KEYS[3..] = the fingerprint's bucket in each generation that may be live (fingerprints
---             that expire, see _lean_expiry.lua; none without), counted in no "count"
+-- KEYS[3..] = the fingerprint's bucket in each part of each generation that may be live
+--             (fingerprints that expire, see _lean_expiry.lua; none without). Their
+--             counts (fields "g<generation>") are of the fingerprints recorded, which
+--             set how many parts a generation has: they stay.
 -- ARGV[1] = the fingerprint's member
 -- returns 1 if it was removed, 0 if it was not there
 
