@@ -79,8 +79,11 @@ def test_sigkill_three_times(site, server, redis_url, tmp_path):
     """SIGKILL at random moments: the dead worker's requests come back, in time."""
     server.lpush("mycrawler:start_urls", site.url)
     rng = random.Random()
+    # A request in flight at all three kills would be a dead letter at the default 3
+    # deliveries (a page that kills its workers, by design): one more than the kills.
+    settings = {**SETTINGS, "SCHEDULER_MAX_DELIVERIES": 4}
     workers = [
-        start_worker(SPIDER, redis_url, tmp_path / f"w{n}.log", SETTINGS, DOMAIN) for n in (1, 2)
+        start_worker(SPIDER, redis_url, tmp_path / f"w{n}.log", settings, DOMAIN) for n in (1, 2)
     ]
     in_flight = 0
     killed: list[int] = []
@@ -93,7 +96,7 @@ def test_sigkill_three_times(site, server, redis_url, tmp_path):
         workers[victim].process.wait()
         in_flight += leases_of(server, pid)  # left in Redis by the dead worker
         workers[victim] = start_worker(
-            SPIDER, redis_url, tmp_path / f"w{victim + 1}-after-kill-{kill}.log", SETTINGS, DOMAIN
+            SPIDER, redis_url, tmp_path / f"w{victim + 1}-after-kill-{kill}.log", settings, DOMAIN
         )
     wait_all(workers)
     assert in_flight > 0, "no request was in flight at any kill"
