@@ -18,12 +18,18 @@ PAGES = 30
 def test_a_worker_stalled_past_the_grace_does_not_send_a_start_it_lost(
     server, redis_url, tmp_path
 ):
-    """0.5 s of delay plus 3 s of grace: a 3.75 s stall on one request lands it about
-    0.25 s from the other worker's starts, unless the stalled worker checks its start."""
+    """A request handed out 0.25 s early (SCHEDULER_FLEET_EARLY) keeps its start the delay
+    (0.5 s) plus 3 s after it: a 4.25 s stall on it lands it among the other worker's
+    starts (0.5 s apart from then), unless the stalled worker checks its start."""
     site = ADDRESSES[0]
-    settings = {**POLITE, "SCHEDULER_FLEET_LIMITS": True, "POLITE_STALL": "3.75:/p/10.html"}
+    settings = {**POLITE, "SCHEDULER_FLEET_LIMITS": True, "POLITE_STALL": "4.25:/p/10.html"}
     with PoliteSites([site], pages=PAGES) as sites:
-        wait_all(fleet(server, redis_url, tmp_path, settings, sites, workers=2))
+        workers = fleet(server, redis_url, tmp_path, settings, sites, workers=2)
+        wait_all(workers)
     assert_every_page_once_at(sites, site)
     gaps = sites.gaps(site)
     assert min(gaps) >= 0.45, sorted(gaps)[:5]
+    # the stalled request found its start lost (not passed by chance), and only it
+    stats = [w.stats for w in workers]
+    assert sum(s.get("scheduler/fleet/late_lost", 0) for s in stats) == 1, stats
+    assert sum(s.get("scheduler/fleet/late", 0) for s in stats) == 1, stats
