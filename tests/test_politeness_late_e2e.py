@@ -6,6 +6,7 @@ then, but take a new start and wait for it (politeness.late)."""
 from __future__ import annotations
 
 import pytest
+
 from polite_site import ADDRESSES, PoliteSites
 from test_e2e import wait_all
 from test_politeness_e2e import POLITE, assert_every_page_once_at, fleet
@@ -15,9 +16,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 PAGES = 30
 
 
-def test_a_worker_stalled_past_the_grace_does_not_send_a_start_it_lost(
-    server, redis_url, tmp_path
-):
+def test_a_worker_stalled_past_the_grace_does_not_send_a_start_it_lost(server, redis_url, tmp_path):
     """A request handed out 0.25 s early (SCHEDULER_FLEET_EARLY) keeps its start the delay
     (0.5 s) plus 3 s after it: a 4.25 s stall on it lands it among the other worker's
     starts (0.5 s apart from then), unless the stalled worker checks its start."""

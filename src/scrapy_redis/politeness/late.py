@@ -140,5 +140,6 @@ def install_late_check(pacing: Any) -> LateCheck | None:
     methods = getattr(getattr(downloader, "middleware", None), "methods", None)
     if not isinstance(methods, dict) or "process_request" not in methods:
         return None
-    methods["process_request"].append(pacing.late.process_request)
-    return pacing.late
+    late: LateCheck = pacing.late
+    methods["process_request"].append(late.process_request)
+    return late

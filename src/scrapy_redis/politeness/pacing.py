@@ -203,10 +203,10 @@ class PolitePacing(DownloaderPacing):
         if report and start_at is not None:  # a start it may have lost if late (late.py)
             go = partial(self.late.go, request, key, local, start_at, go)
         holds = self._holds
-        if holds is not None and start_at is not None and start_at > time.monotonic():
-            # handed out early: its downloader slot lets it go at its start, then watches it
-            if holds.hold(local, start_at, go):
-                return
+        # handed out early: its downloader slot lets it go at its start, then watches it
+        early = start_at is not None and start_at > time.monotonic()
+        if early and holds is not None and start_at is not None and holds.hold(local, start_at, go):
+            return
         go()
 
     def left(self, request: Request, spider: Any = None) -> None:

@@ -167,8 +167,7 @@ class SlotQueue(Base):
         #: if the worker holds it until then (:attr:`holds`, set by the pacing).
         self.early = fleet_early(settings)
         self.holds: Callable[[], bool] = lambda: False
-        #: Decoded requests: when each may start (time.monotonic(): the pop's reply, or
-        #: later if handed out early).
+        #: Decoded requests: when each may start (time.monotonic(); after the reply: early).
         self.start_at: weakref.WeakKeyDictionary[Request, float] = weakref.WeakKeyDictionary()
 
     # -- the original's contract --------------------------------------------------------
