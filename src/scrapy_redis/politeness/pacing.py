@@ -25,7 +25,9 @@ it has an in-flight place. So the worker
   when the earliest may start (the pop script says when), instead of polling;
 * takes a request of a slot whose next start is at most SCHEDULER_FLEET_EARLY away,
   and holds it in its downloader until then (politeness.hold): the pop, the engine
-  and the middlewares overlap with the slot's delay instead of adding to it.
+  and the middlewares overlap with the slot's delay instead of adding to it;
+* checks that a request going out more than a second after its start still has it
+  (politeness.late): a worker stalled past the slot's wait for its report lost it.
 """
 
 from __future__ import annotations
