@@ -5,7 +5,10 @@ followed (each site links to its own pages only). With ``-s POLITE_STARTS_LOG=<f
 each report of a start to Redis (``SlotQueue.started``) appends a line
 ``<time.time() just before the call> <slot>`` to the file. With ``-s POLITE_BUSY=<s>``,
 a downloader middleware (the last before the downloader) blocks the reactor that long
-for each request: a busy worker, slow between the pop and the send.
+for each request: a busy worker, slow between the pop and the send. With ``-s
+POLITE_STALL=<s>:<path>``, a downloader middleware (the last) blocks the reactor ``<s>``
+seconds on the first request of ``<path>`` (a worker stalled once, between the pop and
+the send of that request).
 """
 
 from __future__ import annotations
@@ -50,6 +53,23 @@ class BusyMiddleware:
         time.sleep(self.seconds)
 
 
+class StallMiddleware:
+    """Blocks the reactor once, on the first request of one path (POLITE_STALL)."""
+
+    def __init__(self, seconds: float, path: str) -> None:
+        self.seconds, self.path = seconds, path
+
+    @classmethod
+    def from_crawler(cls, crawler: Any) -> StallMiddleware:
+        seconds, _, path = crawler.settings.get("POLITE_STALL").partition(":")
+        return cls(float(seconds), path)
+
+    def process_request(self, request: Any, spider: Any = None) -> None:
+        if self.path and request.url.endswith(self.path):
+            self.path = ""
+            time.sleep(self.seconds)
+
+
 class PoliteSpider(RedisSpider):
     name = "polite"
     redis_key = "polite:start_urls"
@@ -68,6 +88,9 @@ class PoliteSpider(RedisSpider):
         super().update_settings(settings)
         if settings.getfloat("POLITE_BUSY"):
             middlewares = {**settings.getdict("DOWNLOADER_MIDDLEWARES"), BusyMiddleware: 999}
+            settings.set("DOWNLOADER_MIDDLEWARES", middlewares, priority="spider")
+        if settings.get("POLITE_STALL"):
+            middlewares = {**settings.getdict("DOWNLOADER_MIDDLEWARES"), StallMiddleware: 998}
             settings.set("DOWNLOADER_MIDDLEWARES", middlewares, priority="spider")
 
     @classmethod

@@ -25,7 +25,9 @@ it has an in-flight place. So the worker
   when the earliest may start (the pop script says when), instead of polling;
 * takes a request of a slot whose next start is at most SCHEDULER_FLEET_EARLY away,
   and holds it in its downloader until then (politeness.hold): the pop, the engine
-  and the middlewares overlap with the slot's delay instead of adding to it.
+  and the middlewares overlap with the slot's delay instead of adding to it;
+* checks that a request going out more than a second after its start still has it
+  (politeness.late): a worker stalled past the slot's wait for its report lost it.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy_redis.core.engine import engine_downloader, installed_reactor, wake_engine
 from scrapy_redis.politeness.hold import SlotHolds, can_hold
+from scrapy_redis.politeness.late import LateCheck, install_late_check
 from scrapy_redis.politeness.sent import when_sent
 from scrapy_redis.scheduling.pacing import DownloaderPacing, Pacer
 from scrapy_redis.store.outage import OUTAGE_ERRORS
@@ -69,7 +72,8 @@ class PolitePacing(DownloaderPacing):
         self.queues: list[Any] = []  # SlotQueue (politeness.queue, which imports this)
         #: Handed-out requests not in the downloader yet: their slot, whether its start
         #: is reported (a slot with a delay), whether it is the first of its slot here,
-        #: and when it may start if handed out early (time.monotonic()).
+        #: and when it may start (time.monotonic(): the pop's reply, or later if handed
+        #: out early; None if not popped).
         self._starting: weakref.WeakKeyDictionary[Request, tuple[str, bool, bool, float | None]] = (
             weakref.WeakKeyDictionary()
         )
@@ -82,6 +86,8 @@ class PolitePacing(DownloaderPacing):
         self.reports = crawler is not None and getattr(crawler, "signals", None) is not None
         #: The worker's robots.txt gate (politeness.robots), if ROBOTSTXT_OBEY.
         self.robots_gate: Any = None
+        #: Checks that a request going out late still has its start (politeness.late).
+        self.late = LateCheck(self)
         if crawler is not None and self.reports:
             from scrapy import signals
 
@@ -156,7 +162,7 @@ class PolitePacing(DownloaderPacing):
         """``request`` (of ``slot``, with a delay if ``delayed``) took a start of the slot:
         reported as a popped request's (see :meth:`reached`)."""
         fresh = slot not in getattr(self.downloader, "slots", {})
-        self._starting[request] = (slot, delayed, fresh, None)
+        self._starting[request] = (slot, delayed, fresh, time.monotonic())
 
     def _no_local_delay(self, key: str) -> None:
         """The worker's own slot ``key`` starts what reaches it at once (AutoThrottle's
@@ -177,7 +183,8 @@ class PolitePacing(DownloaderPacing):
         starts now, maybe a little after the pop allowed it (a busy worker): the slot's
         next start is counted from when its bytes have left (one script call; lost in
         an outage, when the pop's time stands). One handed out before its start is held
-        in its downloader slot until then (politeness.hold), and watched from then."""
+        in its downloader slot until then (politeness.hold), and watched from then; one
+        going late checks that its start is still its own first (politeness.late)."""
         key, report, fresh, start_at = self._starting.pop(request, (None, False, False, None))
         if key is None:
             return
@@ -193,14 +200,16 @@ class PolitePacing(DownloaderPacing):
             reactor = self.reactor or installed_reactor()
             report_it = partial(self._report, key)
             watch = partial(when_sent, reactor, self.downloader, request, key, report_it)
+        go = watch or (lambda: None)
+        local = request.meta.get("download_slot", key)  # (the downloader just set it)
+        if report and start_at is not None:  # a start it may have lost if late (late.py)
+            go = partial(self.late.go, request, key, local, start_at, go)
         holds = self._holds
-        if holds is not None and start_at is not None and start_at > time.monotonic():
-            # handed out early: its downloader slot lets it go at its start, then watches it
-            local = request.meta.get("download_slot", key)  # (the downloader just set it)
-            if holds.hold(local, start_at, watch or (lambda: None)):
-                return
-        if watch is not None:
-            watch()
+        # handed out early: its downloader slot lets it go at its start, then watches it
+        early = start_at is not None and start_at > time.monotonic()
+        if early and holds is not None and start_at is not None and holds.hold(local, start_at, go):
+            return
+        go()
 
     def left(self, request: Request, spider: Any = None) -> None:
         """Scrapy's ``request_left_downloader``: the start of the first request of a
@@ -300,6 +309,8 @@ def polite_pacing(scheduler: Any, pacer: Pacer) -> PolitePacing | None:
         from scrapy_redis.politeness.robots import install_robots_gate
 
         install_robots_gate(pacing, scheduler.worker_id, scheduler.worker_timeout)
+    if pacing.reports:
+        install_late_check(pacing)  # (the last: after the robots.txt gate's own starts)
     return pacing
 
 

@@ -167,7 +167,7 @@ class SlotQueue(Base):
         #: if the worker holds it until then (:attr:`holds`, set by the pacing).
         self.early = fleet_early(settings)
         self.holds: Callable[[], bool] = lambda: False
-        #: Decoded requests handed out early: when each may start (time.monotonic()).
+        #: Decoded requests: when each may start (time.monotonic(); after the reply: early).
         self.start_at: weakref.WeakKeyDictionary[Request, float] = weakref.WeakKeyDictionary()
 
     # -- the original's contract --------------------------------------------------------
@@ -303,8 +303,8 @@ class SlotQueue(Base):
         if times:  # (the server's clock, then each request's start on it)
             now, starts = int(times[0]), times[1]
             for entry, start in zip(entries, starts, strict=False):
-                if int(start) > now:  # counted from the reply: never before its start
-                    entry.start_at = received + (int(start) - now) / 1000
+                # counted from the reply: never before its start (a late one checks it)
+                entry.start_at = received + max(0, int(start) - now) / 1000
         if not entries:
             self.on_wait(self.next_start_in)
         return list(entries)
