@@ -39,13 +39,6 @@ class BusyMiddleware:
         self.seconds = seconds
 
     @classmethod
-    def update_settings(cls, settings: Any) -> None:
-        super().update_settings(settings)
-        if settings.getfloat("POLITE_BUSY"):
-            middlewares = {**settings.getdict("DOWNLOADER_MIDDLEWARES"), BusyMiddleware: 999}
-            settings.set("DOWNLOADER_MIDDLEWARES", middlewares, priority="spider")
-
-    @classmethod
     def from_crawler(cls, crawler: Any) -> BusyMiddleware:
         return cls(crawler.settings.getfloat("POLITE_BUSY"))
 
