@@ -16,7 +16,10 @@ on all of them:
 
 Prints the median (min-max) pages/s of each arm, over the crawl phase (first
 ``spider_opened`` to last response, as latency.py) and over the wall time, and the
-ratios: of the medians, and paired per run. Usage::
+ratios: of the medians, and paired per run. For the proxied arms, the round trips per
+page, how long the proxy really held each (a loaded machine wakes it late), and the
+share of a worker's crawl phase those holds take: what 1 ms more per round trip can
+cost, at most. Usage::
 
     nice -n 5 .venv/bin/python benchmarks/fleet_speed.py [--pages 2000] [--runs 3] \
         [--workers 2] [--delay-ms 0.5]
@@ -56,6 +59,23 @@ def spread(values: list[float], digits: int = 0) -> str:
     )
 
 
+def held_ms(result: dict[str, Any]) -> float:
+    """How long the proxy really held a round trip (ms: the mean hold each way, summed)."""
+    held = result["proxy"].get("held", {})
+    return float(sum(direction["mean_ms"] for direction in held.values()))
+
+
+def trips_share(result: dict[str, Any], workers: int) -> float:
+    """The share of a worker's crawl phase spent waiting for the proxy's holds: its round
+    trips (the fleet's over ``workers``) times the hold, over the crawl phase; what the
+    delay can cost at most, the rest of the round trip being the same in both arms."""
+    pages, rate = result["pages"], result.get("crawl_pages_per_s") or 0
+    if not rate:
+        return 0.0
+    trips = result["round_trips_per_page"] * pages / workers
+    return trips * held_ms(result) / 1000 / (pages / rate)
+
+
 def one_crawl(
     packages: Packages, arm: str, args: argparse.Namespace, site: Site, redis: Redis, run: int
 ) -> dict[str, Any]:
@@ -79,15 +99,20 @@ def report(results: dict[str, list[dict[str, Any]]], args: argparse.Namespace) -
         f"# Speed when limits do not bind ({time.strftime('%Y-%m-%d %H:%M')} UTC): "
         f"{args.pages} pages, {args.workers} workers, {args.runs} runs interleaved",
         "",
-        "| arm | pages/s, crawl phase | pages/s, wall | worker CPU ms/page | load 1-min |",
-        "|---|---|---|---|---|",
+        "| arm | pages/s, crawl phase | pages/s, wall | worker CPU ms/page | load 1-min | "
+        "round trips/page | proxy's hold ms/round trip | round trips' share of a worker |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for arm, runs in results.items():
         crawl_rates = [r["crawl_pages_per_s"] for r in runs]
+        proxied = [r for r in runs if "proxy" in r]
+        trips = spread([r["round_trips_per_page"] for r in proxied], 3) if proxied else "-"
+        held = spread([held_ms(r) for r in proxied], 2) if proxied else "-"
+        share = spread([trips_share(r, args.workers) for r in proxied], 3) if proxied else "-"
         lines.append(
             f"| {arm} | {spread(crawl_rates)} | {spread([r['pages_per_s'] for r in runs])} | "
             f"{spread([r['worker_cpu_ms_per_page'] for r in runs], 2)} | "
-            f"{spread([r['load'] for r in runs], 1)} |"
+            f"{spread([r['load'] for r in runs], 1)} | {trips} | {held} | {share} |"
         )
     lines.append("")
     for top, bottom, target in RATIOS:

@@ -14,6 +14,9 @@ It counts, over all client connections:
   seen by the proxy); ``by_script``: EVALSHA calls per script, by the first 12 hex
   digits of its SHA1 (``scrapy_redis.store.scripts`` names them: :func:`script_names`).
 * ``connections``: client connections accepted.
+* ``held``: with ``--delay-ms``, per direction (``to_server``, ``to_client``), how long
+  the chunks were really held, from their read to their write (ms: mean, max, count):
+  on a loaded machine the proxy wakes up late, so "1 ms" may be more.
 
 ``--delay-ms D`` holds every chunk D milliseconds in each direction before passing it on
 (in order, without limiting throughput): a network with a round trip of 2·D ms
@@ -35,6 +38,7 @@ import json
 import selectors
 from collections import Counter
 from collections.abc import Callable
+from functools import partial
 
 from _serve import serve_until_signalled
 
@@ -46,6 +50,14 @@ class Counts:
         self.connections = 0
         self.by_command: Counter[str] = Counter()
         self.by_script: Counter[str] = Counter()
+        #: direction -> [sum of the holds (s), chunks, longest hold (s)]
+        self.held: dict[str, list[float]] = {}
+
+    def hold(self, direction: str, seconds: float) -> None:
+        total = self.held.setdefault(direction, [0.0, 0, 0.0])
+        total[0] += seconds
+        total[1] += 1
+        total[2] = max(total[2], seconds)
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -54,6 +66,14 @@ class Counts:
             "connections": self.connections,
             "by_command": dict(self.by_command.most_common()),
             "by_script": dict(self.by_script.most_common()),
+            "held": {
+                direction: {
+                    "mean_ms": round(total / max(1, count) * 1000, 3),
+                    "max_ms": round(longest * 1000, 3),
+                    "chunks": int(count),
+                }
+                for direction, (total, count, longest) in self.held.items()
+            },
         }
 
 
@@ -113,9 +133,11 @@ async def pipe(
     writer: asyncio.StreamWriter,
     on_data: Callable[[bytes], None],
     delay: float = 0.0,
+    on_held: Callable[[float], None] = lambda seconds: None,
 ) -> None:
     """Copy ``reader`` to ``writer`` until either side closes, calling ``on_data`` first
-    on each chunk, each chunk ``delay`` seconds after it was read; closes ``writer``."""
+    on each chunk, each chunk ``delay`` seconds after it was read (``on_held``: told how
+    long it really was); closes ``writer``."""
     if delay <= 0:
         try:
             while data := await reader.read(65536):
@@ -129,7 +151,7 @@ async def pipe(
         return
     loop = asyncio.get_running_loop()
     held: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue()
-    sender = asyncio.create_task(_send_when_due(held, writer))
+    sender = asyncio.create_task(_send_when_due(held, writer, delay, on_held))
     try:
         while data := await reader.read(65536):
             on_data(data)
@@ -142,7 +164,10 @@ async def pipe(
 
 
 async def _send_when_due(
-    held: asyncio.Queue[tuple[float, bytes]], writer: asyncio.StreamWriter
+    held: asyncio.Queue[tuple[float, bytes]],
+    writer: asyncio.StreamWriter,
+    delay: float,
+    on_held: Callable[[float], None],
 ) -> None:
     loop = asyncio.get_running_loop()
     try:
@@ -153,6 +178,7 @@ async def _send_when_due(
             if not data:
                 return
             writer.write(data)
+            on_held(loop.time() - due + delay)
             await writer.drain()
     except (ConnectionError, OSError):
         pass
@@ -181,8 +207,10 @@ async def handle(
             state["awaiting_reply"] = True
         parser.feed(data)
 
-    back = asyncio.create_task(pipe(server_reader, client_writer, replied, delay))
-    await pipe(client_reader, server_writer, sent, delay)
+    back = asyncio.create_task(
+        pipe(server_reader, client_writer, replied, delay, partial(counts.hold, "to_client"))
+    )
+    await pipe(client_reader, server_writer, sent, delay, partial(counts.hold, "to_server"))
     await back
 
 
