@@ -161,9 +161,7 @@ class SlotQueue(Base):
         self.room: Callable[[], int] | None = None
         #: Moves requests queued in the layout of SCHEDULER_QUEUE_CLASS here (setup.py).
         self.carry_over: Any = None
-        #: The id of each request decoded from a popped member (member_id()), or that a
-        #: robots.txt took its start with (politeness.robots), while alive: the report of
-        #: its start names it.
+        #: Each popped request's id (member_id()), or a robots.txt's own, while alive.
         self.ids: weakref.WeakKeyDictionary[Request, str] = weakref.WeakKeyDictionary()
         #: SCHEDULER_FLEET_EARLY: seconds before its slot's start a request may be taken,
         #: if the worker holds it until then (:attr:`holds`, set by the pacing).
