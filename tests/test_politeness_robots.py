@@ -65,15 +65,16 @@ def test_robots_txt_goes_in_the_stead_of_the_popped_request_waiting_for_it(serve
     assert queue.take_start("a", robots_id, [popped_id]) == 0
     assert slot_state(server, "a")[13] == robots_id
     assert slot_state(server, "a")[1] == 1  # no other place taken
-    # the popped request takes a start again: after robots.txt's, reported, and the delay
-    assert queue.take_start("a", popped_id) > 0
-    queue.started("a")  # robots.txt's bytes left
+    # the popped request takes a start again (as robots.py asks: with its own id, held):
+    # after robots.txt's, reported, and the delay
+    assert queue.take_start("a", popped_id, [popped_id]) > 0
+    queue.started("a", robots_id)  # robots.txt's bytes left
     deadline = time.monotonic() + 10
-    while (wait := queue.take_start("a", popped_id)) != 0:
+    while (wait := queue.take_start("a", popped_id, [popped_id])) != 0:
         assert time.monotonic() < deadline
         time.sleep(min(wait or 0.05, 0.05))
     assert slot_state(server, "a")[13] == popped_id
-    assert slot_state(server, "a")[12] == 2  # two starts counted: robots.txt's and its own
+    assert slot_state(server, "a")[12] == 2  # two starts counted: its pop's, robots.txt's
 
 
 def test_a_start_for_robots_txt_waits_for_the_slots_delay(server):

@@ -24,10 +24,10 @@ def log_starts(path: str) -> None:
     """Every report of a start, when sent, appended to ``path``."""
     report = SlotQueue.started
 
-    def started(queue: SlotQueue, slot: str) -> float:
+    def started(queue: SlotQueue, slot: str, request_id: str | None = None) -> float:
         with open(path, "a") as log:
             log.write(f"{time.time():.6f} {slot}\n")
-        return report(queue, slot)
+        return report(queue, slot, request_id)
 
     SlotQueue.started = started  # type: ignore[method-assign]
 

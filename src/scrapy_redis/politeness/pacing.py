@@ -198,7 +198,7 @@ class PolitePacing(DownloaderPacing):
             # once its bytes have left (politeness.sent): a report before, then the
             # worker descheduled, let another worker's next request come too soon
             reactor = self.reactor or installed_reactor()
-            report_it = partial(self._report, key)
+            report_it = partial(self._report, key, request)
             watch = partial(when_sent, reactor, self.downloader, request, key, report_it)
         go = watch or (lambda: None)
         local = request.meta.get("download_slot", key)  # (the downloader just set it)
@@ -216,7 +216,7 @@ class PolitePacing(DownloaderPacing):
         slot in this worker is reported now (see :meth:`reached`)."""
         key = self._leaving.pop(request, None)
         if key is not None:
-            self._report(key)
+            self._report(key, request)
 
     def responded(self, response: Any, request: Request, spider: Any = None) -> None:
         """Scrapy's ``response_downloaded`` (before the downloader middlewares: a 429
@@ -269,11 +269,13 @@ class PolitePacing(DownloaderPacing):
         if target is not None and float(delay) > 0 and self.robots_gate is not None:
             self.robots_gate.delay_learned(key)
 
-    def _report(self, key: str) -> None:
+    def _report(self, key: str, request: Request) -> None:
+        """The start of ``request`` (of slot ``key``) is reported, under its id: it ends
+        the slot's wait for a report only if the slot's unreported start is its own."""
         queue = self.queue_of(key)
         try:
             if queue is not None:
-                queue.started(key)
+                queue.started(key, queue.ids.get(request))
         except OUTAGE_ERRORS:
             pass
 

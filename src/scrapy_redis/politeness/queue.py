@@ -161,7 +161,7 @@ class SlotQueue(Base):
         self.room: Callable[[], int] | None = None
         #: Moves requests queued in the layout of SCHEDULER_QUEUE_CLASS here (setup.py).
         self.carry_over: Any = None
-        #: The id (member_id()) of each request decoded from a popped member, while alive.
+        #: Each popped request's id (member_id()), or a robots.txt's own, while alive.
         self.ids: weakref.WeakKeyDictionary[Request, str] = weakref.WeakKeyDictionary()
         #: SCHEDULER_FLEET_EARLY: seconds before its slot's start a request may be taken,
         #: if the worker holds it until then (:attr:`holds`, set by the pacing).
@@ -319,10 +319,13 @@ class SlotQueue(Base):
         early = round(self.early * 1000)
         return f"1:{early}" if early > 0 and self.holds() else "1"
 
-    def started(self, slot: str) -> float:
-        """A download of ``slot`` reached the downloader: its next start is allowed no
-        earlier than its delay after now (``slot_started.lua``); seconds until then."""
-        wait = script("slot_started")(self.server, list(self.slot_keys[:4]), [slot])
+    def started(self, slot: str, request_id: str | None = None) -> float:
+        """A download of ``slot`` (the request of id ``request_id``, :attr:`ids`) left:
+        its next start is allowed no earlier than its delay after now; the slot stops
+        waiting for the report of its unreported start if it is that request's (or no
+        id is given), see ``slot_started.lua``. Seconds until the next start."""
+        args = [slot] if request_id is None else [slot, request_id]
+        wait = script("slot_started")(self.server, list(self.slot_keys[:4]), args)
         return int(wait) / 1000
 
     def take_start(

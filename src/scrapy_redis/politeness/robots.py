@@ -100,7 +100,8 @@ class RobotsGate:
         book = None if lends else self._book(queue)
         ticket = None if book is None else book.ticket()
         ids = [queue.ids[popped] for popped in waiting if popped in queue.ids]
-        started = await self._until_started(queue, slot, uuid.uuid4().hex[:24], ids, ticket)
+        own = queue.ids[request] = uuid.uuid4().hex[:24]  # (its start's report names it)
+        started = await self._until_started(queue, slot, own, ids, ticket)
         if started and book is not None and ticket is not None:
             self.places[request] = (book, book.taken(ticket, 1)[0])
             self._renew_later()
@@ -126,9 +127,13 @@ class RobotsGate:
 
     async def _start_again(self, request: Request, slot: str) -> None:
         queue = self.pacing.queue_of(slot)
-        request_id = queue.ids.get(request) or uuid.uuid4().hex[:24]
-        # its own start, if the slot still waits for its report: nothing went since, it goes
-        await self._until_started(queue, slot, request_id, (request_id,), None)
+        request_id = queue.ids.get(request)
+        # its own start, if the slot still waits for its report: nothing went since, it
+        # goes (a popped request's start was counted at its pop: not counted again)
+        held: tuple[str, ...] = (request_id,) if request_id else ()
+        if request_id is None:  # (not popped: a start of its own)
+            request_id = queue.ids[request] = uuid.uuid4().hex[:24]
+        await self._until_started(queue, slot, request_id, held, None)
         self.pacing.will_start(request, slot, True)
 
     async def _until_started(

@@ -202,15 +202,23 @@ local function open_expiring(first, params, sweep)
   }
 end
 
+-- The state of a filter whose fingerprints expire, opened by `open` (lean_expiry_open(),
+-- bloom_expiry_open() or redisbloom_expiry_open(): KEYS[first..], its msgpack `config`,
+-- the server's clock), with the batch's lifetimes (`params`, msgpack) and that clock (ms):
+-- state, lifetimes, now; state nil if the client's view of the filter is stale.
+local function expiring_state(open, first, params, config)
+  local lifetimes = cmsgpack.unpack(params)
+  local now = server_ms()
+  return open(first, cmsgpack.unpack(config), now), lifetimes, now
+end
+
 -- A lean filter whose fingerprints expire (see _lean_expiry.lua) as a push script's
 -- filter: `params` is the msgpack array of the batch's lifetimes in ms (one per request,
 -- 0: forever), `config` its config (see lean_expiry_open()); the members of the batch
 -- are as _lean_expiry.lua says. Recorded after the push, as a set filter's (but for the
 -- one request of its bucket: recorded at once, as find_new() does).
 local function open_lean_expiring(first, params, config)
-  local lifetimes = cmsgpack.unpack(params)
-  local now = server_ms()
-  local state = lean_expiry_open(first, cmsgpack.unpack(config), now)
+  local state, lifetimes, now = expiring_state(lean_expiry_open, first, params, config)
   if not state then
     return nil
   end
@@ -239,9 +247,7 @@ end
 -- clock estimate is off.
 local function bloom_expiring(open, find_new)
   return function(first, params, config)
-    local lifetimes = cmsgpack.unpack(params)
-    local now = server_ms()
-    local state = open(first, cmsgpack.unpack(config), now)
+    local state, lifetimes, now = expiring_state(open, first, params, config)
     if not state then
       return nil
     end

@@ -17,17 +17,22 @@
 --           member, the delay drawn at the last start (ms), the time of the last start
 --           while its worker has not reported it (0: reported), the time until which a
 --           Retry-After slowed it (ms), 1 if AutoThrottle sets its delay (pushes keep it),
---           the robots.txt Crawl-delay of its site (ms: the least delay), starts so far,
---           the id (24 hex: priority, sequence) of the request whose start is unreported
---           ('' none; missing in states written before it: any request's end clears it),
+--           the robots.txt Crawl-delay of its site (ms: the least delay), starts so far
+--           (one per request sent: a popped request taking its start again, see
+--           slot_take.lua, is not counted again),
+--           the id (24 hex: priority, sequence; a robots.txt's own) of the request whose
+--           start is unreported ('' none; missing in states written before it: any
+--           request's end or report clears it),
 --           the fleet's starts per minute: the minute (server clock, ms / 60000) of the
 --           count, the starts in that minute, the starts in the minute before it}
--- A start of a slot with a delay is reported by its worker when the request reaches its
--- downloader (slot_started.lua): the next start is allowed the drawn delay after that,
--- not after the pop (a busy worker may start what it popped some time later). Until it
--- is reported (at most REPORT_GRACE ms), the slot waits; a slot whose request is done
--- without reaching a downloader (a response from a cache) counts from the pop (the end
--- of another of its downloads does not: that request's own end). Place is
+-- A start of a slot with a delay is reported by its worker once the request's bytes have
+-- left (slot_started.lua): the next start is allowed the drawn delay after that, not
+-- after the pop (a busy worker may start what it popped some time later). Until it is
+-- reported (at most REPORT_GRACE ms) by the request whose start it is (a report of
+-- another request moves the next start, not the wait), the slot waits; a slot whose
+-- request is done without reaching a downloader (a response from a cache) counts from
+-- the pop (the end of another of its downloads does not: that request's own end).
+-- Place is
 --           "r" (in ready), "w" (in waiting), "f" (full: at its concurrency, placed
 --           again when a download ends), "i" (no request queued)
 --   seq     string, the last sequence number given
