@@ -92,6 +92,9 @@ class PoliteSpider(RedisSpider):
         if settings.get("POLITE_STALL"):
             middlewares = {**settings.getdict("DOWNLOADER_MIDDLEWARES"), StallMiddleware: 998}
             settings.set("DOWNLOADER_MIDDLEWARES", middlewares, priority="spider")
+        if settings.get("POLITE_OUTSIDE") == "files":
+            pipelines = {**settings.getdict("ITEM_PIPELINES"), FILES_PIPELINE: 1}
+            settings.set("ITEM_PIPELINES", pipelines, priority="spider")
 
     @classmethod
     def from_crawler(cls, crawler: Any, *args: Any, **kwargs: Any) -> PoliteSpider:
@@ -99,10 +102,6 @@ class PoliteSpider(RedisSpider):
         if path:
             log_starts(path)
         return super().from_crawler(crawler, *args, **kwargs)
-
-        if settings.get("POLITE_OUTSIDE") == "files":
-            pipelines = {**settings.getdict("ITEM_PIPELINES"), FILES_PIPELINE: 1}
-            settings.set("ITEM_PIPELINES", pipelines, priority="spider")
 
     def parse(self, response: Any, **kwargs: Any) -> Any:
         outside = self.settings.get("POLITE_OUTSIDE")
