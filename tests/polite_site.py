@@ -166,7 +166,8 @@ class PoliteSites:
                     if self.path == "/robots.txt" and address in sites.robots:
                         body = sites.robots[address]
                     data = body.encode()
-                    found = self.path in ("/", "/robots.txt") or self.path.startswith(("/p/", "/f/"))
+                    found = self.path in ("/", "/robots.txt")
+                    found = found or self.path.startswith(("/p/", "/f/"))
                     self.send_response(200 if found else 404)
                     self.send_header("Content-Type", "text/html")
                     self.send_header("Content-Length", str(len(data)))

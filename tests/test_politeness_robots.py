@@ -104,8 +104,8 @@ def run_now(coroutine) -> None:
 
 
 def gate_of(queue):
-    from scrapy_redis.politeness.pacing import PolitePacing
     from scrapy_redis.politeness.outside import OutsideGate
+    from scrapy_redis.politeness.pacing import PolitePacing
     from scrapy_redis.scheduling.pacing import Pacer
 
     class Downloader:  # Scrapy's, as PolitePacing reads it: no request running yet

@@ -50,8 +50,6 @@ from scrapy_redis.store.outage import OUTAGE_ERRORS
 if TYPE_CHECKING:
     from scrapy import Request
 
-    from scrapy_redis.queues.leases import Ticket
-
 logger = logging.getLogger("scrapy_redis.scheduler")
 
 #: Seconds between two asks for a place of a slot at its concurrency.

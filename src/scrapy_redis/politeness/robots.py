@@ -87,13 +87,3 @@ class RobotsWaits:
         if slot is not None:
             self.waiting(slot)
             del self.fetching[request]
-
-
-def __getattr__(name: str) -> Any:
-    """``RobotsGate`` and ``install_robots_gate``, the former names of the gate (it
-    counts every download outside the scheduler now): politeness.outside's."""
-    if name in ("RobotsGate", "install_robots_gate"):
-        from scrapy_redis.politeness import outside
-
-        return outside.OutsideGate if name == "RobotsGate" else outside.install_outside_gate
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
