@@ -113,3 +113,25 @@ def test_a_request_handed_out_by_the_scheduler_passes(server):
     pacing.held_back(page)
     run_now(gate.process_request(page))  # its pop counted its start and place
     assert slot_state(server, "a")[1] == 1 and not gate.places
+
+
+def test_a_request_whose_place_is_lent_keeps_its_lease_until_the_download_left(
+    settings_dict, server, schedulers
+):
+    """The scheduler's side: a handed-out request the engine is done with is released
+    at the next pop, but not while the pacing says a download uses its place."""
+    from helpers import leased_entries, stand_in_engine
+
+    scheduler = schedulers({**settings_dict, "SCHEDULER_PREFETCH": 1})
+    in_progress = stand_in_engine(scheduler)
+    for n in range(3):
+        scheduler.enqueue_request(Request(f"http://example.com/{n}"))
+    page = scheduler.next_request()
+    lending = {page}  # (PolitePacing.lending(): its gate's downloads, politeness/outside)
+    scheduler._parts.feed.pacing.lending = lambda: lending
+    assert not in_progress  # the engine is done with the page, its file is still out
+    scheduler.next_request()
+    assert leased_entries(server) == 2  # the page's lease is kept
+    lending.clear()  # the file left the downloader
+    scheduler.next_request()
+    assert leased_entries(server) == 1  # released with the next pop

@@ -42,9 +42,11 @@ def test_pages_and_their_files_keep_the_sites_delay(server, redis_url, tmp_path,
 
 def test_files_take_an_in_flight_place_of_the_site(server, redis_url, tmp_path):
     """CONCURRENT_REQUESTS_PER_DOMAIN = 1, no delay, pages and files answering in 0.2 s:
-    never two downloads in flight at the site across the fleet. A page waiting in its
-    worker's item pipeline for its file still holds its own place (its lease): the file
-    downloads in it, instead of waiting for a place forever."""
+    never two downloads in flight at the site across the fleet, and the crawl ends. A
+    page waiting in its worker's item pipeline for its file still holds its own place
+    (its lease): the file downloads in it. This passes on main too (files were not
+    counted); it guards against the gate's deadlock: with a place of their own, the
+    files waited for ever (2 pages crawled in 2 minutes, then killed)."""
     settings = {
         "SCHEDULER_FLEET_LIMITS": True,
         "CONCURRENT_REQUESTS_PER_DOMAIN": 1,
