@@ -164,10 +164,10 @@ class OutsideGate:
         slot that wait for it take a start again."""
         self.robots.left(request)
         self.lent.pop(request, None)
-        key = request.meta.get("download_slot")
+        key = request.meta.get("download_slot")  # (set by the downloader)
         queue = self.pacing.queue_of(key) if isinstance(key, str) else None
-        if queue is not None and request in queue.ids:
-            self.landed[request] = key
+        if isinstance(key, str) and queue is not None and request in queue.ids:
+            self.landed[request] = key  # popped: it may lend its place now
         found = self.places.pop(request, None)
         if found is not None:
             book, lease_id = found
