@@ -9,7 +9,8 @@ the ``time.monotonic()`` timeline, ``wall`` on the kernel's (``time.time()``).
 
 Scrapy sees one download slot per address. Each site has a listing page ``/`` linking
 to ``/p/0.html`` ... ``/p/<pages - 1>.html`` (no other links); a page may take
-``latency`` seconds to answer (slow pages, to see the downloads in flight), and a
+``latency`` seconds to answer (slow pages, to see the downloads in flight), a file
+``/f/<anything>`` answers its path (a page's file, for a media pipeline), and a
 page named in ``retry_after`` answers 429 with that ``Retry-After`` once; a site
 named in ``robots`` serves that ``/robots.txt``, in ``robots_latency`` seconds
 (requests for it are not counted in ``paths``, ``times``, ``gaps`` and ``rate``). Used by
@@ -165,7 +166,8 @@ class PoliteSites:
                     if self.path == "/robots.txt" and address in sites.robots:
                         body = sites.robots[address]
                     data = body.encode()
-                    found = self.path in ("/", "/robots.txt") or self.path.startswith("/p/")
+                    found = self.path in ("/", "/robots.txt")
+                    found = found or self.path.startswith(("/p/", "/f/"))
                     self.send_response(200 if found else 404)
                     self.send_header("Content-Type", "text/html")
                     self.send_header("Content-Length", str(len(data)))

@@ -105,8 +105,8 @@ def run_now(coroutine) -> None:
 
 
 def gate_of(queue):
+    from scrapy_redis.politeness.outside import OutsideGate
     from scrapy_redis.politeness.pacing import PolitePacing
-    from scrapy_redis.politeness.robots import RobotsGate
     from scrapy_redis.scheduling.pacing import Pacer
 
     class Downloader:  # Scrapy's, as PolitePacing reads it: no request running yet
@@ -121,7 +121,7 @@ def gate_of(queue):
     pacing.downloader = Downloader()
     pacing.queues = [queue]
     queue.reports_starts = pacing.reports
-    return RobotsGate(pacing, "w1", 30), pacing
+    return OutsideGate(pacing, "w1", 30), pacing
 
 
 def robots_request(host: str):
@@ -154,7 +154,7 @@ def test_a_robots_txt_goes_in_the_stead_of_the_popped_request_then_that_starts_a
     run_now(gate.process_request(robots))  # at once, in the popped request's stead
     state = slot_state(server, "a")
     assert state[1] == 1 and state[13] not in ("", queue.ids[popped])  # no new place
-    assert popped in gate.again
+    assert popped in gate.robots.again
     queue.started("a")  # robots.txt's bytes left: the next start after the delay
     deadline = time.monotonic() + 10
     while slot_state(server, "a")[0] > server_ms(server):
@@ -163,7 +163,7 @@ def test_a_robots_txt_goes_in_the_stead_of_the_popped_request_then_that_starts_a
     run_now(gate.process_request(popped))  # RobotsTxtMiddleware let it go: a start again
     state = slot_state(server, "a")
     assert state[13] == queue.ids[popped] and state[1] == 1  # its start; still one place
-    assert state[12] == 2 and popped not in gate.again and pacing.handed_out(popped)
+    assert state[12] == 2 and popped not in gate.robots.again and pacing.handed_out(popped)
 
 
 def server_ms(server) -> int:
@@ -180,7 +180,7 @@ def test_a_popped_request_whose_start_nothing_used_goes_at_once(server):
     got, _ = take(queue, LeaseBook(server, KEY, "w1", 30), 1)
     popped = queue.decode(got[0])
     pacing.held_back(popped)
-    gate.again[popped] = "shared"
+    gate.robots.again[popped] = "shared"
     run_now(gate.process_request(popped))
     assert slot_state(server, "shared")[13] == queue.ids[popped]
 

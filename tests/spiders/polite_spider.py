@@ -8,13 +8,20 @@ a downloader middleware (the last before the downloader) blocks the reactor that
 for each request: a busy worker, slow between the pop and the send. With ``-s
 POLITE_STALL=<s>:<path>``, a downloader middleware (the last) blocks the reactor ``<s>``
 seconds on the first request of ``<path>`` (a worker stalled once, between the pop and
-the send of that request).
+the send of that request). With ``-s POLITE_OUTSIDE=files``, each page ``/p/<n>.html``
+yields an item with ``file_urls`` ``/f/<n>.bin`` of its site (Scrapy's FilesPipeline,
+into FILES_STORE); with ``-s POLITE_OUTSIDE=download``, the callback of each page
+downloads that file itself (``engine.download_async()``): downloads that bypass the
+scheduler.
 """
 
 from __future__ import annotations
 
 import time
 from typing import Any
+
+from scrapy import Request
+from scrapy.utils.defer import maybe_deferred_to_future
 
 from scrapy_redis.politeness.queue import SlotQueue
 from scrapy_redis.spiders import RedisSpider
@@ -85,6 +92,9 @@ class PoliteSpider(RedisSpider):
         if settings.get("POLITE_STALL"):
             middlewares = {**settings.getdict("DOWNLOADER_MIDDLEWARES"), StallMiddleware: 998}
             settings.set("DOWNLOADER_MIDDLEWARES", middlewares, priority="spider")
+        if settings.get("POLITE_OUTSIDE") == "files":
+            pipelines = {**settings.getdict("ITEM_PIPELINES"), FILES_PIPELINE: 1}
+            settings.set("ITEM_PIPELINES", pipelines, priority="spider")
 
     @classmethod
     def from_crawler(cls, crawler: Any, *args: Any, **kwargs: Any) -> PoliteSpider:
@@ -94,4 +104,28 @@ class PoliteSpider(RedisSpider):
         return super().from_crawler(crawler, *args, **kwargs)
 
     def parse(self, response: Any, **kwargs: Any) -> Any:
-        yield from response.follow_all(css="a")
+        outside = self.settings.get("POLITE_OUTSIDE")
+        if outside == "files" and "/p/" in response.url:
+            yield {"file_urls": [file_url(response)]}
+        callback = self.parse_fetching if outside == "download" else None
+        yield from response.follow_all(css="a", callback=callback)
+
+    async def parse_fetching(self, response: Any, **kwargs: Any) -> Any:
+        """POLITE_OUTSIDE=download: the page's file, downloaded by the engine itself."""
+        engine = self.crawler.engine
+        request = Request(file_url(response))
+        download_async = getattr(engine, "download_async", None)  # Scrapy >= 2.14
+        if download_async is not None:
+            fetched = await download_async(request)
+        else:
+            fetched = await maybe_deferred_to_future(engine.download(request, self))
+        yield {"file": fetched.url, "status": fetched.status}
+
+
+FILES_PIPELINE = "scrapy.pipelines.files.FilesPipeline"
+
+
+def file_url(response: Any) -> str:
+    """The file of page ``/p/<n>.html``: ``/f/<n>.bin`` of its site."""
+    name = response.url.rsplit("/", 1)[-1].replace(".html", ".bin")
+    return str(response.urljoin(f"/f/{name}"))

@@ -5,8 +5,9 @@ See docs/politeness.rst. Modules: ``limits`` (a request's slot and the limits th
 settings give it, as Scrapy computes them), ``queue`` (:class:`SlotQueue`, over the
 scripts ``lua/_slots.lua``, ``pop_slots.lua``, ``push_slots.lua``,
 ``dedup_push_slots.lua``), ``pacing`` (how a worker takes and starts what the fleet
-allows), ``hold`` (a request handed out early, held until its start), ``robots``
-(each worker's robots.txt within its site's limits), ``setup``
+allows), ``hold`` (a request handed out early, held until its start), ``outside``
+(each download outside the scheduler within its site's limits: robots.txt, a media
+pipeline's, ``engine.download()``'s), ``robots`` (robots.txt's own case), ``setup``
 (the setting, and a persisted crawl carried over).
 """
 

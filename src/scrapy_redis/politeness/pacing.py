@@ -21,6 +21,9 @@ it has an in-flight place. So the worker
   AUTOTHROTTLE_ENABLED, the download's latency sets the slot's one delay for the
   fleet, by AutoThrottle's rules (``slot_feedback.lua``); with ROBOTSTXT_OBEY
   (Scrapy >= 2.18), the site's robots.txt Crawl-delay is the slot's least delay;
+* gives every request that reaches its downloader without the scheduler (robots.txt,
+  a media pipeline's, ``engine.download()``'s) a start and an in-flight place of its
+  slot first (politeness.outside);
 * when a pop took nothing because the slots must wait, asks the engine again
   when the earliest may start (the pop script says when), instead of polling;
 * takes a request of a slot whose next start is at most SCHEDULER_FLEET_EARLY away,
@@ -35,6 +38,7 @@ from __future__ import annotations
 import time
 import weakref
 import zlib
+from collections.abc import Collection
 from datetime import datetime, timezone
 from email.utils import parsedate_to_datetime
 from functools import partial
@@ -84,8 +88,8 @@ class PolitePacing(DownloaderPacing):
         self._leaving: weakref.WeakKeyDictionary[Request, str] = weakref.WeakKeyDictionary()
         #: Whether it reports starts (it has a crawler to be told of them by).
         self.reports = crawler is not None and getattr(crawler, "signals", None) is not None
-        #: The worker's robots.txt gate (politeness.robots), if ROBOTSTXT_OBEY.
-        self.robots_gate: Any = None
+        #: The worker's gate of the downloads outside the scheduler (politeness.outside).
+        self.outside_gate: Any = None
         #: Checks that a request going out late still has its start (politeness.late).
         self.late = LateCheck(self)
         if crawler is not None and self.reports:
@@ -153,6 +157,12 @@ class PolitePacing(DownloaderPacing):
         """Whether ``request`` was handed out by the scheduler and is not in the
         downloader yet."""
         return request in self._starting
+
+    def lending(self) -> Collection[Request]:
+        """The handed-out requests whose in-flight place a download outside the
+        scheduler uses (politeness.outside): not done before it has left the downloader."""
+        gate = self.outside_gate
+        return gate.lending() if gate is not None else ()
 
     def unsent(self, slot: str) -> list[Request]:
         """The requests of ``slot`` handed out and not in the downloader yet."""
@@ -266,8 +276,8 @@ class PolitePacing(DownloaderPacing):
                 target.crawl_delay(key, float(delay))
         except OUTAGE_ERRORS:
             return
-        if target is not None and float(delay) > 0 and self.robots_gate is not None:
-            self.robots_gate.delay_learned(key)
+        if target is not None and float(delay) > 0 and self.outside_gate is not None:
+            self.outside_gate.robots.delay_learned(key)
 
     def _report(self, key: str, request: Request) -> None:
         """The start of ``request`` (of slot ``key``) is reported, under its id: it ends
@@ -306,13 +316,11 @@ def polite_pacing(scheduler: Any, pacer: Pacer) -> PolitePacing | None:
         q.room = pacing.room
         q.reports_starts = pacing.reports
         q.holds = pacing.holds
-    crawler = scheduler.crawler
-    if pacing.reports and crawler.settings.getbool("ROBOTSTXT_OBEY"):
-        from scrapy_redis.politeness.robots import install_robots_gate
-
-        install_robots_gate(pacing, scheduler.worker_id, scheduler.worker_timeout)
     if pacing.reports:
-        install_late_check(pacing)  # (the last: after the robots.txt gate's own starts)
+        from scrapy_redis.politeness.outside import install_outside_gate
+
+        install_outside_gate(pacing, scheduler.worker_id, scheduler.worker_timeout)
+        install_late_check(pacing)  # (the last: after the gate's own starts)
     return pacing
 
 

@@ -216,7 +216,8 @@ class LeasedFeed:
     # -- releasing and giving back -------------------------------------------------------
 
     def _done_requests(self, collect: bool = False) -> list[HandedOut]:
-        """The handed-out requests the engine is done with (freed ones included).
+        """The handed-out requests the engine is done with (freed ones included), but
+        those whose in-flight place a download still uses (``pacing.lending()``).
 
         Under a Scrapy without the engine's set of requests in progress, only freed
         ones (see _engine.engine_in_progress); ``collect``: first free those held by
@@ -229,7 +230,12 @@ class LeasedFeed:
             return []
         if collect and in_progress is EVERY_LIVE_REQUEST:
             gc.collect()
-        return [h for h in self._leased if (request := h()) is None or request not in in_progress]
+        lending = self.pacing.lending()  # (their place is in use: kept until it is not)
+        return [
+            h
+            for h in self._leased
+            if (request := h()) is None or (request not in in_progress and request not in lending)
+        ]
 
     def _done_before_release(self, collect: bool = False) -> list[HandedOut]:
         """The done requests, once the requests they produced are in Redis: a lease is

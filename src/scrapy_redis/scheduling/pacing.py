@@ -28,7 +28,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Any
 
 from scrapy_redis.core.engine import (
@@ -190,6 +190,11 @@ class DownloaderPacing:
 
     def skipped(self, handed: bool) -> None:
         self.pacer.skipped(handed=handed)
+
+    def lending(self) -> Collection[Request]:
+        """Handed-out requests the engine may be done with whose leases must be kept
+        for now (fleet-wide limits: a download uses their place, politeness.outside)."""
+        return ()
 
     def _find_downloader(self) -> Any:
         if self._may_delay is None:

@@ -1,6 +1,7 @@
 -- A start of a download slot for a request a worker downloads without the queue (its
--- robots.txt, fetched by Scrapy's RobotsTxtMiddleware), or again for a queued request
--- whose start another one used (scrapy_redis.politeness.robots; keys and the slot
+-- robots.txt, fetched by Scrapy's RobotsTxtMiddleware, a media pipeline's file, an
+-- engine.download()), or again for a queued request whose start another one used
+-- (scrapy_redis.politeness.outside and .robots; keys and the slot
 -- state: see _slots.lua). Allowed when a popped request of the slot would be: its next
 -- start has come and no start of it waits for its report; then counted as a pop counts
 -- one (the delay drawn, the next start set, the start reported by the worker).
@@ -15,7 +16,8 @@
 -- ARGV[5] = "1" if the worker reports the start (slot_started.lua)
 -- ARGV[6] = the request's id (24 characters, unique): the unreported start's
 -- ARGV[7] = "held": the request uses an in-flight place the worker holds, of a request
---             of the slot that waits for this one; ARGV[8..n] = the ids of the worker's
+--             of the slot that waits for this one (or whose page waits for it: a
+--             media pipeline's file); ARGV[8..n] = the ids of the worker's
 --             requests of the slot popped and not sent (or its own): if the slot's
 --             unreported start is one of theirs, this request takes it over (it goes
 --             now, in its stead; its own: nothing started since, it goes now); its own
