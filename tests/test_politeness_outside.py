@@ -23,6 +23,18 @@ def running_engine(queue, *in_progress: Request) -> set:
     return working
 
 
+def popped_page(server, settings=ONE_AT_A_TIME):
+    """A queue of slot a's limits, its gate and pacing, and its one page popped by this
+    worker and handed out."""
+    queue = make_queue(server, settings)
+    gate, pacing = gate_of(queue)
+    push(queue, "http://a/1")
+    got, _ = take(queue, LeaseBook(server, KEY, "w1", 30), 1)
+    page = queue.decode(got[0])
+    pacing.held_back(page)
+    return queue, gate, pacing, page
+
+
 def test_a_download_of_a_slot_at_its_concurrency_waits_then_gives_its_place_back(server):
     queue = make_queue(server, ONE_AT_A_TIME)
     gate, pacing = gate_of(queue)
@@ -62,12 +74,7 @@ def test_a_file_uses_the_place_of_its_page_which_is_kept_until_the_file_left(ser
     popped that left the downloader and that the engine still works on (a page waiting
     for its file in FilesPipeline): that request's lease is not released before the
     download has left."""
-    queue = make_queue(server, ONE_AT_A_TIME)
-    gate, pacing = gate_of(queue)
-    push(queue, "http://a/1")
-    got, _ = take(queue, LeaseBook(server, KEY, "w1", 30), 1)
-    page = queue.decode(got[0])
-    pacing.held_back(page)
+    queue, gate, pacing, page = popped_page(server)
     pacing.reached(page)
     page.meta["download_slot"] = "a"  # (the downloader sets it)
     working = running_engine(queue, page)
@@ -105,12 +112,7 @@ def test_a_popped_request_done_lends_nothing(server):
 
 
 def test_a_request_handed_out_by_the_scheduler_passes(server):
-    queue = make_queue(server, ONE_AT_A_TIME)
-    gate, pacing = gate_of(queue)
-    push(queue, "http://a/1")
-    got, _ = take(queue, LeaseBook(server, KEY, "w1", 30), 1)
-    page = queue.decode(got[0])
-    pacing.held_back(page)
+    _, gate, _, page = popped_page(server)
     run_now(gate.process_request(page))  # its pop counted its start and place
     assert slot_state(server, "a")[1] == 1 and not gate.places
 
