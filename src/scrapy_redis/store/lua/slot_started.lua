@@ -14,7 +14,7 @@ local raw = redis.call('HGET', k.slots, slot)
 if not raw then
   return 0
 end
-local st = cmsgpack.unpack(raw)
+local st = decode_state(k, slot, raw)
 local now = now_ms()
 local delay = st[8] or 0
 if delay > 0 and ((st[9] or 0) > 0 or now + delay > st[1]) then
