@@ -198,6 +198,10 @@ def state_with(index: int, value) -> bytes:
         state_with(2, INF),  # delay
         state_with(1, -3),  # in flight
         state_with(3, -1),  # concurrency
+        state_with(0, "5"),  # a number as text
+        state_with(9, True),  # Retry-After until
+        state_with(13, 5),  # the unreported request's id
+        msgpack.packb(FRESH[:6]),  # a field too few
         state_with(5, "x"),  # place
         state_with(6, 7),  # ready member
         msgpack.packb([*FRESH, 0]),  # a field too many

@@ -139,29 +139,25 @@ end
 local PLACES = {r = true, w = true, f = true, i = true}
 local LARGEST = 2 ^ 53 -- (exact in a double; not NaN, not infinite)
 
--- Whether a decoded slot state has the shape of one: 7 fields (the oldest states) to 17,
--- the place a letter of PLACES, the ready member and request id strings, every other
--- field a number from 0 to LARGEST.
-local function state_ok(st)
-  if type(st) ~= 'table' then
-    return false
-  end
+-- The slot state `raw` decodes to; an error if it has not the shape of one: one msgpack
+-- array of 7 fields (the oldest states) to 17, the place a letter of PLACES, the ready
+-- member and request id strings, every other field a number from 0 to LARGEST (a
+-- comparison with another type raises; NaN compares false). About 0.5 us more than
+-- the decoding alone.
+local function checked_state(raw)
+  local after, st = cmsgpack.unpack_one(raw) -- (-1: all of it read)
   local n = #st
-  if n < 7 or n > 17 or not PLACES[st[6]] or type(st[7]) ~= 'string'
+  if after ~= -1 or n < 7 or n > 17 or not PLACES[st[6]] or type(st[7]) ~= 'string'
     or (n >= 14 and type(st[14]) ~= 'string') then
-    return false
+    error('not a slot state')
   end
-  for i = 1, n do -- (about 1 us a state)
+  for i = 1, n do
     local v = st[i]
-    if type(v) == 'number' then
-      if not (v >= 0 and v <= LARGEST) then -- (NaN: false)
-        return false
-      end
-    elseif i < 6 or (i > 7 and i ~= 14) then
-      return false
+    if i ~= 6 and i ~= 7 and i ~= 14 and not (v >= 0 and v <= LARGEST) then
+      error('not a slot state')
     end
   end
-  return true
+  return st
 end
 
 -- The state of `slot` from its stored value `raw`; one that is not a state is replaced
@@ -169,8 +165,8 @@ end
 -- has no request), one download at a time until the worker that the next pop tells of
 -- it sets the slot's limits again (push_slots.lua, "back"), and counted.
 local function decode_state(k, slot, raw)
-  local ok, after, st = pcall(cmsgpack.unpack_one, raw) -- (one value: -1, all read)
-  if ok and after == -1 and state_ok(st) then
+  local ok, st = pcall(checked_state, raw)
+  if ok then
     return st
   end
   st = fresh_state()
