@@ -359,3 +359,14 @@ def test_a_sweep_of_sound_queues_changes_nothing(server):
             break
     assert queue.sweeper.cursor == b"-"
     assert {key: server.dump(key) for key in server.keys("*")} == before
+
+
+def test_status_shows_a_slot_whose_state_holds_nan_or_infinity(server):
+    from scrapy_redis.politeness.report import slot_views
+
+    queue = make_queue(server)
+    push(queue, "http://a/1")
+    server.hset(slot_queue_keys(KEY)[3], "a", state_with(1, NAN))
+    server.hset(slot_queue_keys(KEY)[3], "b", state_with(0, -INF))
+    views = slot_views(server, [KEY], False, time.time())  # (raised: NaN to integer)
+    assert {view["slot"]: view["in_flight"] for view in views} == {"a": 0, "b": 0}
