@@ -24,7 +24,7 @@ BASE = "demo:requests:polite:"
 URLS = sorted(f"http://{site}.example/{n}" for site in "ab" for n in range(6))
 
 
-def crawl_with(redis_server, server, plant, settings=None):
+def crawl_with(redis_server, server, plant, settings=None, expect=len(URLS)):
     """A scheduler with 6 requests of a.example and 6 of b.example queued per slot, the
     bad value planted, then popped until none comes: the URLs, the scheduler."""
     sched = open_scheduler(
@@ -42,7 +42,7 @@ def crawl_with(redis_server, server, plant, settings=None):
     plant(server)
     got: list[str] = []
     deadline = time.monotonic() + 30
-    while len(got) < len(URLS) and time.monotonic() < deadline and not sched._parts.calls.halted:
+    while len(got) < expect and time.monotonic() < deadline and not sched._parts.calls.halted:
         request = sched.next_request()  # (raised ResponseError: every pop failed)
         if request is not None:
             got.append(request.url)
@@ -370,3 +370,35 @@ def test_status_shows_a_slot_whose_state_holds_nan_or_infinity(server):
     server.hset(slot_queue_keys(KEY)[3], "b", state_with(0, -INF))
     views = slot_views(server, [KEY], False, time.time())  # (raised: NaN to integer)
     assert {view["slot"]: view["in_flight"] for view in views} == {"a": 0, "b": 0}
+
+
+def test_a_group_whose_list_is_missing_loses_only_that_list(redis_server, server):
+    def plant(r):
+        r.delete(*r.keys(BASE + "q:a.example*"))  # (its 6 requests: lost before the pop)
+
+    got, sched = crawl_with(redis_server, server, plant, expect=6)
+    assert got == [url for url in URLS if "b.example" in url]  # b's all come
+    deadline = time.monotonic() + 10
+    while sched.has_pending_requests() and time.monotonic() < deadline:
+        sched.next_request()
+    assert len(sched.queue) == 0  # its pointer, handed out, set aside as undecodable
+    assert server.lrange("demo:requests:invalid", 0, -1) == [b""]
+    assert stat(sched, "list") == 1 and not server.exists(BASE + "more")  # (5 counted)
+    sched.close("finished")
+
+
+def test_a_list_whose_pointer_is_gone_gets_it_back(redis_server, server):
+    def plant(r):
+        for group in r.zrange(BASE + "lists", 0, -1):
+            if group.startswith(b"a.example"):
+                r.zrem(BASE + "pq", group)  # its 6 requests: out of every pop's reach
+
+    got, sched = crawl_with(redis_server, server, plant, expect=6)
+    deadline = time.monotonic() + 10
+    while sched.has_pending_requests() and time.monotonic() < deadline:
+        request = sched.next_request()
+        if request is not None:
+            got.append(request.url)
+    assert sorted(got) == URLS  # the sweep gave the list its pointer back
+    assert stat(sched, "unlisted") == 1
+    sched.close("finished")

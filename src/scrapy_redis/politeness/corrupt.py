@@ -45,6 +45,12 @@ KINDS: dict[str, tuple[str, str]] = {
         "a member naming no slot was set aside in <queue key>:invalid",
     ),
     "unplaced": ("slots", "a slot with requests that no pop would reach was placed again"),
+    "list": (
+        "lists",
+        "a group whose list is gone left the index (its pointer, if queued, was set aside "
+        "as an undecodable entry in <queue key>:invalid)",
+    ),
+    "unlisted": ("pq", "a list whose pointer was gone got it back"),
     "waiting": ("waiting", "a slot whose state does not wait was removed"),
 }
 

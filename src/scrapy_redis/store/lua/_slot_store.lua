@@ -178,13 +178,24 @@ local function settle(k, group, new)
   end
 end
 
+-- `group` has no list any more: its pointer and index entry go; with the last list, the
+-- count of what the lists hold (0 then, whatever a bad value made it). Whether it went.
+local function drop_list(k, group)
+  redis.call('ZREM', k.pq, group)
+  redis.call('ZREM', k.lists, group)
+  if redis.call('ZCARD', k.lists) > 0 then
+    return false
+  end
+  redis.call('DEL', k.more)
+  k.uncounted = 0
+  return true
+end
+
 -- A list lost `n` requests from its head: its pointer goes with its last one.
 local function unlisted(k, key, group, n, more)
   if more or redis.call('EXISTS', key) == 1 then
     count(k, -n)
-  else
-    redis.call('ZREM', k.pq, group)
-    redis.call('ZREM', k.lists, group)
+  elseif not drop_list(k, group) then
     count(k, 1 - n)
   end
 end
@@ -199,7 +210,10 @@ local function take_head(k, slot, head, after)
     local key, tail = list_key(k, group), string.sub(head, #group + 1)
     known = tail_seq(tail) and redis.call('LINDEX', key, 0) == to_element(tail) and {key, false}
   end
-  if known then
+  if #head == #group then -- a pointer to no list, handed out as it is: not ours
+    drop_list(k, group)
+    note_corrupt(k, 'list')
+  elseif known then
     listed_heads[head] = nil
     redis.call('LPOP', known[1])
     unlisted(k, known[1], group, 1, known[2])
@@ -317,6 +331,10 @@ local function take_any(k, n)
     if #elements > 0 then
       unlisted(k, key, entry, #elements, false)
     else
+      if key then -- a pointer to no list: not ours
+        drop_list(k, entry)
+        note_corrupt(k, 'list')
+      end
       inline[#inline + 1] = entry
       taken[#taken + 1] = entry
     end
