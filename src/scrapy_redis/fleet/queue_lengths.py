@@ -13,7 +13,13 @@ from redis.exceptions import ResponseError
 
 from scrapy_redis.queues.priority import priority_of_member
 from scrapy_redis.store.keys import priority_list_key, slot_queue_keys, slot_store_keys
-from scrapy_redis.store.redis_values import Reader, UnreadableValueError, shown, text_of
+from scrapy_redis.store.redis_values import (
+    Reader,
+    UnreadableValueError,
+    count_or_zero,
+    shown,
+    text_of,
+)
 
 #: Requests waiting per priority.
 Priorities = dict[int, int]
@@ -33,7 +39,7 @@ def queue_lengths(
     if kind == "none":  # queued per download slot (SCHEDULER_FLEET_LIMITS), if at all
         inline = reader.zcard(slot_queue_keys(queue_key, cluster)[0])
         listed = reader.get(slot_store_keys(queue_key, cluster)[1])  # in lists (_slot_store.lua)
-        return kind, inline + int(listed or 0), None
+        return kind, inline + count_or_zero(listed), None
     if kind == "list":
         return kind, reader.llen(queue_key), None
     if kind != "zset":

@@ -20,6 +20,7 @@ import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+from scrapy_redis.politeness.corrupt import CorruptValues, Sweeper
 from scrapy_redis.politeness.limits import SlotLimits, Throttle, fleet_early
 from scrapy_redis.queues.base import (
     PUSH_CHUNK,
@@ -36,6 +37,7 @@ from scrapy_redis.queues.leases import Ticket, release_args
 from scrapy_redis.queues.records import record_entries
 from scrapy_redis.serializers import Serializer
 from scrapy_redis.store.keys import slot_list_key, slot_queue_keys, slot_store_keys
+from scrapy_redis.store.redis_values import count_or_zero
 from scrapy_redis.store.scripts import script
 
 if TYPE_CHECKING:
@@ -48,19 +50,21 @@ _PREFIX = 24
 
 
 def member_request(member: bytes) -> bytes:
-    """The serialized request of a queued member."""
-    return member[member.index(b"\0") + 1 + _PREFIX :]
+    """The serialized request of a queued member (one without NUL, not ours: itself)."""
+    zero = member.find(b"\0")
+    return member if zero < 0 else member[zero + 1 + _PREFIX :]
 
 
 def member_id(member: bytes) -> str:
     """The id of a queued member (its priority and sequence: 24 hex digits, unique)."""
-    at = member.index(b"\0") + 1
-    return member[at : at + _PREFIX].decode("ascii", "replace")
+    at = member.find(b"\0") + 1
+    return member[at : at + _PREFIX].decode("ascii", "replace") if at else ""
 
 
 def member_slot(member: bytes) -> str:
-    """The download slot of a queued member."""
-    return member[: member.index(b"\0")].decode("utf-8", "replace")
+    """The download slot of a queued member (one without NUL: itself)."""
+    zero = member.find(b"\0")
+    return member[: zero if zero >= 0 else None].decode("utf-8", "replace")
 
 
 #: The requests of one slot and priority that make a list (LIST_FROM in lua/_slot_store.lua).
@@ -96,6 +100,16 @@ def _chunks(read: Callable[[int], list[bytes]]) -> Iterator[bytes]:
         if len(chunk) < READ_CHUNK:
             return
         at += READ_CHUNK
+
+
+def _settings_of(crawler: Any) -> Any:
+    """The crawler's settings, or Scrapy's defaults (a queue built without a crawler)."""
+    settings = crawler.settings if crawler is not None else None
+    if settings is None:
+        from scrapy.settings import Settings
+
+        settings = Settings()
+    return settings
 
 
 class Member(Entry):
@@ -134,11 +148,7 @@ class SlotQueue(Base):
     ) -> None:
         super().__init__(server, spider, key, serializer)
         crawler = getattr(spider, "crawler", None)
-        settings = crawler.settings if crawler is not None else None
-        if settings is None:
-            from scrapy.settings import Settings
-
-            settings = Settings()
+        settings = _settings_of(crawler)
         self.limits = SlotLimits(settings, spider)
         self.slot_keys = slot_queue_keys(self.key, self.on_cluster)
         #: The lists' index and count (lua/_slot_store.lua; not passed to the scripts).
@@ -169,6 +179,9 @@ class SlotQueue(Base):
         self.holds: Callable[[], bool] = lambda: False
         #: Decoded requests: when each may start (time.monotonic(); after the reply: early).
         self.start_at: weakref.WeakKeyDictionary[Request, float] = weakref.WeakKeyDictionary()
+        #: Logs and counts the bad values in its keys that the scripts replaced.
+        self.corrupt = CorruptValues(self.key, self.on_cluster, getattr(crawler, "stats", None))
+        self.sweeper = Sweeper(self.server, self.key, self.on_cluster)
 
     # -- the original's contract --------------------------------------------------------
 
@@ -177,10 +190,17 @@ class SlotQueue(Base):
         pipe.zcard(self.slot_keys[0])
         pipe.get(self.store_keys[1])
         inline, listed = pipe.execute()
-        return int(inline) + int(listed or 0)
+        return int(inline) + count_or_zero(listed)
 
     def is_empty(self) -> bool:
         return not self.server.exists(self.slot_keys[0], self.store_keys[0])
+
+    def key_types(self) -> list[tuple[str, str]]:
+        """Its keys whose type the scripts need, with it (see store/keytypes.py): the
+        others (seq, more, corrupt) are replaced when bad, the lists not listed."""
+        pq, ready, waiting, slots, _ = self.slot_keys
+        kinds = [(pq, "zset"), (ready, "zset"), (waiting, "zset"), (slots, "hash")]
+        return [*kinds, (self.store_keys[0], "zset")]
 
     def flush_keys(self) -> list[str]:
         """Its keys, with every list its index names."""
@@ -300,14 +320,25 @@ class SlotQueue(Base):
         self.delayed_slots.update(slot.decode("utf-8", "replace") for slot in delayed)
         self.next_start_in = None if wait < 0 else wait / 1000
         entries = [Member.of(member) for member in record_entries(packed)]
+        if len(times) > 2 and times[2]:  # bad values the scripts replaced (see _slots.lua)
+            self._replaced(times[2])
         if times:  # (the server's clock, then each request's start on it)
             now, starts = int(times[0]), times[1]
             for entry, start in zip(entries, starts, strict=False):
                 # counted from the reply: never before its start (a late one checks it)
                 entry.start_at = received + max(0, int(start) - now) / 1000
         if not entries:
+            if wait < 0 and self.sweeper.sweep():  # (requests no pop reached: placed)
+                self.next_start_in = 0
             self.on_wait(self.next_start_in)
         return list(entries)
+
+    def _replaced(self, reply: list[Any]) -> None:
+        """Log and count the bad values a pop reports; the slots whose state was replaced
+        get their limits again (push_slots.lua, "back" with no request)."""
+        slots = self.corrupt.found(reply)
+        for start in range(0, len(slots), PUSH_CHUNK):
+            self._push("back", self._conf(set(slots[start : start + PUSH_CHUNK])), [])
 
     def _mode(self) -> str:
         """The pop script's ARGV[2]: drain, or whether starts are reported, and taken up to

@@ -6,6 +6,7 @@ a crawl of very many slots is sampled (:data:`SCAN_LIMIT` slots per lane)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -73,8 +74,11 @@ def _states(server: Any, slots_key: str) -> dict[bytes, list[Any]]:
 
 
 def _field(state: list[Any], index: int) -> float:
+    """A number of the state; 0 for one that is not a finite number (a bad value, which
+    the scripts replace when they next read the state)."""
     value = state[index] if len(state) > index else 0
-    return float(value) if isinstance(value, (int, float)) else 0.0
+    number = float(value) if isinstance(value, (int, float)) else 0.0
+    return number if math.isfinite(number) else 0.0
 
 
 def _view(slot: bytes, state: list[Any], queued: int, now: float) -> dict[str, Any]:

@@ -127,6 +127,8 @@ def queue_key_types(queue: Any) -> list[tuple[str, str]]:
     types = [(workers_key(key, cluster), "hash"), (invalid_entries_key(key, cluster), "list")]
     if kind := getattr(queue, "redis_type", None):
         types.append((key, kind))
+    if own := getattr(queue, "key_types", None):  # keys derived from its key
+        types += own()
     return types
 
 

@@ -143,8 +143,10 @@ def slot_queue_keys(queue_key: str, cluster: bool = False) -> list[str]:
 def slot_store_keys(queue_key: str, cluster: bool = False) -> list[str]:
     """The keys of the per-slot queues' lists (see ``lua/_slot_store.lua``), in the slot
     of :func:`slot_queue_keys`: the index of the lists (a sorted set of their groups) and
-    the count of the requests they hold."""
-    return [derived(queue_key, f"polite:{name}", cluster) for name in ("lists", "more")]
+    the count of the requests they hold, the count of bad values replaced and not
+    reported yet."""
+    names = ("lists", "more", "corrupt")
+    return [derived(queue_key, f"polite:{name}", cluster) for name in names]
 
 
 def slot_list_key(queue_key: str, group: bytes, cluster: bool = False) -> bytes:

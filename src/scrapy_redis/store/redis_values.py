@@ -97,6 +97,14 @@ def integer(
     return value
 
 
+def count_or_zero(raw: Any) -> int:
+    """A count Redis holds as decimal text; 0 for none, or for a value that is not one
+    (a bad value the scripts that keep the count replace), at least 0."""
+    if isinstance(raw, (bytes, str)) and _INTEGER.fullmatch(text_of(raw)):
+        return max(0, int(raw))
+    return 0
+
+
 def number(raw: Any, key: str, field: str | None = None) -> float:
     """The finite number ``raw`` holds (a number, or its text of at most :data:`SHOWN`
     characters); else :class:`UnreadableValueError`."""

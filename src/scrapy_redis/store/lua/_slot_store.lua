@@ -23,6 +23,15 @@
 local LIST_FROM = 4
 local MOVE_CHUNK = 256
 
+-- A bad value of `kind` was found and replaced (see _slots.lua): counted in the hash
+-- "<base>corrupt" until a pop reports it to its worker.
+local function note_corrupt(k, kind)
+  if type(redis.pcall('HINCRBY', k.corrupt, kind, 1)) ~= 'number' then
+    redis.call('DEL', k.corrupt) -- (not a hash of counts: a bad value too)
+    redis.call('HSET', k.corrupt, kind, 1, 'corrupt', 1)
+  end
+end
+
 -- The sequence number of a member's tail (nil: not 12 hex digits, not a member of ours).
 local TWELVE_HEX = '^' .. string.rep('[0-9a-f]', 12)
 
@@ -30,8 +39,11 @@ local function tail_seq(tail)
   return string.match(tail, TWELVE_HEX) and tonumber(string.sub(tail, 1, 12), 16) or nil
 end
 
--- The sequence number of a list element.
+-- The sequence number of a list element (0 for one too short to hold it: not ours).
 local function seq_of(element)
+  if #element < 6 then
+    return 0
+  end
   local a, b, c, d, e, f = string.byte(element, 1, 6)
   return ((((a * 256 + b) * 256 + c) * 256 + d) * 256 + e) * 256 + f
 end
@@ -46,7 +58,18 @@ local function to_element(tail)
 end
 
 local function to_tail(element)
+  if #element < 6 then -- (its bytes as the request, which the worker cannot decode)
+    return string.rep('0', 12) .. element
+  end
   return string.format('%012x', seq_of(element)) .. string.sub(element, 7)
+end
+
+-- The member of a list element of `group` (an element too short is counted).
+local function listed_member(k, group, element)
+  if #element < 6 then
+    note_corrupt(k, 'element')
+  end
+  return group .. to_tail(element)
 end
 
 local function list_key(k, group)
@@ -69,7 +92,16 @@ end
 local function flush_count(k)
   local n = k.uncounted or 0
   k.uncounted = 0
-  if n ~= 0 and redis.call('INCRBY', k.more, n) <= 0 then
+  if n == 0 then
+    return
+  end
+  local total = redis.pcall('INCRBY', k.more, n)
+  if type(total) ~= 'number' then -- not a count: restarted (the length shown is short)
+    redis.call('DEL', k.more)
+    note_corrupt(k, 'more')
+    total = redis.call('INCRBY', k.more, n)
+  end
+  if total <= 0 then
     redis.call('DEL', k.more)
   end
 end
@@ -97,7 +129,7 @@ local function slot_head(k, slot, n)
     local elements = key and redis.call('LRANGE', key, 0, n - #found - 1)
     if elements and #elements > 0 then
       for i, element in ipairs(elements) do
-        local member = entry .. to_tail(element)
+        local member = listed_member(k, entry, element)
         found[#found + 1] = member
         listed_heads[member] = {key, i < #elements}
       end
@@ -146,13 +178,24 @@ local function settle(k, group, new)
   end
 end
 
+-- `group` has no list any more: its pointer and index entry go; with the last list, the
+-- count of what the lists hold (0 then, whatever a bad value made it). Whether it went.
+local function drop_list(k, group)
+  redis.call('ZREM', k.pq, group)
+  redis.call('ZREM', k.lists, group)
+  if redis.call('ZCARD', k.lists) > 0 then
+    return false
+  end
+  redis.call('DEL', k.more)
+  k.uncounted = 0
+  return true
+end
+
 -- A list lost `n` requests from its head: its pointer goes with its last one.
 local function unlisted(k, key, group, n, more)
   if more or redis.call('EXISTS', key) == 1 then
     count(k, -n)
-  else
-    redis.call('ZREM', k.pq, group)
-    redis.call('ZREM', k.lists, group)
+  elseif not drop_list(k, group) then
     count(k, 1 - n)
   end
 end
@@ -167,7 +210,10 @@ local function take_head(k, slot, head, after)
     local key, tail = list_key(k, group), string.sub(head, #group + 1)
     known = tail_seq(tail) and redis.call('LINDEX', key, 0) == to_element(tail) and {key, false}
   end
-  if known then
+  if #head == #group then -- a pointer to no list, handed out as it is: not ours
+    drop_list(k, group)
+    note_corrupt(k, 'list')
+  elseif known then
     listed_heads[head] = nil
     redis.call('LPOP', known[1])
     unlisted(k, known[1], group, 1, known[2])
@@ -280,11 +326,15 @@ local function take_any(k, n)
     local key = zero and #entry == zero + 12 and list_key(k, entry)
     local elements = key and redis.call('LPOP', key, n - #taken) or {}
     for _, element in ipairs(elements) do
-      taken[#taken + 1] = entry .. to_tail(element)
+      taken[#taken + 1] = listed_member(k, entry, element)
     end
     if #elements > 0 then
       unlisted(k, key, entry, #elements, false)
     else
+      if key then -- a pointer to no list: not ours
+        drop_list(k, entry)
+        note_corrupt(k, 'list')
+      end
       inline[#inline + 1] = entry
       taken[#taken + 1] = entry
     end

@@ -36,6 +36,21 @@
 --           "r" (in ready), "w" (in waiting), "f" (full: at its concurrency, placed
 --           again when a download ends), "i" (no request queued)
 --   seq     string, the last sequence number given
+--   corrupt hash kind -> count of the bad values the scripts found and replaced (see
+--           "Bad values" below) and no pop reported yet, "slot:<slot>" -> 1 per slot
+--           whose state was replaced: the next pop takes them (its worker logs and
+--           counts them, and sets the limits of those slots again)
+-- Bad values (written by something else than these scripts, or damaged) never stop the
+-- queue: a slot state that does not decode to the expected shape is replaced by a fresh
+-- one (due now, in waiting: the next pop places it; its in-flight count restarts at 0;
+-- one download at a time until the worker told of it sets its limits again),
+-- a ready or waiting member that its slot's state does not name is removed, a list
+-- element too short for its sequence number is handed out (sequence 0) as the request
+-- it cannot be (the worker sets it aside as undecodable), a seq that is no sequence
+-- number restarts from the server's clock (ms: above the numbers given since it was set,
+-- unless the fleet queued more than one request a ms meanwhile), a "more" that is not a
+-- count restarts; requests that no pop would reach (a pq member without NUL, a slot in
+-- none of its places) are set aside or placed again by sweep_slots.lua.
 --#include _chunks.lua
 --#include _slot_store.lua
 
@@ -50,7 +65,7 @@ local function slot_keys(pq)
   local base = string.sub(pq, 1, -3)
   return {pq = pq, ready = base .. 'ready', waiting = base .. 'waiting',
           slots = base .. 'slots', seq = base .. 'seq', base = base,
-          lists = base .. 'lists', more = base .. 'more'}
+          lists = base .. 'lists', more = base .. 'more', corrupt = base .. 'corrupt'}
 end
 
 -- The Redis server's clock, in ms, and its microseconds (a seed for the random delay).
@@ -59,10 +74,41 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), t[2]
 end
 
--- The slot of a queued request's member.
+-- Sequence numbers stay below this (12 hex digits in a member, 6 bytes in a list element).
+local SEQ_LIMIT = 2 ^ 47
+
+-- The last sequence number given; a seq that is not one (not digits, or too large) is
+-- set to the server's clock in ms (above any number given since it was set, unless the
+-- fleet queued more than a request a ms) and counted.
+local function last_seq(k)
+  local raw = redis.pcall('GET', k.seq)
+  if raw == false then
+    return 0
+  end
+  if type(raw) == 'string' and #raw <= 15 and string.match(raw, '^%d+$') and tonumber(raw) < SEQ_LIMIT then
+    return tonumber(raw)
+  end
+  local now = now_ms()
+  redis.call('DEL', k.seq) -- (of another type, maybe)
+  redis.call('SET', k.seq, now)
+  note_corrupt(k, 'seq')
+  return now
+end
+
+-- `n` new sequence numbers: the one before the first.
+local function take_seqs(k, n)
+  local last = redis.pcall('INCRBY', k.seq, n)
+  if type(last) == 'number' and last - n >= 0 and last < SEQ_LIMIT then
+    return last - n
+  end
+  last_seq(k) -- (a bad value replaced)
+  return redis.call('INCRBY', k.seq, n) - n
+end
+
+-- The slot of a queued request's member (one without NUL, not ours: itself).
 local function slot_of(member)
   local zero = string.find(member, '\0', 1, true)
-  return string.sub(member, 1, zero - 1)
+  return zero and string.sub(member, 1, zero - 1) or member
 end
 
 -- A new request's group (its slot and priority, see _slot_store.lua).
@@ -80,12 +126,8 @@ local function ready_member(slot, head)
   return string.sub(head, #slot + 2, #slot + 25) .. slot
 end
 
-local function load_slot(k, slot)
-  local raw = redis.call('HGET', k.slots, slot)
-  if not raw then
-    return {0, 0, 0, 0, 0, 'i', '', 0, 0, 0, 0, 0, 0, '', 0, 0, 0}
-  end
-  return cmsgpack.unpack(raw)
+local function fresh_state()
+  return {0, 0, 0, 0, 0, 'i', '', 0, 0, 0, 0, 0, 0, '', 0, 0, 0}
 end
 
 local function save_slot(k, slot, st)
@@ -97,6 +139,56 @@ local function save_slot(k, slot, st)
     st[i] = st[i] or 0
   end
   redis.call('HSET', k.slots, slot, cmsgpack.pack(st))
+end
+
+local PLACES = {r = true, w = true, f = true, i = true}
+local LARGEST = 2 ^ 53 -- (exact in a double; not NaN, not infinite)
+
+-- The slot state `raw` decodes to; an error if it has not the shape of one: one msgpack
+-- array of 7 fields (the oldest states) to 17, the place a letter of PLACES, the ready
+-- member and request id strings, every other field a number from 0 to LARGEST (a
+-- comparison with another type raises; NaN compares false). About 0.5 us more than
+-- the decoding alone.
+local function checked_state(raw)
+  local after, st = cmsgpack.unpack_one(raw) -- (-1: all of it read)
+  local n = #st
+  if after ~= -1 or n < 7 or n > 17 or not PLACES[st[6]] or type(st[7]) ~= 'string'
+    or (n >= 14 and type(st[14]) ~= 'string') then
+    error('not a slot state')
+  end
+  for i = 1, n do
+    local v = st[i]
+    if i ~= 6 and i ~= 7 and i ~= 14 and not (v >= 0 and v <= LARGEST) then
+      error('not a slot state')
+    end
+  end
+  return st
+end
+
+-- The state of `slot` from its stored value `raw`; one that is not a state is replaced
+-- by a fresh one, due now in waiting (the next pop places it, or drops it if the slot
+-- has no request), one download at a time until the worker that the next pop tells of
+-- it sets the slot's limits again (push_slots.lua, "back"), and counted.
+local function decode_state(k, slot, raw)
+  local ok, st = pcall(checked_state, raw)
+  if ok then
+    return st
+  end
+  st = fresh_state()
+  st[4], st[6] = 1, 'w' -- one download at a time until a worker sets its limits again
+  redis.call('ZADD', k.waiting, 0, slot)
+  save_slot(k, slot, st)
+  note_corrupt(k, 'state')
+  redis.call('HSET', k.corrupt, 'slot:' .. slot, 1) -- (the worker told sets them)
+  return st
+end
+
+local function load_slot(k, slot)
+  local raw = redis.call('HGET', k.slots, slot)
+  if not raw then
+    return fresh_state()
+  end
+  return decode_state(k, slot, raw)
 end
 
 -- Count a start of the slot in its minute (the fleet's rate: status reads the starts of
@@ -180,7 +272,7 @@ local function put_back_slots(pq, members)
     settle(k, group)
   end
   flush_count(k)
-  if last > tonumber(redis.call('GET', k.seq) or 0) then
+  if last > last_seq(k) then
     redis.call('SET', k.seq, last) -- (moved from another queue) newer requests come after
   end
   replace_slots(k, touched, now)
@@ -198,7 +290,7 @@ local function slots_done(pq, members)
     local slot = slot_of(member)
     local raw = redis.call('HGET', k.slots, slot)
     if raw then
-      local st = cmsgpack.unpack(raw)
+      local st = decode_state(k, slot, raw)
       st[2] = math.max(0, st[2] - 1)
       local id = st[14]
       if id == nil or id == '' or id == request_id(slot, member) then
@@ -241,7 +333,7 @@ local function push_new_slots(k, conf, entries)
   if #entries == 0 then
     return
   end
-  local seq = redis.call('INCRBY', k.seq, #entries) - #entries
+  local seq = take_seqs(k, #entries)
   local groups, order, touched = {}, {}, {}
   for _, e in ipairs(entries) do
     seq = seq + 1

@@ -28,13 +28,12 @@ if not filter then
   return 'stale'
 end
 local wanted = filter.types
-local kinds = {'zset', 'zset', 'zset', 'hash', 'string'}
-for i = 1, 5 do
+local kinds = {'zset', 'zset', 'zset', 'hash'} -- (seq and more: a bad value is replaced)
+for i = 1, 4 do
   wanted[#wanted + 1] = {KEYS[i], kinds[i]}
 end
 local k = slot_keys(KEYS[1])
 wanted[#wanted + 1] = {k.lists, 'zset'}
-wanted[#wanted + 1] = {k.more, 'string'}
 check_types(wanted)
 local batch = cmsgpack.unpack(ARGV[3])
 local numbers, members, entries = {}, {}, {}

@@ -24,13 +24,15 @@
 -- ARGV[3], ARGV[4] = (to lease) timeout in ms, the id to lease them under
 -- ARGV[5..n] = (to lease) this worker's leases whose work is done, released first:
 --              groups of (lease id, n, n positions), n = 0 for the whole lease
--- returns {record, wait, slots, now, starts}: the record {op, key, key2, arg, entry...}
+-- returns {record, wait, slots, now, starts, corrupt}: the record {op, key, key2, arg, entry...}
 --         packed ("" if none taken), entries in the order taken; wait = ms until the
 --         earliest slot with requests may start one (with "1:<ms>": may be taken; 0: one
 --         may now; -1: none may until a download ends, or nothing is queued); the slots
 --         taken from that have a delay (whose starts the worker reports, see
 --         slot_started.lua); the server's clock (ms); per request taken, the time (ms,
---         server clock) from which it may start (after now if taken early)
+--         server clock) from which it may start (after now if taken early); the bad
+--         values replaced since the last pop reported them (kind, count, ...: see
+--         _slots.lua), for this worker to log and count
 --#include _leases.lua
 
 -- Whether a slot limits nothing now: no delay of any kind, and at most half its
@@ -94,10 +96,16 @@ end
 local now, micros = now_ms()
 
 -- Slots whose wait is over are ready (at most what this call may take, and some more).
+-- (A slot whose state does not say it waits is not ours there: removed, counted.)
 for _, slot in ipairs(redis.call('ZRANGEBYSCORE', k.waiting, '-inf', now, 'LIMIT', 0, most + 64)) do
   local st = load_slot(k, slot)
-  place(k, slot, st, now)
-  save_slot(k, slot, st)
+  if st[6] == 'w' then
+    place(k, slot, st, now)
+    save_slot(k, slot, st)
+  else
+    redis.call('ZREM', k.waiting, slot)
+    note_corrupt(k, 'waiting')
+  end
 end
 
 if report == 'drain' then -- a move of a stopped crawl: every request, whatever its limits
@@ -112,20 +120,54 @@ if report == 'drain' then -- a move of a stopped crawl: every request, whatever 
   return {packed, 0, {}}
 end
 
+-- How many ready members that are not ours a pop removes at most.
+local STRAYS = 1000
+
+-- The bad values the scripts replaced since the last pop reported them: kind, count, ...
+local function take_corrupt()
+  local found = redis.pcall('HGETALL', k.corrupt)
+  if found['err'] then -- (not a hash: note_corrupt replaces it)
+    return {}
+  elseif #found > 0 then
+    redis.call('DEL', k.corrupt)
+  end
+  return found
+end
+
 local deliveries = leasing and suspects(KEYS[7]) or nil
 local busy = deliveries and holds_suspect(KEYS[5], deliveries, ARGV[4])
 local taken, skipped, starts = {}, {}, {}
 local delayed, delayed_list = {}, {} -- the slots taken from whose starts wait for a report
 local candidates, next_candidate, pending, took_early = nil, 1, false, false
 
+-- The most urgent ready slot (its state and ready member), removing the ready members
+-- that their slots' states do not name (not ours; STRAYS at most: then `more` is true).
+local function ready_slot()
+  for _ = 1, STRAYS do
+    local top = redis.call('ZRANGE', k.ready, 0, 0)[1]
+    if not top then
+      return nil, nil, nil, false
+    end
+    local slot = string.sub(top, 25)
+    local st = load_slot(k, slot)
+    if st[6] == 'r' and st[7] == top then
+      return slot, st, top, false
+    end
+    redis.call('ZREM', k.ready, top)
+    note_corrupt(k, 'ready')
+  end
+  return nil, nil, nil, true
+end
+
 -- The slot to take from next: the most urgent ready one (with its ready member), else,
 -- within the room, the waiting one that may start soonest within `early` ms; its state,
 -- and when its request may start.
 local function next_slot()
-  local top = redis.call('ZRANGE', k.ready, 0, 0)[1]
-  if top then
-    local slot = string.sub(top, 25)
-    return slot, load_slot(k, slot), now, top
+  local slot, st, top, more = ready_slot()
+  if slot then
+    return slot, st, now, top
+  elseif more then
+    return nil -- (the next pop goes on)
   end
   if early == 0 or #taken >= count or took_early then
     return nil -- one early request a pop: the workers asking at that time share them
@@ -216,10 +258,10 @@ else
   end
 end
 if #taken == 0 then
-  return {'', wait, {}, now, {}}
+  return {'', wait, {}, now, {}, take_corrupt()}
 end
 local packed = pack_record('slot', KEYS[1], '', '', taken)
 if leasing then
   lease(KEYS[5], KEYS[6], ARGV[4], ARGV[3], packed)
 end
-return {packed, wait, delayed_list, now, starts}
+return {packed, wait, delayed_list, now, starts, take_corrupt()}

@@ -22,7 +22,7 @@ local raw = redis.call('HGET', k.slots, slot)
 if not raw then
   return -1
 end
-local st = cmsgpack.unpack(raw)
+local st = decode_state(k, slot, raw)
 local now = now_ms()
 if ARGV[2] == 'retry_after' then
   local until_ms = now + tonumber(ARGV[3])

@@ -23,7 +23,7 @@ local raw = redis.call('HGET', k.slots, slot)
 if not raw then
   return 0
 end
-local st = cmsgpack.unpack(raw)
+local st = decode_state(k, slot, raw)
 local now = now_ms()
 local delay = st[8] or 0
 local owner = st[14] or '' -- ('' in states written before it: any report clears)
