@@ -541,14 +541,20 @@ def test_a_slots_fleet_rate_counts_the_starts_of_the_last_minute(server):
     assert len(take(queue, LeaseBook(server, KEY, "w1", 30), 30)[0]) == 30
     state = slot_state(server, "a")
     assert state[14] in (seconds // 60, seconds // 60 + 1) and state[15] == 30  # its minute
+    since = state[17]  # the first start counted: the take, on the server's clock
+    assert seconds * 1000 <= since < seconds * 1000 + 60000
     minute = 60000 * state[14]
-    [view] = slot_views(server, [KEY], False, (minute + 59999) / 1000)
-    assert view["rate"] == 0.5  # 30 in the last minute
-    assert fleet_rate(state, minute + 60000 + 15000) == round(30 * 0.75 / 60, 3)  # 45 s left
+    [view] = slot_views(server, [KEY], False, (since + 10000) / 1000)
+    assert view["rate"] == 3.0  # a slot counting for 10 s: 30 over those 10 s, not over 60
+    assert fleet_rate(state, since + 500) == 30.0  # (over a second at least)
     assert fleet_rate(state, minute + 120000) == 0.0  # two minutes on: none
+    old = state[:17]  # counting for more than a minute (or a state before field 18)
+    assert fleet_rate(old, minute + 59999) == 0.5  # 30 in the last minute
+    assert fleet_rate(old, minute + 60000 + 15000) == round(30 * 0.75 / 60, 3)  # 45 s left
     now = minute + 30000  # half of the minute before is within the last 60 s
     assert fleet_rate([*state[:14], state[14], 6, 60], now) == 0.6  # (6 + 60 / 2) / 60
     assert fleet_rate([*state[:14], state[14] - 1, 6, 60], now) == 0.05  # 6 / 2 / 60
+    assert fleet_rate([*state[:14], state[14], 6, 60, now - 60001], now) == 0.6
 
 
 def test_a_crawl_queued_per_slot_moves_into_the_clusters_lanes_whatever_its_limits(

@@ -82,7 +82,7 @@ def test_a_corrupt_slot_state_is_replaced_and_every_request_still_comes(
     (warning,) = [w for w in bad_warnings(caplog) if "polite:slots" in w]
     assert f"in {BASE}slots" in warning and "fresh state" in warning
     state = msgpack.unpackb(server.hget(BASE + "slots", "a.example"))
-    assert len(state) == 17 and state[1] >= 0  # a state again
+    assert len(state) == FIELDS and state[1] >= 0  # a state again
     sched.close("finished")
 
 
@@ -185,7 +185,9 @@ def test_ready_members_of_no_ready_slot_do_not_hold_up_the_real_ones(server):
 
 
 NAN, INF = float("nan"), float("inf")
-FRESH = [0, 0, 0, 0, 0, "r", "", 0, 0, 0, 0, 0, 0, "", 0, 0, 0]
+FRESH = [0, 0, 0, 0, 0, "r", "", 0, 0, 0, 0, 0, 0, "", 0, 0, 0, 0]
+#: The fields of a slot state (see lua/_slots.lua).
+FIELDS = len(FRESH)
 
 
 def state_with(index: int, value) -> bytes:
@@ -225,7 +227,7 @@ def test_a_slot_state_of_another_shape_is_replaced(server, raw):
         got += urls(queue, entries)
     assert sorted(got) == ["http://a/1", "http://a/2", "http://b/1"]
     state = slot_state(server, "a")
-    assert len(state) == 17 and all(not isinstance(v, float) or math.isfinite(v) for v in state)
+    assert len(state) == FIELDS and all(not isinstance(v, float) or math.isfinite(v) for v in state)
 
 
 def test_in_flight_restarts_at_zero_and_never_goes_negative(server):
@@ -253,7 +255,7 @@ def test_feedback_and_start_reports_tolerate_a_corrupt_state(server):
     ):
         server.hset(slots, "a", b"\xc1")
         call()
-        assert len(slot_state(server, "a")) == 17
+        assert len(slot_state(server, "a")) == FIELDS
     got: list[str] = []
     book = LeaseBook(server, KEY, "w1", 30)
     deadline = time.monotonic() + 10

@@ -24,7 +24,9 @@
 --           start is unreported ('' none; missing in states written before it: any
 --           request's end or report clears it),
 --           the fleet's starts per minute: the minute (server clock, ms / 60000) of the
---           count, the starts in that minute, the starts in the minute before it}
+--           count, the starts in that minute, the starts in the minute before it, and
+--           the time (ms) of the first start of those counts (since when they run
+--           without a gap: a slot younger than a minute has its rate over its age)}
 -- A start of a slot with a delay is reported by its worker once the request's bytes have
 -- left (slot_started.lua): the next start is allowed the drawn delay after that, not
 -- after the pop (a busy worker may start what it popped some time later). Until it is
@@ -135,7 +137,7 @@ local function save_slot(k, slot, st)
     st[i] = st[i] or 0
   end
   st[14] = st[14] or ''
-  for i = 15, 17 do
+  for i = 15, 18 do
     st[i] = st[i] or 0
   end
   redis.call('HSET', k.slots, slot, cmsgpack.pack(st))
@@ -145,14 +147,14 @@ local PLACES = {r = true, w = true, f = true, i = true}
 local LARGEST = 2 ^ 53 -- (exact in a double; not NaN, not infinite)
 
 -- The slot state `raw` decodes to; an error if it has not the shape of one: one msgpack
--- array of 7 fields (the oldest states) to 17, the place a letter of PLACES, the ready
+-- array of 7 fields (the oldest states) to 18, the place a letter of PLACES, the ready
 -- member and request id strings, every other field a number from 0 to LARGEST (a
 -- comparison with another type raises; NaN compares false). About 0.5 us more than
 -- the decoding alone.
 local function checked_state(raw)
   local after, st = cmsgpack.unpack_one(raw) -- (-1: all of it read)
   local n = #st
-  if after ~= -1 or n < 7 or n > 17 or not PLACES[st[6]] or type(st[7]) ~= 'string'
+  if after ~= -1 or n < 7 or n > 18 or not PLACES[st[6]] or type(st[7]) ~= 'string'
     or (n >= 14 and type(st[14]) ~= 'string') then
     error('not a slot state')
   end
@@ -197,8 +199,15 @@ local function count_start(st, now)
   local minute = math.floor(now / 60000)
   local counted = st[15] or 0
   if counted ~= minute then
-    st[17] = (counted == minute - 1) and (st[16] or 0) or 0
+    local follows = counted == minute - 1
+    st[17] = follows and (st[16] or 0) or 0
     st[15], st[16] = minute, 0
+    if not follows then -- (the counts start again: the rate's window with them)
+      st[18] = now
+    end
+  end
+  if (st[18] or 0) == 0 then
+    st[18] = now
   end
   st[16] = (st[16] or 0) + 1
 end
