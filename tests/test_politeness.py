@@ -498,6 +498,7 @@ def test_scrapy_redis_status_shows_the_busiest_slots(tmp_path, redis_url, server
     settings_py = project.path / "proj" / "settings.py"
     settings_py.write_text(settings_py.read_text() + "SCHEDULER_FLEET_LIMITS = True\n")
     text = project.run("status").stdout
+    assert text.startswith("demo (SlotQueue demo:requests) in ")  # queued per slot
     assert "  queue        5 queued, 2 leased" in text
     slots = [line for line in text.splitlines() if line.startswith("  slot ")]
     assert slots[0].startswith("  slot         h1.example: 3 queued, 1 in flight (of 1), 1 started")

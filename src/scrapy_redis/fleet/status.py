@@ -97,6 +97,8 @@ def crawl_status(
     status.stats = _decoded_hash(reader, keys.stats_key)
     status.start_invalid = _stat_count(reader, keys.stats_key, status.stats)
     status.slots = slot_views(server, keys.queue_keys, keys.cluster, now)  # politeness/
+    if status.queue_redis_type == "none" and (status.slots or status.queued):
+        status.queue_class = "SlotQueue"  # queued per download slot (SCHEDULER_FLEET_LIMITS)
     status.diagnosis = diagnose(status, keys)
     return status
 
