@@ -546,8 +546,9 @@ def test_a_slots_fleet_rate_counts_the_starts_of_the_last_minute(server):
     assert seconds * 1000 <= since < seconds * 1000 + 60000
     minute = 60000 * state[14]
     [view] = slot_views(server, [KEY], False, (since + 10000) / 1000)
-    assert view["rate"] == 3.0  # a slot counting for 10 s: 30 over those 10 s, not over 60
-    assert fleet_rate(state, since + 500) == 30.0  # (over a second at least)
+    assert view["rate"] == 2.9  # a slot counting for 10 s: 29 gaps in 10 s, not 30 in 60
+    assert fleet_rate(state, since + 500) == 29.0  # (over a second at least)
+    assert fleet_rate([*state[:15], 1, 0, since], since + 4000) == 0.25  # one start: 1 / 4
     assert fleet_rate(state, minute + 120000) == 0.0  # two minutes on: none
     old = state[:17]  # counting for more than a minute (or a state before field 18)
     assert fleet_rate(old, minute + 59999) == 0.5  # 30 in the last minute

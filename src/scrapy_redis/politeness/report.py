@@ -101,7 +101,8 @@ def fleet_rate(state: list[Any], now_ms: float) -> float:
     """The slot's starts a second over the last minute, fleet-wide: the starts counted in
     this minute and the one before (fields 15-17), the latter weighted by the part of it
     still within the last 60 s; if the counts began less than a minute ago (field 18:
-    their first start), all of them over that time (at least a second), not over 60 s."""
+    their first start), the starts after the first over that time (at least a second),
+    not over 60 s."""
     minute, count, before = _field(state, 14), _field(state, 15), _field(state, 16)
     now_minute = now_ms // 60000
     if minute == now_minute - 1:
@@ -110,7 +111,9 @@ def fleet_rate(state: list[Any], now_ms: float) -> float:
         return 0.0
     since = _field(state, 17)
     if 0 < since <= now_ms < since + 60000:  # a slot counting for less than a minute
-        return round((count + before) / max(1.0, (now_ms - since) / 1000), 3)
+        starts, seconds = count + before, max(1.0, (now_ms - since) / 1000)
+        # (the gaps since the first start: n starts a delay d apart show 1 / d)
+        return round((starts - 1 if starts > 1 else starts) / seconds, 3)
     elapsed = (now_ms % 60000) / 60000
     return round((count + before * (1 - elapsed)) / 60, 3)
 
