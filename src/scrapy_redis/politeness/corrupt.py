@@ -40,10 +40,7 @@ KINDS: dict[str, tuple[str, str]] = {
     ),
     "corrupt": ("corrupt", "this count of bad values, not one itself, was replaced"),
     "ready": ("ready", "a member naming no ready slot was removed"),
-    "member": (
-        "pq",
-        "a member naming no slot was set aside in <queue key>:invalid",
-    ),
+    "member": ("pq", "a member naming no slot was set aside in <queue key>:invalid"),
     "unplaced": ("slots", "a slot with requests that no pop would reach was placed again"),
     "list": (
         "lists",
